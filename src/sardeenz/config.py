@@ -1,0 +1,229 @@
+"""Settings: every environment variable of the seed plus Sardeenz's own.
+
+Precedence, highest first: CLI flags (passed as keyword arguments), environment
+variables, the optional YAML file given with ``--config``, then defaults. The
+seed's variables keep their names (``VLLM_BASE_PORT``, ``CLUSTER_PEERS``, ...);
+ours are prefixed ``SARDEENZ_``. YAML keys are the snake_case field names.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+DEMO_SIM_GPUS = "NVIDIA L4:24GiB,Tesla T4:16GiB"
+
+_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS |= {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 2**10, "m": 2**20}
+_UNITS |= {"g": 2**30, "t": 2**40}
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message says which and why."""
+
+
+def parse_size(text: str) -> int:
+    """Parse '24GiB', '16 GB', '512MiB' or a plain byte count into bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigError(f"not a size: {text!r} (use e.g. 24GiB, 16GB, 512MiB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+class SimGpuSpec(BaseModel):
+    """One simulated GPU: what ``--sim-gpus 'NVIDIA L4:24GiB'`` describes."""
+
+    index: int
+    name: str
+    memory_bytes: int
+
+
+def parse_sim_gpus(text: str) -> list[SimGpuSpec]:
+    """Parse ``'NVIDIA L4:24GiB,Tesla T4:16GiB'`` into GPU specs, in order."""
+    gpus: list[SimGpuSpec] = []
+    for i, part in enumerate(p for p in text.split(",") if p.strip()):
+        name, sep, size = part.rpartition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"simulated GPU {part.strip()!r} must look like 'NAME:SIZE'")
+        memory = parse_size(size)
+        if memory <= 0:
+            raise ConfigError(f"simulated GPU {name.strip()!r} needs a positive memory size")
+        gpus.append(SimGpuSpec(index=i, name=name.strip(), memory_bytes=memory))
+    return gpus
+
+
+def _env(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+class Settings(BaseSettings):
+    """Everything an operator can set. Read once at start-up."""
+
+    model_config = SettingsConfigDict(
+        populate_by_name=True, extra="ignore", case_sensitive=False, frozen=True
+    )
+
+    # --- server -------------------------------------------------------------
+    host: str = Field("127.0.0.1", validation_alias=_env("SARDEENZ_HOST", "host"))
+    port: int = Field(3000, ge=1, le=65535, validation_alias=_env("SARDEENZ_PORT", "port"))
+    data_dir: Path = Field(
+        Path.home() / ".local" / "share" / "sardeenz",
+        validation_alias=_env("SARDEENZ_DATA_DIR", "data_dir"),
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", validation_alias=_env("SARDEENZ_LOG_LEVEL", "log_level")
+    )
+    insecure: bool = Field(False, validation_alias=_env("SARDEENZ_INSECURE", "insecure"))
+
+    # --- demo / simulation --------------------------------------------------
+    demo: bool = Field(False, validation_alias=_env("SARDEENZ_DEMO", "demo"))
+    sim_gpus: str | None = Field(None, validation_alias=_env("SARDEENZ_SIM_GPUS", "sim_gpus"))
+    default_engine: Literal["vllm", "sim"] | None = Field(
+        None, validation_alias=_env("SARDEENZ_DEFAULT_ENGINE", "default_engine")
+    )
+
+    # --- engines ------------------------------------------------------------
+    vllm_python: str = Field(
+        sys.executable, validation_alias=_env("SARDEENZ_VLLM_PYTHON", "vllm_python")
+    )
+    vllm_base_port: int = Field(
+        12346, ge=1024, le=65000, validation_alias=_env("VLLM_BASE_PORT", "vllm_base_port")
+    )
+    port_range_size: int = Field(
+        200, ge=1, le=10000, validation_alias=_env("SARDEENZ_PORT_RANGE_SIZE", "port_range_size")
+    )
+    health_interval_seconds: float = Field(
+        2.0, gt=0, validation_alias=_env("SARDEENZ_HEALTH_INTERVAL_SECONDS", "health_interval_seconds")
+    )
+    health_timeout_seconds: float = Field(
+        3.0, gt=0, validation_alias=_env("SARDEENZ_HEALTH_TIMEOUT_SECONDS", "health_timeout_seconds")
+    )
+    health_failure_threshold: int = Field(
+        3, ge=1, validation_alias=_env("SARDEENZ_HEALTH_FAILURE_THRESHOLD", "health_failure_threshold")
+    )
+    ready_timeout_seconds: float = Field(
+        180.0, gt=0, validation_alias=_env("SARDEENZ_READY_TIMEOUT_SECONDS", "ready_timeout_seconds")
+    )
+    stop_grace_seconds: float = Field(
+        20.0, ge=0, validation_alias=_env("SARDEENZ_STOP_GRACE_SECONDS", "stop_grace_seconds")
+    )
+    log_buffer_lines: int = Field(
+        2000, ge=10, validation_alias=_env("SARDEENZ_LOG_BUFFER_LINES", "log_buffer_lines")
+    )
+    kvcached_enabled: bool = Field(
+        True, validation_alias=_env("SARDEENZ_KVCACHED", "kvcached_enabled")
+    )
+
+    # --- proxy --------------------------------------------------------------
+    proxy_max_body_bytes: int = Field(
+        32 * 2**20, ge=1024, validation_alias=_env("SARDEENZ_PROXY_MAX_BODY_BYTES", "proxy_max_body_bytes")
+    )
+    proxy_ready_wait_seconds: float = Field(
+        60.0, ge=0, validation_alias=_env("SARDEENZ_PROXY_READY_WAIT_SECONDS", "proxy_ready_wait_seconds")
+    )
+
+    # --- storage ------------------------------------------------------------
+    database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL", "database_url"))
+
+    # --- cluster (seed names) ----------------------------------------------
+    cluster_peers: str = Field("", validation_alias=_env("CLUSTER_PEERS", "cluster_peers"))
+    cluster_secret: SecretStr = Field(
+        SecretStr(""), validation_alias=_env("CLUSTER_SECRET", "cluster_secret")
+    )
+    cluster_expected_pods: int = Field(
+        0, ge=0, validation_alias=_env("CLUSTER_EXPECTED_PODS", "cluster_expected_pods")
+    )
+    namespace: str = Field("sardeenz", validation_alias=_env("NAMESPACE", "namespace"))
+
+    @field_validator("sim_gpus")
+    @classmethod
+    def _check_sim_gpus(cls, v: str | None) -> str | None:
+        if v is not None and v.strip():
+            parse_sim_gpus(v)
+            return v
+        return None
+
+    # --- derived ------------------------------------------------------------
+    @property
+    def effective_sim_gpus(self) -> list[SimGpuSpec]:
+        """Simulated GPUs in force: ``--sim-gpus``, else the demo's pair, else none."""
+        if self.sim_gpus:
+            return parse_sim_gpus(self.sim_gpus)
+        if self.demo:
+            return parse_sim_gpus(DEMO_SIM_GPUS)
+        return []
+
+    @property
+    def effective_default_engine(self) -> Literal["vllm", "sim"]:
+        if self.default_engine is not None:
+            return self.default_engine
+        return "sim" if self.demo else "vllm"
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'sardeenz.db'}"
+
+    @property
+    def engine_port_range(self) -> range:
+        return range(self.vllm_base_port, self.vllm_base_port + self.port_range_size)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # No .env file and no secrets dir: one config file (--config) is enough.
+        return (init_settings, env_settings)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings from flags (``overrides``; None means 'not given'), env and YAML."""
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    yaml_data = _read_yaml(config_file) if config_file is not None else {}
+
+    class _Layered(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            yaml_source = InitSettingsSource(settings_cls, init_kwargs=yaml_data)
+            return (init_settings, env_settings, yaml_source)
+
+    return _Layered(**flags)
+
+
+def _read_yaml(config_file: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(config_file.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {config_file} is not valid YAML: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {config_file} must hold a mapping of settings")
+    unknown = set(loaded) - set(Settings.model_fields)
+    if unknown:
+        raise ConfigError(
+            f"config file {config_file} has unknown settings: {', '.join(sorted(unknown))}"
+        )
+    return loaded

@@ -1,0 +1,110 @@
+"""The data model of the seed, as pydantic models with camelCase JSON.
+
+These are plain values: no I/O, no behaviour beyond validation. Services own
+the state; routers serialise these with ``by_alias=True``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class CamelModel(BaseModel):
+    """Accepts snake_case or camelCase, emits camelCase."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
+    )
+
+
+class InstanceStatus(StrEnum):
+    """Lifecycle states of the seed. An unloaded instance leaves the registry."""
+
+    STARTING = "starting"
+    ACTIVE = "active"
+    SLEEPING = "sleeping"
+    STOPPING = "stopping"
+    FAILED = "failed"
+
+
+class EngineKind(StrEnum):
+    VLLM = "vllm"
+    SIM = "sim"
+
+
+class MemoryMetrics(CamelModel):
+    """ModelMemoryMetrics of the seed, parsed from the engine's own log lines.
+
+    Every field is optional: the CPU backend, for one, reports no CUDA graphs.
+    """
+
+    weights_memory_gib: float | None = Field(None, alias="weightsMemoryGiB")
+    cuda_graph_memory_gib: float | None = Field(None, alias="cudaGraphMemoryGiB")
+    kv_cache_available_gib: float | None = Field(None, alias="kvCacheAvailableGiB")
+    kv_cache_per_request_mib: float | None = Field(None, alias="kvCachePerRequestMiB")
+    max_model_len: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    engine_init_seconds: float | None = None
+    weights_load_seconds: float | None = None
+
+
+ExtraArg = Annotated[str, Field(max_length=4096)]
+
+
+class LoadRequest(CamelModel):
+    """Body of ``POST /api/v1/models/load``."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
+        extra="forbid",
+    )
+
+    model_path: str = Field(..., min_length=1, max_length=4096)
+    engine: EngineKind | None = None
+    served_model_name: str | None = Field(None, min_length=1, max_length=512)
+    display_name: str | None = Field(None, max_length=512)
+    gpu_ids: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(None, max_length=64)
+    gpu_memory_limit: float | None = Field(None, gt=0, le=4096, description="GB per GPU")
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    enable_sleep_mode: bool = False
+    extra_args: list[ExtraArg] = Field(default_factory=list, max_length=256)
+
+
+class ModelInstance(CamelModel):
+    """ModelInstance of the seed (runtime state), plus what operators need to debug."""
+
+    id: str
+    model_path: str
+    served_model_name: str
+    display_name: str
+    engine: EngineKind
+    status: InstanceStatus
+    port: int
+    process_id: int | None = None
+    engine_core_pid: int | None = None
+    gpu_memory_limit: float | None = None
+    gpu_ids: list[int] = Field(default_factory=list)
+    tensor_parallel_size: int = 1
+    kvcached_enabled: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    stopped_at: datetime | None = None
+    error_message: str | None = None
+    memory_metrics: MemoryMetrics | None = None
+    sleep_mode_enabled: bool = False
+    sleep_level: int | None = None
+    slept_at: datetime | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    log_file: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    simulated: bool = False
