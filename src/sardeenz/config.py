@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     vllm_python: str = Field(
         sys.executable, validation_alias=_env("SARDEENZ_VLLM_PYTHON", "vllm_python")
     )
+    engine_host: str = Field(
+        "127.0.0.1", validation_alias=_env("SARDEENZ_ENGINE_HOST", "engine_host")
+    )
     vllm_base_port: int = Field(
         12346, ge=1024, le=65000, validation_alias=_env("VLLM_BASE_PORT", "vllm_base_port")
     )
@@ -104,16 +107,24 @@ class Settings(BaseSettings):
         200, ge=1, le=10000, validation_alias=_env("SARDEENZ_PORT_RANGE_SIZE", "port_range_size")
     )
     health_interval_seconds: float = Field(
-        2.0, gt=0, validation_alias=_env("SARDEENZ_HEALTH_INTERVAL_SECONDS", "health_interval_seconds")
+        2.0,
+        gt=0,
+        validation_alias=_env("SARDEENZ_HEALTH_INTERVAL_SECONDS", "health_interval_seconds"),
     )
     health_timeout_seconds: float = Field(
-        3.0, gt=0, validation_alias=_env("SARDEENZ_HEALTH_TIMEOUT_SECONDS", "health_timeout_seconds")
+        3.0,
+        gt=0,
+        validation_alias=_env("SARDEENZ_HEALTH_TIMEOUT_SECONDS", "health_timeout_seconds"),
     )
     health_failure_threshold: int = Field(
-        3, ge=1, validation_alias=_env("SARDEENZ_HEALTH_FAILURE_THRESHOLD", "health_failure_threshold")
+        3,
+        ge=1,
+        validation_alias=_env("SARDEENZ_HEALTH_FAILURE_THRESHOLD", "health_failure_threshold"),
     )
     ready_timeout_seconds: float = Field(
-        180.0, gt=0, validation_alias=_env("SARDEENZ_READY_TIMEOUT_SECONDS", "ready_timeout_seconds")
+        180.0,
+        gt=0,
+        validation_alias=_env("SARDEENZ_READY_TIMEOUT_SECONDS", "ready_timeout_seconds"),
     )
     stop_grace_seconds: float = Field(
         20.0, ge=0, validation_alias=_env("SARDEENZ_STOP_GRACE_SECONDS", "stop_grace_seconds")
@@ -127,10 +138,14 @@ class Settings(BaseSettings):
 
     # --- proxy --------------------------------------------------------------
     proxy_max_body_bytes: int = Field(
-        32 * 2**20, ge=1024, validation_alias=_env("SARDEENZ_PROXY_MAX_BODY_BYTES", "proxy_max_body_bytes")
+        32 * 2**20,
+        ge=1024,
+        validation_alias=_env("SARDEENZ_PROXY_MAX_BODY_BYTES", "proxy_max_body_bytes"),
     )
     proxy_ready_wait_seconds: float = Field(
-        60.0, ge=0, validation_alias=_env("SARDEENZ_PROXY_READY_WAIT_SECONDS", "proxy_ready_wait_seconds")
+        60.0,
+        ge=0,
+        validation_alias=_env("SARDEENZ_PROXY_READY_WAIT_SECONDS", "proxy_ready_wait_seconds"),
     )
 
     # --- storage ------------------------------------------------------------

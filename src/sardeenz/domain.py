@@ -65,7 +65,9 @@ class LoadRequest(CamelModel):
     """Body of ``POST /api/v1/models/load``."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
         extra="forbid",
     )
 
@@ -82,6 +84,13 @@ class LoadRequest(CamelModel):
 
 class ModelInstance(CamelModel):
     """ModelInstance of the seed (runtime state), plus what operators need to debug."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
+        validate_assignment=True,
+    )
 
     id: str
     model_path: str

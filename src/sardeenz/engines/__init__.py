@@ -1,0 +1,38 @@
+"""Engine kinds behind one interface (``EngineAdapter``), looked up by ``EngineKind``.
+
+Adapters are imported on first use, not here: ``python -m sardeenz.engines.sim`` imports
+this package too, and the simulated engine should not pay for the controller's settings
+machinery just to start.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sardeenz.domain import EngineKind
+
+if TYPE_CHECKING:
+    from sardeenz.engines.base import EngineAdapter
+
+__all__ = ["get_adapter"]
+
+_adapters: dict[EngineKind, EngineAdapter] = {}
+
+
+def get_adapter(kind: EngineKind) -> EngineAdapter:
+    """The adapter for ``kind``; one shared, stateless instance per kind."""
+    adapter = _adapters.get(kind)
+    if adapter is not None:
+        return adapter
+    if kind == EngineKind.VLLM:
+        from sardeenz.engines.vllm import VllmAdapter
+
+        adapter = VllmAdapter()
+    elif kind == EngineKind.SIM:
+        from sardeenz.engines.sim_adapter import SimAdapter
+
+        adapter = SimAdapter()
+    else:
+        raise ValueError(f"unknown engine kind: {kind!r}")
+    _adapters[kind] = adapter
+    return adapter

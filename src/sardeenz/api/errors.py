@@ -1,0 +1,77 @@
+"""Error bodies for ``/api``: always JSON ``{"detail": str, "code": str}``.
+
+A client can switch on ``code`` (stable) and show ``detail`` (human). Nothing
+user-caused becomes a bare 500; a real bug becomes a 500 with code
+``internal_error`` and is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sardeenz.errors import SardeenzError
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+
+
+def error_body(detail: str, code: str, **extra: Any) -> dict[str, Any]:
+    return {"detail": detail, "code": code, **extra}
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or "body"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(SardeenzError)
+    async def _sardeenz_error(_: Request, exc: SardeenzError) -> JSONResponse:
+        return JSONResponse(error_body(exc.message, exc.code, **exc.extra), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": _location(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))}
+            for e in exc.errors()
+        ]
+        summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+        return JSONResponse(
+            error_body(f"invalid request: {summary}", "validation_error", errors=errors),
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        return JSONResponse(
+            error_body(str(exc.detail), code),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return JSONResponse(
+            error_body("internal error; see the server log", "internal_error"), status_code=500
+        )

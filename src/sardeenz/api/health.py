@@ -1,0 +1,49 @@
+"""Health probes: ``/api/health`` (summary), ``/ready`` and ``/live`` for Kubernetes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from sardeenz import __version__
+from sardeenz.api.deps import ServicesDep
+from sardeenz.domain import InstanceStatus
+
+router = APIRouter(prefix="/api/health", tags=["health"])
+
+
+class HealthReport(BaseModel):
+    status: str
+    version: str
+    mode: str
+    instances: dict[str, int]
+
+
+@router.get("", response_model=HealthReport)
+async def health(services: ServicesDep) -> HealthReport:
+    counts = {s.value: 0 for s in InstanceStatus}
+    for inst in services.supervisor.list_instances():
+        counts[inst.status.value] += 1
+    return HealthReport(
+        status="ok" if services.started and not services.stopping else "starting",
+        version=__version__,
+        mode="demo" if services.settings.demo else "real",
+        instances=counts,
+    )
+
+
+@router.get("/live")
+async def live() -> dict[str, str]:
+    """The process answers: the event loop is not wedged."""
+    return {"status": "alive"}
+
+
+@router.get("/ready", responses={503: {"description": "not ready yet, or shutting down"}})
+async def ready(services: ServicesDep) -> JSONResponse:
+    """Ready once the registry is loaded and engines re-adopted; not while stopping."""
+    if services.started and not services.stopping:
+        return JSONResponse({"status": "ready"})
+    return JSONResponse(
+        {"detail": "not ready", "code": "not_ready", "status": "not_ready"}, status_code=503
+    )

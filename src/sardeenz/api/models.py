@@ -1,0 +1,148 @@
+"""The seed's Controller API for model instances: thin, the supervisor decides."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from sse_starlette import EventSourceResponse
+from starlette.status import HTTP_202_ACCEPTED
+
+from sardeenz.api.deps import ServicesDep
+from sardeenz.domain import LoadRequest, ModelInstance
+from sardeenz.events import Event, LogEvent, RemovedEvent, StatusEvent
+
+router = APIRouter(prefix="/api/v1/models", tags=["models"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "no such instance (`code`: instance_not_found)"},
+    409: {"description": "conflicting state (`code` says which)"},
+}
+
+
+@router.post(
+    "/load",
+    status_code=HTTP_202_ACCEPTED,
+    response_model=ModelInstance,
+    responses={400: {"description": "invalid request"}, 409: ERRORS[409]},
+)
+async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
+    """Start an engine; returns at once with the instance in `starting`."""
+    return await services.supervisor.load(body)
+
+
+@router.post("/{instance_id}/unload", response_model=ModelInstance, responses=ERRORS)
+async def unload_model(instance_id: str, services: ServicesDep) -> ModelInstance:
+    """Stop the engine (SIGTERM, grace, SIGKILL) and remove the instance."""
+    return await services.supervisor.unload(instance_id)
+
+
+@router.get("", response_model=list[ModelInstance])
+async def list_models(services: ServicesDep) -> list[ModelInstance]:
+    return services.supervisor.list_instances()
+
+
+@router.get("/{instance_id}", response_model=ModelInstance, responses=ERRORS)
+async def get_model(instance_id: str, services: ServicesDep) -> ModelInstance:
+    return services.supervisor.get(instance_id)
+
+
+@router.get("/{instance_id}/logs", responses=ERRORS)
+async def get_logs(
+    instance_id: str,
+    services: ServicesDep,
+    lines: Annotated[int, Query(ge=1, le=100_000)] = 200,
+) -> dict[str, Any]:
+    """The last ``lines`` lines of the engine's log (from the ring buffer)."""
+    return {"instanceId": instance_id, "lines": services.supervisor.log_lines(instance_id, lines)}
+
+
+def _sse(event: Event) -> dict[str, str]:
+    if isinstance(event, LogEvent):
+        data: dict[str, Any] = {
+            "instanceId": event.instance_id,
+            "line": event.line,
+            "timestamp": event.at.isoformat(),
+        }
+        return {"event": "log", "data": orjson.dumps(data).decode()}
+    if isinstance(event, StatusEvent):
+        data = {
+            "instanceId": event.instance_id,
+            "status": event.instance.status.value,
+            "previous": event.previous.value if event.previous else None,
+            "errorMessage": event.instance.error_message,
+            "instance": event.instance.model_dump(mode="json"),
+            "timestamp": event.at.isoformat(),
+        }
+        return {"event": "status", "data": orjson.dumps(data).decode()}
+    data = {
+        "instanceId": event.instance_id,
+        "status": "removed",
+        "instance": event.instance.model_dump(mode="json"),
+        "timestamp": event.at.isoformat(),
+    }
+    return {"event": "removed", "data": orjson.dumps(data).decode()}
+
+
+@router.get(
+    "/instances/{instance_id}/events",
+    responses={**ERRORS, 200: {"content": {"text/event-stream": {}}}},
+)
+async def instance_events(
+    instance_id: str,
+    request: Request,
+    services: ServicesDep,
+    replay: bool = False,
+) -> EventSourceResponse:
+    """SSE: `log` lines and `status` transitions of one instance; `removed` ends it.
+
+    With ``replay=true`` the buffered log lines are sent first. The subscription
+    is taken before the replay, so no line falls between the two.
+    """
+    supervisor = services.supervisor
+    current = supervisor.get(instance_id)  # 404 before the stream starts
+    sub = services.bus.subscribe(instance_id)
+    backlog = supervisor.log_lines(instance_id) if replay else []
+
+    async def stream() -> AsyncIterator[dict[str, str]]:
+        try:
+            for line in backlog:
+                yield {
+                    "event": "log",
+                    "data": orjson.dumps(
+                        {"instanceId": instance_id, "line": line, "replayed": True}
+                    ).decode(),
+                }
+            yield _sse(StatusEvent(current, None))
+            while True:
+                event = await sub.get()
+                yield _sse(event)
+                if isinstance(event, RemovedEvent):
+                    return
+        finally:
+            sub.close()
+
+    return EventSourceResponse(stream(), ping=15, send_timeout=30)
+
+
+events_router = APIRouter(prefix="/api/v1", tags=["models"])
+
+
+@events_router.get("/events", responses={200: {"content": {"text/event-stream": {}}}})
+async def all_events(services: ServicesDep, logs: bool = False) -> EventSourceResponse:
+    """SSE of every instance's `status` (and, with ``logs=true``, `log`) events."""
+    sub = services.bus.subscribe()
+
+    async def stream() -> AsyncIterator[dict[str, str]]:
+        try:
+            while True:
+                event = await sub.get()
+                if isinstance(event, LogEvent) and not logs:
+                    continue
+                yield _sse(event)
+        finally:
+            sub.close()
+
+    return EventSourceResponse(stream(), ping=15, send_timeout=30)

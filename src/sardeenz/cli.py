@@ -1,0 +1,330 @@
+"""The ``sardeenz`` command: serve, sim-engine, and operator commands against a server."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from sardeenz import __version__
+from sardeenz.config import ConfigError, Settings, load_settings
+
+app = typer.Typer(
+    help="Sardeenz: many LLM engines on shared GPUs behind one OpenAI-compatible endpoint.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Load, unload and inspect model instances on a running server.")
+app.add_typer(models_app, name="models")
+
+console = Console()
+err = Console(stderr=True)
+
+DEFAULT_URL = "http://127.0.0.1:3000"
+UrlOpt = Annotated[
+    str, typer.Option("--url", envvar="SARDEENZ_URL", help="Base URL of a running server.")
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", envvar="SARDEENZ_TOKEN", help="Bearer token for the admin API."),
+]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 3000).")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where the database and engine logs live.")
+    ] = None,
+    sim_gpus: Annotated[
+        str | None,
+        typer.Option(help="Simulated GPUs, e.g. 'NVIDIA L4:24GiB,Tesla T4:16GiB'."),
+    ] = None,
+    demo: Annotated[
+        bool | None,
+        typer.Option("--demo", help="Simulated GPUs, the simulated engine, demo models."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML file of settings.")] = None,
+    insecure: Annotated[
+        bool | None,
+        typer.Option("--insecure", help="Allow a non-loopback bind without authentication."),
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
+) -> None:
+    """Run the Sardeenz server on this node."""
+    try:
+        settings = load_settings(
+            config,
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            sim_gpus=sim_gpus,
+            demo=demo,
+            insecure=insecure,
+            log_level=log_level,
+        )
+    except (ConfigError, ValidationError) as exc:
+        err.print(f"[red]sardeenz: invalid configuration:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    _configure_logging(settings)
+    log = logging.getLogger("sardeenz")
+    if settings.demo:
+        gpus = ", ".join(g.name for g in settings.effective_sim_gpus)
+        log.warning(
+            "DEMO MODE: simulated GPUs (%s) and the simulated engine; no real model runs here",
+            gpus,
+        )
+    elif settings.effective_sim_gpus:
+        log.warning("simulated GPUs in use: %s", settings.sim_gpus)
+    if not _is_loopback(settings.host) and not settings.insecure:
+        err.print(
+            f"[red]sardeenz: refusing to bind {settings.host}: "
+            "no authentication is configured.[/red]\n"
+            "Configure authentication, bind 127.0.0.1, or pass --insecure to accept the risk."
+        )
+        raise typer.Exit(2)
+    if not _is_loopback(settings.host):
+        log.warning("binding %s with NO authentication (--insecure)", settings.host)
+    else:
+        log.warning(
+            "no authentication configured: bound to %s only; every local caller is admin",
+            settings.host,
+        )
+    _run_server(settings)
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _run_server(settings: Settings) -> None:
+    import uvicorn
+
+    from sardeenz.app import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        log_config=None,
+    )
+
+
+@app.command(
+    "sim-engine",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def sim_engine(ctx: typer.Context) -> None:
+    """The simulated engine: a vLLM-compatible server for demos and tests (see --help)."""
+    from sardeenz.engines.sim import main as sim_main
+
+    raise typer.Exit(sim_main(list(ctx.args)))
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    console.print(__version__)
+
+
+# --- operator commands -------------------------------------------------------------
+
+
+def _client(url: str, token: str | None, timeout: float | None = 60.0) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+
+
+def _call(url: str, token: str | None, method: str, path: str, **kw: Any) -> Any:
+    try:
+        with _client(url, token) as client:
+            resp = client.request(method, path, **kw)
+    except httpx.HTTPError as exc:
+        err.print(f"[red]cannot reach {url}:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    if resp.status_code >= 400:
+        try:
+            body = resp.json()
+            msg = f"{body.get('detail')} ({body.get('code')})"
+        except ValueError:
+            msg = resp.text
+        err.print(f"[red]error {resp.status_code}:[/red] {msg}")
+        raise typer.Exit(1)
+    return resp.json()
+
+
+_STATUS_STYLE = {
+    "active": "green",
+    "starting": "yellow",
+    "sleeping": "blue",
+    "stopping": "magenta",
+    "failed": "red",
+}
+
+
+def _instances_table(items: list[dict[str, Any]]) -> Table:
+    table = Table(title="Model instances")
+    for col in ("ID", "Served name", "Engine", "Status", "Port", "PID", "GPUs", "Error"):
+        table.add_column(col)
+    for it in items:
+        status = it["status"]
+        engine = it["engine"] + (" (sim)" if it.get("simulated") and it["engine"] != "sim" else "")
+        table.add_row(
+            it["id"],
+            it["servedModelName"],
+            engine,
+            f"[{_STATUS_STYLE.get(status, 'white')}]{status}[/]",
+            str(it["port"]),
+            str(it.get("processId") or ""),
+            ",".join(str(g) for g in it.get("gpuIds") or []) or "-",
+            (it.get("errorMessage") or "")[:60],
+        )
+    return table
+
+
+@models_app.command("ls")
+def models_ls(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List instances."""
+    items = _call(url, token, "GET", "/api/v1/models")
+    if as_json:
+        console.print_json(json.dumps(items))
+    elif not items:
+        console.print("No model instances. Load one with `sardeenz models load MODEL_PATH`.")
+    else:
+        console.print(_instances_table(items))
+
+
+@models_app.command("show")
+def models_show(instance_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Show one instance in full (JSON)."""
+    console.print_json(json.dumps(_call(url, token, "GET", f"/api/v1/models/{instance_id}")))
+
+
+@models_app.command("load")
+def models_load(
+    model_path: str,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    engine: Annotated[str | None, typer.Option(help="vllm or sim")] = None,
+    served_model_name: Annotated[str | None, typer.Option("--name")] = None,
+    gpu: Annotated[list[int] | None, typer.Option("--gpu", help="GPU index (repeat)")] = None,
+    gpu_memory_limit: Annotated[float | None, typer.Option(help="GB per GPU")] = None,
+    tensor_parallel_size: Annotated[int, typer.Option("--tp")] = 1,
+    sleep_mode: Annotated[bool, typer.Option("--sleep-mode")] = False,
+    extra: Annotated[
+        list[str] | None, typer.Option("--arg", help="Extra engine argument (repeat)")
+    ] = None,
+) -> None:
+    """Load a model; returns once the instance is `starting`."""
+    body: dict[str, Any] = {"modelPath": model_path, "tensorParallelSize": tensor_parallel_size}
+    if engine:
+        body["engine"] = engine
+    if served_model_name:
+        body["servedModelName"] = served_model_name
+    if gpu:
+        body["gpuIds"] = gpu
+    if gpu_memory_limit is not None:
+        body["gpuMemoryLimit"] = gpu_memory_limit
+    if sleep_mode:
+        body["enableSleepMode"] = True
+    if extra:
+        body["extraArgs"] = extra
+    inst = _call(url, token, "POST", "/api/v1/models/load", json=body)
+    console.print(_instances_table([inst]))
+
+
+@models_app.command("unload")
+def models_unload(instance_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Unload an instance and wait until its processes are gone."""
+    inst = _call(url, token, "POST", f"/api/v1/models/{instance_id}/unload")
+    console.print(f"unloaded {inst['id']} ({inst['servedModelName']})")
+
+
+@models_app.command("logs")
+def models_logs(
+    instance_id: str,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+    lines: Annotated[int, typer.Option("--lines", "-n")] = 200,
+) -> None:
+    """Print an instance's engine log; -f follows it live."""
+    if not follow:
+        out = _call(
+            url, token, "GET", f"/api/v1/models/{instance_id}/logs", params={"lines": lines}
+        )
+        for line in out["lines"]:
+            print(line)
+        return
+    try:
+        with (
+            _client(url, token, timeout=None) as client,
+            client.stream(
+                "GET", f"/api/v1/models/instances/{instance_id}/events", params={"replay": "true"}
+            ) as resp,
+        ):
+            if resp.status_code >= 400:
+                resp.read()
+                err.print(f"[red]error {resp.status_code}:[/red] {resp.text}")
+                raise typer.Exit(1)
+            event = ""
+            for raw in resp.iter_lines():
+                if raw.startswith("event:"):
+                    event = raw[6:].strip()
+                elif raw.startswith("data:") and event in ("log", "status", "removed"):
+                    data = json.loads(raw[5:].strip())
+                    if event == "log":
+                        print(data["line"], flush=True)
+                    elif event == "status":
+                        err.print(f"[bold]-- status: {data['status']}[/bold]")
+                    else:
+                        err.print("[bold]-- instance removed[/bold]")
+                        return
+    except KeyboardInterrupt:
+        return
+    except httpx.HTTPError as exc:
+        err.print(f"[red]connection lost:[/red] {exc}")
+        raise typer.Exit(1) from exc
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()
+
+
+if __name__ == "__main__":
+    main()

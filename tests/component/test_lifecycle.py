@@ -1,0 +1,294 @@
+"""Engine supervision end to end: real `sardeenz serve`, real sim-engine processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.support import (
+    ServerProcess,
+    engine_processes,
+    sim_load,
+    wait_for_status,
+)
+
+
+def _tree_pids(pid: int) -> list[int]:
+    proc = psutil.Process(pid)
+    return [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+
+
+def _gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p) and _not_zombie(p)]
+        time.sleep(0.05)
+    return alive
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class EventCollector:
+    """Reads an instance's SSE stream in a thread and keeps every event."""
+
+    def __init__(self, url: str, instance_id: str) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self._url = f"{url}/api/v1/models/instances/{instance_id}/events?replay=true"
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.connected = threading.Event()
+        self._thread.start()
+
+    def _run(self) -> None:
+        with httpx.stream("GET", self._url, timeout=60) as resp:
+            self.connected.set()
+            event = ""
+            for line in resp.iter_lines():
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    self.events.append((event, json.loads(line[5:])))
+                    if event == "removed":
+                        return
+
+    def join(self, timeout: float = 15) -> None:
+        self._thread.join(timeout)
+
+    def statuses(self) -> list[str]:
+        return [d["status"] for e, d in self.events if e in ("status", "removed")]
+
+    def log_lines(self) -> list[str]:
+        return [d["line"] for e, d in self.events if e == "log"]
+
+
+def test_three_models_load_stream_events_and_unload_cleanly(server: ServerProcess) -> None:
+    with server.client() as api:
+        insts = [sim_load(api, f"model-{i}", "--load-seconds", "0.8") for i in range(3)]
+        assert {i["status"] for i in insts} == {"starting"}
+        assert len({i["port"] for i in insts}) == 3
+        collector = EventCollector(server.url, insts[0]["id"])
+        assert collector.connected.wait(10)
+        active = [wait_for_status(api, i["id"], "active") for i in insts]
+        for a in active:
+            assert a["processId"] > 0
+            assert a["engineCorePid"] is not None
+            assert a["engineCorePid"] != a["processId"]
+            assert a["memoryMetrics"]["weightsMemoryGiB"] > 0
+            assert a["memoryMetrics"]["kvCacheTokens"] > 0
+            assert a["startedAt"] is not None
+        listed = api.get("/api/v1/models").json()
+        assert {i["id"] for i in listed} == {i["id"] for i in insts}
+
+        pids = _tree_pids(active[0]["processId"])
+        assert active[0]["engineCorePid"] in pids
+        resp = api.post(f"/api/v1/models/{insts[0]['id']}/unload")
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["stoppedAt"] is not None
+        assert _gone(pids, 1.0) == []
+        collector.join()
+        assert collector.statuses() == ["starting", "active", "stopping", "removed"]
+        lines = collector.log_lines()
+        assert any("Application startup complete." in ln for ln in lines)
+        assert any("Model loading took" in ln for ln in lines)
+        assert api.get(f"/api/v1/models/{insts[0]['id']}").status_code == 404
+        assert len(api.get("/api/v1/models").json()) == 2
+
+
+def test_sigkill_of_engine_turns_it_failed_and_leaves_nothing(server: ServerProcess) -> None:
+    with server.client() as api:
+        inst = wait_for_status(api, sim_load(api, "victim")["id"], "active")
+        pids = _tree_pids(inst["processId"])
+        assert len(pids) >= 2  # the API server and its EngineCore child
+        t0 = time.monotonic()
+        os.kill(inst["processId"], signal.SIGKILL)
+        failed = wait_for_status(api, inst["id"], "failed", timeout=10)
+        assert time.monotonic() - t0 < 5
+        assert "exit" in failed["errorMessage"]
+        assert "-9" in failed["errorMessage"]
+        # The orphaned EngineCore is killed too: nothing of the tree survives.
+        assert _gone(pids) == []
+        assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
+
+
+def test_fail_after_load_reports_the_root_cause(server: ServerProcess) -> None:
+    with server.client() as api:
+        inst = sim_load(api, "doomed", "--fail-after-load")
+        failed = wait_for_status(api, inst["id"], "failed", timeout=20)
+        msg = failed["errorMessage"]
+        assert "KV cache" in msg
+        assert "max seq len" in msg
+        assert "Engine core initialization failed" not in msg
+        assert [p for p in engine_processes(server.data_dir) if p.is_running()] == []
+
+
+def test_restart_after_sigkill_readopts_running_engines(server_factory: Any) -> None:
+    srv: ServerProcess = server_factory().start()
+    with srv.client() as api:
+        a = wait_for_status(api, sim_load(api, "keep-a")["id"], "active")
+        b = wait_for_status(api, sim_load(api, "keep-b")["id"], "active")
+    srv.stop(signal.SIGKILL)
+    # Engines survive the controller's death.
+    assert psutil.pid_exists(a["processId"])
+    assert psutil.pid_exists(b["processId"])
+    engine = httpx.post(
+        f"http://127.0.0.1:{a['port']}/v1/completions",
+        json={"model": "keep-a", "prompt": "hi", "max_tokens": 3},
+        timeout=10,
+    )
+    assert engine.status_code == 200
+
+    srv2 = ServerProcess(srv.data_dir)
+    srv2.port, srv2.url = srv.port, srv.url
+    srv2.env = srv.env
+    srv2.start()
+    try:
+        with srv2.client() as api:
+            listed = {i["id"]: i for i in api.get("/api/v1/models").json()}
+            assert set(listed) == {a["id"], b["id"]}
+            for old in (a, b):
+                new = listed[old["id"]]
+                assert new["status"] == "active"
+                assert (new["processId"], new["port"]) == (old["processId"], old["port"])
+            # Logs continue: a request now produces a new access-log line we see.
+            before = len(api.get(f"/api/v1/models/{a['id']}/logs?lines=5000").json()["lines"])
+            httpx.post(
+                f"http://127.0.0.1:{a['port']}/v1/completions",
+                json={"model": "keep-a", "prompt": "again", "max_tokens": 2},
+                timeout=10,
+            ).raise_for_status()
+            # Health monitoring of the adopted engine still works: kill it.
+            os.kill(b["processId"], signal.SIGKILL)
+            assert "exited" in wait_for_status(api, b["id"], "failed", 10)["errorMessage"]
+            deadline = time.monotonic() + 5
+            after = before
+            while after <= before and time.monotonic() < deadline:
+                after = len(api.get(f"/api/v1/models/{a['id']}/logs?lines=5000").json()["lines"])
+                time.sleep(0.1)
+            assert after > before
+    finally:
+        srv2.stop(signal.SIGTERM)
+    assert engine_processes(srv.data_dir) == []
+
+
+def test_sigterm_of_server_leaves_no_engine(server: ServerProcess) -> None:
+    with server.client() as api:
+        ids = [sim_load(api, f"m{i}")["id"] for i in range(2)]
+        for i in ids:
+            wait_for_status(api, i, "active")
+    pids = [p.pid for p in engine_processes(server.data_dir)]
+    assert len(pids) >= 4  # two API servers, two EngineCores
+    # uvicorn re-raises the signal after its graceful shutdown, so -SIGTERM is a clean exit.
+    assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
+    assert "stopping 2 engine(s)" in server.log()
+    assert "Traceback" not in server.log()
+    assert _gone(pids) == []
+
+
+def test_readoption_fails_engines_that_died_meanwhile(server_factory: Any) -> None:
+    srv: ServerProcess = server_factory().start()
+    with srv.client() as api:
+        a = wait_for_status(api, sim_load(api, "dies-while-down")["id"], "active")
+    srv.stop(signal.SIGKILL)
+    os.killpg(a["processId"], signal.SIGKILL)
+    srv2 = ServerProcess(srv.data_dir)
+    srv2.port, srv2.url, srv2.env = srv.port, srv.url, srv.env
+    srv2.start()
+    try:
+        with srv2.client() as api:
+            inst = api.get(f"/api/v1/models/{a['id']}").json()
+            assert inst["status"] == "failed"
+            assert "gone" in inst["errorMessage"]
+    finally:
+        srv2.stop(signal.SIGTERM)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({}, 422, "validation_error"),
+        ({"modelPath": ""}, 422, "validation_error"),
+        ({"modelPath": "   "}, 400, "invalid_model_path"),
+        ({"modelPath": "m", "engine": "tensorrt"}, 422, "validation_error"),
+        ({"modelPath": "m", "gpuMemoryLimit": -1}, 422, "validation_error"),
+        ({"modelPath": "m", "gpuMemoryLimit": 1e9}, 422, "validation_error"),
+        ({"modelPath": "m", "tensorParallelSize": 0}, 422, "validation_error"),
+        ({"modelPath": "m", "extraArgs": "--ttft-ms 5"}, 422, "validation_error"),
+        ({"modelPath": "m", "extraArgs": [1, 2]}, 422, "validation_error"),
+        ({"modelPath": "m", "extraArgs": ["--port", "1"]}, 400, "invalid_extra_args"),
+        ({"modelPath": "m", "gpuIds": [0, 0], "tensorParallelSize": 2}, 400, "invalid_gpu_ids"),
+        ({"modelPath": "m", "unknownField": 1}, 422, "validation_error"),
+    ],
+)
+def test_bad_load_requests_are_rejected_with_a_code(
+    server: ServerProcess, body: dict[str, Any], status: int, code: str
+) -> None:
+    with server.client() as api:
+        resp = api.post("/api/v1/models/load", json=body)
+        assert resp.status_code == status, resp.text
+        assert resp.json()["code"] == code
+        assert isinstance(resp.json()["detail"], str)
+        assert api.get("/api/v1/models").json() == []
+    assert engine_processes(server.data_dir) == []
+
+
+def test_malformed_json_and_unknown_ids(server: ServerProcess) -> None:
+    with server.client() as api:
+        resp = api.post(
+            "/api/v1/models/load", content=b"{nope", headers={"content-type": "application/json"}
+        )
+        assert resp.status_code == 422
+        assert resp.json()["code"] == "validation_error"
+        for method, path in [
+            ("GET", "/api/v1/models/nope"),
+            ("POST", "/api/v1/models/nope/unload"),
+            ("GET", "/api/v1/models/instances/nope/events"),
+            ("GET", "/api/v1/models/nope/logs"),
+        ]:
+            resp = api.request(method, path)
+            assert resp.status_code == 404, path
+            assert resp.json()["code"] == "instance_not_found"
+        assert api.get("/api/v1/no-such-route").json()["code"] == "not_found"
+
+
+def test_shell_metacharacters_are_literal_argv(server: ServerProcess, tmp_path: Any) -> None:
+    marker = tmp_path / "pwned"
+    token = f"--x; touch {marker} $(touch {marker}) | touch {marker}"
+    with server.client() as api:
+        inst = sim_load(api, "meta", token)
+        # The engine gets ONE argv token and rejects it like vLLM's argparse would;
+        # no shell ever sees it.
+        failed = wait_for_status(api, inst["id"], "failed", timeout=20)
+        assert "unrecognized arguments" in failed["errorMessage"]
+        assert token in failed["errorMessage"]
+        assert failed["extraArgs"][-1] == token
+    assert not marker.exists()
+
+
+def test_unload_twice_and_port_exhaustion(server_factory: Any) -> None:
+    srv: ServerProcess = server_factory(port_range=1).start()
+    with srv.client() as api:
+        first = sim_load(api, "only-one")
+        resp = api.post("/api/v1/models/load", json={"modelPath": "second", "engine": "sim"})
+        assert resp.status_code == 409
+        assert resp.json()["code"] == "port_range_exhausted"
+        wait_for_status(api, first["id"], "active")
+        assert api.post(f"/api/v1/models/{first['id']}/unload").status_code == 200
+        again = api.post(f"/api/v1/models/{first['id']}/unload")
+        assert again.status_code == 404
+        assert again.json()["code"] == "instance_not_found"
+        # The port is free again.
+        second = sim_load(api, "now-fits")
+        wait_for_status(api, second["id"], "active")

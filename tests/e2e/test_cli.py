@@ -1,0 +1,135 @@
+"""The operator CLI against a real server, and the serve command's guards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support import ServerProcess, free_port, wait_for_status
+
+
+def cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "sardeenz.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_models_commands_round_trip(server: ServerProcess) -> None:
+    url = ["--url", server.url]
+    out = cli("models", "ls", *url)
+    assert out.returncode == 0, out.stderr
+    assert "No model instances" in out.stdout
+
+    out = cli(
+        "models",
+        "load",
+        "cli-model",
+        "--engine",
+        "sim",
+        "--name",
+        "cli-served",
+        "--arg",
+        "--load-seconds",
+        "--arg",
+        "0.2",
+        *url,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "cli-served" in out.stdout
+    assert "starting" in out.stdout
+
+    listed = json.loads(cli("models", "ls", "--json", *url).stdout)
+    assert len(listed) == 1
+    inst_id = listed[0]["id"]
+    with server.client() as api:
+        wait_for_status(api, inst_id, "active")
+
+    shown = json.loads(cli("models", "show", inst_id, *url).stdout)
+    assert shown["servedModelName"] == "cli-served"
+    assert shown["status"] == "active"
+
+    logs = cli("models", "logs", inst_id, *url)
+    assert "Application startup complete." in logs.stdout
+
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "sardeenz.cli", "models", "logs", "-f", inst_id, *url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)
+    out = cli("models", "unload", inst_id, *url)
+    assert out.returncode == 0, out.stderr
+    stdout, stderr = follow.communicate(timeout=20)
+    assert follow.returncode == 0
+    assert "Application startup complete." in stdout  # replayed buffer
+    assert "instance removed" in stderr
+
+    missing = cli("models", "show", "nope", *url)
+    assert missing.returncode == 1
+    assert "instance_not_found" in missing.stderr
+
+
+def test_cli_reports_unreachable_server() -> None:
+    out = cli("models", "ls", "--url", f"http://127.0.0.1:{free_port()}")
+    assert out.returncode == 1
+    assert "cannot reach" in out.stderr
+
+
+def test_serve_refuses_non_loopback_without_auth(tmp_path: Path) -> None:
+    out = cli(
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(free_port()),
+        "--data-dir",
+        str(tmp_path),
+        timeout=30,
+    )
+    assert out.returncode == 2
+    assert "refusing to bind 0.0.0.0" in out.stderr
+
+
+def test_serve_rejects_bad_configuration(tmp_path: Path) -> None:
+    bad_yaml = tmp_path / "c.yaml"
+    bad_yaml.write_text("no_such_setting: 1\n")
+    out = cli("serve", "--config", str(bad_yaml), "--data-dir", str(tmp_path))
+    assert out.returncode == 2
+    assert "no_such_setting" in out.stderr
+    out = cli("serve", "--sim-gpus", "L4=24", "--data-dir", str(tmp_path))
+    assert out.returncode == 2
+    assert "NAME:SIZE" in out.stderr
+
+
+def test_insecure_allows_non_loopback_bind(server_factory: Any) -> None:
+    srv: ServerProcess = server_factory(args=["--host", "0.0.0.0", "--insecure"])
+    srv.start()
+    assert "NO authentication" in srv.log()
+
+
+def test_demo_mode_loads_labelled_simulated_models(server_factory: Any) -> None:
+    srv: ServerProcess = server_factory(args=["--demo"]).start()
+    first = srv.log().strip().splitlines()[0]
+    assert "DEMO MODE" in first
+    assert "simulated" in first
+    with srv.client() as api:
+        deadline = time.monotonic() + 30
+        insts: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            insts = api.get("/api/v1/models").json()
+            if len(insts) >= 2 and all(i["status"] == "active" for i in insts):
+                break
+            time.sleep(0.2)
+        assert len(insts) == 2
+        assert all(i["simulated"] and i["engine"] == "sim" for i in insts)
+        assert all("simulated" in i["displayName"] for i in insts)
+        assert api.get("/api/health").json()["mode"] == "demo"

@@ -1,0 +1,160 @@
+"""Test support: real `sardeenz serve` processes on free ports, and helpers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def free_port_range(size: int) -> int:
+    """A base port with ``size`` free ports after it (best effort, randomised)."""
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - size)
+        ok = True
+        for p in range(base, base + size):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
+class ServerProcess:
+    """A real `sardeenz serve` in its own session, logging to a file."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        extra_env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+        port_range: int = 20,
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.base_port = free_port_range(port_range)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = data_dir / "server.log"
+        self.env = {
+            **os.environ,
+            "SARDEENZ_DATA_DIR": str(data_dir),
+            "SARDEENZ_PORT": str(self.port),
+            "VLLM_BASE_PORT": str(self.base_port),
+            "SARDEENZ_PORT_RANGE_SIZE": str(port_range),
+            "SARDEENZ_HEALTH_INTERVAL_SECONDS": "0.5",
+            "SARDEENZ_STOP_GRACE_SECONDS": "5",
+            **(extra_env or {}),
+        }
+        self.args = args or []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        logf = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sardeenz.cli", "serve", *self.args],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+        )
+        logf.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited {self.proc.returncode}:\n{self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/api/health/ready", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+
+def engine_processes(data_dir: Path) -> list[psutil.Process]:
+    """Every live process started by the server of ``data_dir`` (by its env marker)."""
+    ours = str(data_dir.resolve())
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("SARDEENZ_DATA_DIR") == ours and proc.environ().get(
+                "SARDEENZ_INSTANCE_ID"
+            ):
+                found.append(proc)
+    return found
+
+
+def kill_engines(data_dir: Path) -> None:
+    for proc in engine_processes(data_dir):
+        with contextlib.suppress(psutil.Error, OSError):
+            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def wait_for_status(
+    client: httpx.Client, instance_id: str, wanted: str | set[str], timeout: float = 30.0
+) -> dict[str, Any]:
+    wanted_set = {wanted} if isinstance(wanted, str) else wanted
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        resp = client.get(f"/api/v1/models/{instance_id}")
+        if resp.status_code == 200:
+            last = resp.json()
+            if last["status"] in wanted_set:
+                return last
+        time.sleep(0.1)
+    raise AssertionError(f"instance {instance_id} not {wanted_set} in {timeout}s: {last}")
+
+
+def sim_load(client: httpx.Client, name: str, *extra: str, **body: Any) -> dict[str, Any]:
+    payload = {
+        "modelPath": name,
+        "engine": "sim",
+        "extraArgs": ["--load-seconds", "0.3", *extra],
+        **body,
+    }
+    resp = client.post("/api/v1/models/load", json=payload)
+    assert resp.status_code == 202, resp.text
+    data: dict[str, Any] = resp.json()
+    return data
