@@ -1,0 +1,134 @@
+"""Memory baselines and the per-GPU memory budget shown by the API.
+
+The seed: when a model becomes ready its memory footprint per GPU is
+captured as its *baseline* (weights, CUDA graphs, context: what it holds
+idle, before any request). With kvcached the KV cache is shared and elastic,
+so the useful number is how much room is left for KV cache on each GPU::
+
+    KV cache total = GPU total - model baselines - other processes
+
+"Other processes" is memory on the GPU that none of our instances holds:
+foreign processes, the driver's own reservation. It is ``used`` minus what
+our instances hold now. What they hold is known per process when the
+snapshot's processes can be matched to instances (the simulated inventory
+tags them; for NVML the caller passes each instance's PIDs). When nothing on
+a GPU can be matched (NVML in a container often sees host PIDs only), the
+instances are assumed to sit at their baselines: ``used - baselines``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from sardeenz.gpu.inventory import GpuInfo, GpuProcess
+
+Baselines = Mapping[str, Mapping[int, int]]
+"""``{instance_id: {gpu_index: bytes}}``."""
+
+
+class GpuBudget(BaseModel):
+    """One GPU's memory split, in bytes, serialised camelCase for the API."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True, frozen=True
+    )
+
+    index: int
+    name: str
+    simulated: bool = False
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    baseline_bytes: int = Field(description="sum of our instances' baselines on this GPU")
+    other_bytes: int = Field(description="memory held by anything but our instances")
+    kv_cache_total_bytes: int = Field(
+        description="total - baselines - other: room for (shared) KV cache"
+    )
+    instances: dict[str, int] = Field(
+        default_factory=dict, description="baseline bytes per instance id on this GPU"
+    )
+
+
+def _owner(proc: GpuProcess, known: Collection[str], pid_owner: Mapping[int, str]) -> str | None:
+    if proc.instance_id is not None and proc.instance_id in known:
+        return proc.instance_id
+    if proc.pid is not None:
+        return pid_owner.get(proc.pid)
+    return None
+
+
+def compute_budget(
+    gpus: Iterable[GpuInfo],
+    baselines: Baselines,
+    *,
+    instance_pids: Mapping[str, Collection[int]] | None = None,
+) -> list[GpuBudget]:
+    """The per-GPU budget for the given snapshot (see the module docstring).
+
+    ``instance_pids`` maps instance ids to the PIDs holding their GPU memory
+    (API server, EngineCore, workers). Results are floored at 0 so a
+    snapshot taken mid-change never shows negative memory.
+    """
+    pid_owner = {pid: iid for iid, pids in (instance_pids or {}).items() for pid in pids}
+    known = set(baselines) | set(instance_pids or {})
+    result: list[GpuBudget] = []
+    for gpu in gpus:
+        per_instance = {
+            iid: int(by_gpu[gpu.index])
+            for iid, by_gpu in baselines.items()
+            if by_gpu.get(gpu.index, 0) > 0
+        }
+        baseline = sum(per_instance.values())
+        matched = [p for p in gpu.processes if _owner(p, known, pid_owner) is not None]
+        ours_now = sum(p.used_bytes for p in matched) if matched else baseline
+        other = max(0, gpu.used_bytes - ours_now)
+        result.append(
+            GpuBudget(
+                index=gpu.index,
+                name=gpu.name,
+                simulated=gpu.simulated,
+                total_bytes=gpu.total_bytes,
+                used_bytes=gpu.used_bytes,
+                free_bytes=gpu.free_bytes,
+                baseline_bytes=baseline,
+                other_bytes=other,
+                kv_cache_total_bytes=max(0, gpu.total_bytes - baseline - other),
+                instances=per_instance,
+            )
+        )
+    return result
+
+
+def measure_baseline(
+    gpus: Iterable[GpuInfo],
+    *,
+    gpu_ids: Collection[int],
+    pids: Collection[int] = (),
+    instance_id: str | None = None,
+) -> dict[int, int] | None:
+    """An instance's footprint per GPU from a snapshot taken when it became ready.
+
+    Sums the memory of its processes (by PID, or by instance id for simulated
+    GPUs) on each of its GPUs. None when none of them is visible in the
+    snapshot (the caller may fall back to the used-memory delta around the
+    load, or skip the baseline).
+    """
+    wanted = set(pids)
+    found = False
+    baseline: dict[int, int] = {}
+    for gpu in gpus:
+        if gpu.index not in gpu_ids:
+            continue
+        total = 0
+        for p in gpu.processes:
+            mine = (instance_id is not None and p.instance_id == instance_id) or (
+                p.pid is not None and p.pid in wanted
+            )
+            if mine:
+                found = True
+                total += p.used_bytes
+        baseline[gpu.index] = total
+    return baseline if found else None

@@ -1,0 +1,316 @@
+"""kvcached: segment names, engine env, the kvctl wrapper and segment files.
+
+kvctl needs CUDA, so these tests run a small stand-in ``kvctl`` that behaves
+like kvcached 0.1.5's on a temporary directory instead of /dev/shm: same
+output text, same exit-0-on-failure.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from sardeenz.config import Settings
+from sardeenz.gpu.kvcached import (
+    Kvctl,
+    KvctlError,
+    Segment,
+    SegmentFile,
+    SegmentTracker,
+    delete_succeeded,
+    ipc_name,
+    kvcached_env,
+    parse_list_output,
+    read_segment_file,
+    scan_segment_files,
+    should_enable,
+)
+
+FAKE_KVCTL = f"""#!{sys.executable} -S
+import json, os, struct, sys, time
+
+shm = os.environ["FAKE_SHM_DIR"]
+mode = os.environ.get("FAKE_KVCTL_MODE", "")
+args = sys.argv[1:]
+with open(os.environ["FAKE_KVCTL_LOG"], "a") as log:
+    log.write(" ".join(args) + "\\n")
+if mode == "hang":
+    time.sleep(30)
+if mode == "crash":
+    print("Traceback (most recent call last): ...", file=sys.stderr)
+    sys.exit(1)
+cmd = args[0] if args else "shell"
+if cmd == "list":
+    res = []
+    for name in sorted(os.listdir(shm)):
+        path = os.path.join(shm, name)
+        if os.path.getsize(path) != 24:
+            continue
+        with open(path, "rb") as f:
+            total, used, _ = struct.unpack("<qqq", f.read(24))
+        if total > 0:
+            res.append({{"ipc": name, "limit_bytes": total, "used_bytes": used}})
+    if "--json" in args and mode != "text":
+        print(json.dumps(res, indent=2))
+    elif not res:
+        print("No active KVCached segments found.")
+elif cmd == "delete":
+    path = os.path.join(shm, args[1])
+    if os.path.exists(path):
+        os.unlink(path)
+        print(f"Deleted IPC '{{args[1]}}'.")
+    else:
+        prefix = "Error: " if mode == "error-prefix" else ""
+        print(f"{{prefix}}IPC '{{args[1]}}' not found.", file=sys.stderr)
+    sys.exit(0)  # kvcached 0.1.5 exits 0 even when the delete failed
+elif cmd == "limit":
+    path = os.path.join(shm, args[1])
+    if not os.path.exists(path):
+        print(f"Error: IPC '{{args[1]}}' not found.", file=sys.stderr)
+        sys.exit(0)
+    with open(path, "r+b") as f:
+        _, used, prealloc = struct.unpack("<qqq", f.read(24))
+        f.seek(0)
+        f.write(struct.pack("<qqq", int(args[2]), used, prealloc))
+    print(f"Updated kv cache limit for {{args[1]}} to ... ({{args[2]}} bytes)")
+else:
+    print("Entering kvcached shell.")
+"""
+
+GiB = 2**30
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def _write_segment(shm: Path, name: str, total: int, used: int, prealloc: int = 0) -> None:
+    (shm / name).write_bytes(struct.pack("<qqq", total, used, prealloc))
+
+
+@pytest.fixture
+def shm(tmp_path: Path) -> Path:
+    d = tmp_path / "shm"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def fake_kvctl(tmp_path: Path, shm: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A kvctl on PATH; returns the file its invocations are logged to."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "kvctl"
+    exe.write_text(FAKE_KVCTL)
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    calls = tmp_path / "kvctl-calls.log"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_SHM_DIR", str(shm))
+    monkeypatch.setenv("FAKE_KVCTL_LOG", str(calls))
+    monkeypatch.delenv("FAKE_KVCTL_MODE", raising=False)
+    return calls
+
+
+# --- names and env ------------------------------------------------------------------
+
+
+def test_ipc_names_match_the_seed() -> None:
+    assert ipc_name([0]) == "kvcached_vllm_GPU0"
+    assert ipc_name([1]) == "kvcached_vllm_GPU1"
+    assert ipc_name([0, 1]) == "kvcached_vllm_GPU0_GPU1"
+    assert ipc_name([1, 0]) == "kvcached_vllm_GPU0_GPU1"
+    with pytest.raises(ValueError, match="at least one GPU"):
+        ipc_name([])
+
+
+def test_engine_env() -> None:
+    assert kvcached_env("kvcached_vllm_GPU0") == {
+        "ENABLE_KVCACHED": "true",
+        "KVCACHED_AUTOPATCH": "1",
+        "KVCACHED_IPC_NAME": "kvcached_vllm_GPU0",
+    }
+    with pytest.raises(ValueError, match="not a kvcached IPC name"):
+        kvcached_env("../etc/passwd")
+
+
+def test_kvcached_only_for_single_gpu_engines_when_enabled() -> None:
+    assert should_enable(True, 1, True)
+    assert not should_enable(True, 2, True)  # tensor parallel: never (seed)
+    assert not should_enable(False, 1, True)  # operator turned it off
+    assert not should_enable(True, 1, False)  # CPU or simulated engine
+
+
+# --- output parsing -----------------------------------------------------------------
+
+
+def test_parse_list_output() -> None:
+    assert parse_list_output("No active KVCached segments found.\n") == []
+    assert parse_list_output("[]\n") == []
+    out = 'warning: something\n[\n  {"ipc": "a", "limit_bytes": 10, "used_bytes": 4}\n]\n'
+    assert parse_list_output(out) == [Segment("a", 10, 4)]
+    with pytest.raises(KvctlError):
+        parse_list_output("IPC    Limit   Used\nkvcached_x  1.00 GB  0.00 B")
+    with pytest.raises(KvctlError):
+        parse_list_output('[{"ipc": "a"}]')
+
+
+def test_delete_verdict_comes_from_the_text() -> None:
+    assert delete_succeeded("x", "Deleted IPC 'x'.\n", "")
+    assert not delete_succeeded("x", "", "IPC 'x' not found.\n")
+    assert not delete_succeeded("x", "", "Error: IPC 'x' not found.\n")
+    assert not delete_succeeded("x", "", "")
+    assert delete_succeeded("x", "\x1b[32mDeleted IPC 'x'.\x1b[0m\n", "")
+
+
+# --- kvctl, run for real (stand-in executable) ---------------------------------------
+
+
+async def test_kvctl_list_json(fake_kvctl: Path, shm: Path) -> None:
+    _write_segment(shm, "kvcached_vllm_GPU0", 20 * GiB, 3 * GiB)
+    _write_segment(shm, "kvcached_vllm_GPU1", 10 * GiB, 0)
+    (shm / "not-a-segment").write_bytes(b"x" * 100)
+    kvctl = Kvctl()
+    assert kvctl.available()
+    assert await kvctl.list_segments() == [
+        Segment("kvcached_vllm_GPU0", 20 * GiB, 3 * GiB),
+        Segment("kvcached_vllm_GPU1", 10 * GiB, 0),
+    ]
+    assert _lines(fake_kvctl) == ["list --json"]
+
+
+async def test_kvctl_list_no_active_text(fake_kvctl: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_KVCTL_MODE", "text")
+    assert await Kvctl().list_segments() == []
+
+
+async def test_kvctl_delete_success_and_exit_zero_failure(
+    fake_kvctl: Path, shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_segment(shm, "kvcached_vllm_GPU0", GiB, 0)
+    kvctl = Kvctl()
+    assert await kvctl.delete("kvcached_vllm_GPU0") is True
+    assert not (shm / "kvcached_vllm_GPU0").exists()
+    assert await kvctl.delete("kvcached_vllm_GPU0") is False  # exit 0, "not found"
+    monkeypatch.setenv("FAKE_KVCTL_MODE", "error-prefix")
+    assert await kvctl.delete("kvcached_vllm_GPU9") is False  # "Error: IPC ... not found."
+    with pytest.raises(ValueError, match="not a kvcached IPC name"):
+        await kvctl.delete("--help")
+    assert _lines(fake_kvctl) == [
+        "delete kvcached_vllm_GPU0",
+        "delete kvcached_vllm_GPU0",
+        "delete kvcached_vllm_GPU9",
+    ]
+
+
+async def test_kvctl_limit(fake_kvctl: Path, shm: Path) -> None:
+    _write_segment(shm, "kvcached_vllm_GPU0", 8 * GiB, GiB, 5)
+    kvctl = Kvctl()
+    assert await kvctl.set_limit("kvcached_vllm_GPU0", 4 * GiB) is True
+    assert read_segment_file("kvcached_vllm_GPU0", shm) == SegmentFile(4 * GiB, GiB, 5)
+    assert await kvctl.set_limit("kvcached_vllm_GPU5", GiB) is False  # exit 0, "Error: ..."
+    assert _lines(fake_kvctl) == [
+        f"limit kvcached_vllm_GPU0 {4 * GiB}",
+        f"limit kvcached_vllm_GPU5 {GiB}",
+    ]
+
+
+async def test_kvctl_failures_raise(fake_kvctl: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_KVCTL_MODE", "crash")
+    with pytest.raises(KvctlError, match="failed"):
+        await Kvctl().list_segments()
+    monkeypatch.setenv("FAKE_KVCTL_MODE", "hang")
+    with pytest.raises(KvctlError, match="timed out"):
+        await Kvctl(timeout=0.5).list_segments()
+
+
+def test_kvctl_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert not Kvctl().available()
+    assert not Kvctl(tmp_path / "missing").available()
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    exe = venv_bin / "kvctl"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    # kvcached lives in vLLM's venv: found next to the configured interpreter.
+    kvctl = Kvctl.for_settings(Settings(vllm_python=str(venv_bin / "python")))
+    assert kvctl.path() == str(exe)
+    assert Kvctl(exe).path() == str(exe)
+
+
+# --- segment files and cleanup -------------------------------------------------------
+
+
+def test_segment_file_reader(shm: Path) -> None:
+    _write_segment(shm, "kvcached_vllm_GPU0", 20 * GiB, 5 * GiB, 2 * GiB)
+    assert read_segment_file("kvcached_vllm_GPU0", shm) == SegmentFile(20 * GiB, 5 * GiB, 2 * GiB)
+    assert read_segment_file("kvcached_vllm_GPU7", shm) is None
+    _write_segment(shm, "zero_limit", 0, 0)
+    (shm / "short").write_bytes(b"\x01" * 8)
+    assert scan_segment_files(shm) == [Segment("kvcached_vllm_GPU0", 20 * GiB, 5 * GiB)]
+    assert scan_segment_files(shm / "nope") == []
+    with pytest.raises(ValueError, match="not a kvcached IPC name"):
+        read_segment_file("../../etc/passwd", shm)
+
+
+async def test_without_kvctl_falls_back_to_segment_files(tmp_path: Path, shm: Path) -> None:
+    _write_segment(shm, "kvcached_vllm_GPU0", 8 * GiB, GiB)
+    kvctl = Kvctl(tmp_path / "no-kvctl", shm_dir=shm)
+    assert not kvctl.available()
+    assert await kvctl.list_segments() == [Segment("kvcached_vllm_GPU0", 8 * GiB, GiB)]
+    assert await kvctl.delete("kvcached_vllm_GPU0") is True
+    assert await kvctl.delete("kvcached_vllm_GPU0") is False
+    assert await kvctl.list_segments() == []
+
+
+def _populate(shm: Path) -> None:
+    for name in (
+        "kvcached_vllm_GPU0",
+        "kvcached_vllm_GPU0_vLLM_4242",  # kvcached's own name when GPU0's was taken
+        "kvcached_vllm_GPU0_GPU1",  # a TP segment we did not record
+        "kvcached_vllm_GPU1",
+        "someone_elses_segment",
+    ):
+        _write_segment(shm, name, GiB, 0)
+
+
+async def test_tracker_cleanup_with_kvctl(fake_kvctl: Path, shm: Path) -> None:
+    _populate(shm)
+    tracker = SegmentTracker()
+    tracker.record("kvcached_vllm_GPU0")
+    tracker.record("kvcached_vllm_GPU3")  # recorded, never created: harmless
+    deleted = await tracker.cleanup(Kvctl())
+    assert deleted == ["kvcached_vllm_GPU0", "kvcached_vllm_GPU0_vLLM_4242"]
+    assert _names(shm) == [
+        "kvcached_vllm_GPU0_GPU1",
+        "kvcached_vllm_GPU1",
+        "someone_elses_segment",
+    ]
+    assert tracker.names == frozenset()
+
+
+async def test_tracker_cleanup_without_kvctl(tmp_path: Path, shm: Path) -> None:
+    _populate(shm)
+    tracker = SegmentTracker()
+    tracker.record("kvcached_vllm_GPU1")
+    deleted = await tracker.cleanup(Kvctl(tmp_path / "no-kvctl", shm_dir=shm))
+    assert deleted == ["kvcached_vllm_GPU1"]
+    assert len(_names(shm)) == 4
+
+
+async def test_tracker_cleanup_survives_a_broken_kvctl(
+    fake_kvctl: Path, shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_KVCTL_MODE", "crash")
+    tracker = SegmentTracker()
+    tracker.record("kvcached_vllm_GPU0")
+    assert await tracker.cleanup(Kvctl()) == []
