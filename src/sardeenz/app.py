@@ -16,12 +16,14 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse, Response
 
 from sardeenz import __version__
-from sardeenz.api import health, models
+from sardeenz.api import gpus, health, models
 from sardeenz.api.errors import install_error_handlers
 from sardeenz.config import Settings
 from sardeenz.demo import load_demo_models
 from sardeenz.domain import InstanceStatus
 from sardeenz.events import EventBus
+from sardeenz.gpu.inventory import create_inventory
+from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.services import Services
 from sardeenz.store.db import Database
@@ -34,8 +36,18 @@ def build_services(settings: Settings) -> Services:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     bus = EventBus()
     db = Database(settings.effective_database_url)
-    supervisor = Supervisor(settings, bus, InstanceRepository(db))
-    return Services(settings=settings, bus=bus, db=db, supervisor=supervisor)
+    inventory = create_inventory(settings)
+    segments = SegmentTracker()
+    supervisor = Supervisor(settings, bus, InstanceRepository(db), inventory, segments)
+    return Services(
+        settings=settings,
+        bus=bus,
+        db=db,
+        supervisor=supervisor,
+        inventory=inventory,
+        segments=segments,
+        kvctl=Kvctl.for_settings(settings),
+    )
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -44,6 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await services.db.migrate()
+        await services.inventory.open()
         await services.supervisor.start()
         services.started = True
         if settings.demo:
@@ -55,6 +68,10 @@ def create_app(settings: Settings) -> FastAPI:
             count = len(services.supervisor.list_instances())
             log.info("shutting down: stopping %d engine(s)", count)
             await services.supervisor.shutdown()
+            removed = await services.segments.cleanup(services.kvctl)
+            if removed:
+                log.info("deleted kvcached segments: %s", ", ".join(removed))
+            await services.inventory.close()
             await services.db.close()
 
     app = FastAPI(
@@ -68,6 +85,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(models.router)
     app.include_router(models.events_router)
+    app.include_router(gpus.router)
 
     @app.get("/", include_in_schema=False)
     async def root() -> Response:

@@ -105,6 +105,12 @@ class ModelInstance(CamelModel):
     gpu_ids: list[int] = Field(default_factory=list)
     tensor_parallel_size: int = 1
     kvcached_enabled: bool = False
+    kvcached_ipc_name: str | None = None
+    gpu_memory_utilization: float | None = None
+    reserved_bytes_per_gpu: int | None = None
+    memory_baseline_by_gpu: dict[int, float] | None = Field(
+        None, description="GB per GPU index, measured when the instance turned active"
+    )
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     stopped_at: datetime | None = None
@@ -117,3 +123,16 @@ class ModelInstance(CamelModel):
     log_file: str | None = None
     warnings: list[str] = Field(default_factory=list)
     simulated: bool = False
+
+
+class SleepRequest(CamelModel):
+    """Body of ``POST /api/v1/models/{id}/sleep`` (``level`` may also be a query parameter)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
+        extra="forbid",
+    )
+
+    level: int = Field(1, ge=1, le=2, description="1: offload weights to CPU; 2: discard them")

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from sardeenz.config import Settings
 from sardeenz.events import EventBus
+from sardeenz.gpu.inventory import GpuInventory
+from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.db import Database
 
@@ -16,5 +18,8 @@ class Services:
     bus: EventBus
     db: Database
     supervisor: Supervisor
+    inventory: GpuInventory
+    segments: SegmentTracker
+    kvctl: Kvctl
     started: bool = False
     stopping: bool = False

@@ -228,7 +228,7 @@ def test_readoption_fails_engines_that_died_meanwhile(server_factory: Any) -> No
         ({"modelPath": "m", "extraArgs": "--ttft-ms 5"}, 422, "validation_error"),
         ({"modelPath": "m", "extraArgs": [1, 2]}, 422, "validation_error"),
         ({"modelPath": "m", "extraArgs": ["--port", "1"]}, 400, "invalid_extra_args"),
-        ({"modelPath": "m", "gpuIds": [0, 0], "tensorParallelSize": 2}, 400, "invalid_gpu_ids"),
+        ({"modelPath": "m", "gpuIds": [7]}, 400, "unknown_gpu"),
         ({"modelPath": "m", "unknownField": 1}, 422, "validation_error"),
     ],
 )

@@ -116,6 +116,7 @@ def test_vllm_everything(tmp_path: Path) -> None:
     ]
     assert spec.env == {
         "PYTHONUNBUFFERED": "1",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "2,3",
         "ENABLE_KVCACHED": "true",
         "KVCACHED_AUTOPATCH": "1",
@@ -215,6 +216,7 @@ def test_sim_everything(tmp_path: Path) -> None:
     ]
     assert spec.env == {
         "PYTHONUNBUFFERED": "1",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "0,1",
         "ENABLE_KVCACHED": "true",
         "KVCACHED_AUTOPATCH": "1",

@@ -11,7 +11,7 @@ from sse_starlette import EventSourceResponse
 from starlette.status import HTTP_202_ACCEPTED
 
 from sardeenz.api.deps import ServicesDep
-from sardeenz.domain import LoadRequest, ModelInstance
+from sardeenz.domain import LoadRequest, ModelInstance, SleepRequest
 from sardeenz.events import Event, LogEvent, RemovedEvent, StatusEvent
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"])
@@ -37,6 +37,36 @@ async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
 async def unload_model(instance_id: str, services: ServicesDep) -> ModelInstance:
     """Stop the engine (SIGTERM, grace, SIGKILL) and remove the instance."""
     return await services.supervisor.unload(instance_id)
+
+
+@router.post(
+    "/{instance_id}/sleep",
+    response_model=ModelInstance,
+    responses={**ERRORS, 502: {"description": "the engine failed the call (`engine_error`)"}},
+)
+async def sleep_model(
+    instance_id: str,
+    services: ServicesDep,
+    body: SleepRequest | None = None,
+    level: Annotated[int | None, Query(ge=1, le=2)] = None,
+) -> ModelInstance:
+    """Put an instance to sleep (level 1: weights to CPU RAM; 2: discard them).
+
+    ``level`` comes from the query or the body (default 1). 409
+    ``sleep_mode_disabled`` when the instance was loaded without sleep mode.
+    """
+    chosen = level if level is not None else (body.level if body is not None else 1)
+    return await services.supervisor.sleep(instance_id, chosen)
+
+
+@router.post(
+    "/{instance_id}/wake",
+    response_model=ModelInstance,
+    responses={**ERRORS, 502: {"description": "the engine failed the call (`engine_error`)"}},
+)
+async def wake_model(instance_id: str, services: ServicesDep) -> ModelInstance:
+    """Wake a sleeping instance; returns once the engine reports it is awake."""
+    return await services.supervisor.wake(instance_id)
 
 
 @router.get("", response_model=list[ModelInstance])

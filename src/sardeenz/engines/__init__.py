@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sardeenz.domain import EngineKind
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pydantic alone costs the simulated engine ~0.5 s of start-up
+    from sardeenz.domain import EngineKind
     from sardeenz.engines.base import EngineAdapter
 
 __all__ = ["get_adapter"]
@@ -21,6 +20,8 @@ _adapters: dict[EngineKind, EngineAdapter] = {}
 
 def get_adapter(kind: EngineKind) -> EngineAdapter:
     """The adapter for ``kind``; one shared, stateless instance per kind."""
+    from sardeenz.domain import EngineKind
+
     adapter = _adapters.get(kind)
     if adapter is not None:
         return adapter

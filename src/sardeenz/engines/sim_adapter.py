@@ -12,6 +12,29 @@ from sardeenz.domain import EngineKind, ModelInstance
 from sardeenz.engines.base import LaunchContext, LaunchSpec
 from sardeenz.engines.vllm import budget_overrides, engine_env, format_fraction, validate_extra_args
 
+SIM_DEFAULT_MEMORY_GIB = 4.0  # the simulated engine's own default for --memory-gib
+
+
+def sim_footprint_bytes(extra_args: list[str]) -> int:
+    """The simulated GPU memory an engine with these args will hold (its --memory-gib).
+
+    The last occurrence wins, as in argparse; an unparsable value falls back to
+    the default (the engine itself will then refuse to start and say why).
+    """
+    gib = SIM_DEFAULT_MEMORY_GIB
+    for i, arg in enumerate(extra_args):
+        value: str | None = None
+        if arg == "--memory-gib" and i + 1 < len(extra_args):
+            value = extra_args[i + 1]
+        elif arg.startswith("--memory-gib="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                gib = float(value)
+            except ValueError:
+                gib = SIM_DEFAULT_MEMORY_GIB
+    return max(0, int(gib * 2**30))
+
 
 class SimAdapter:
     """Launches the built-in simulated engine (labelled simulated wherever users see it)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from sardeenz.domain import EngineKind, ModelInstance
 from sardeenz.engines.base import LaunchContext, LaunchSpec
 from sardeenz.engines.logparse import READY_LINE
+from sardeenz.gpu.kvcached import kvcached_env
+from sardeenz.gpu.selection import cuda_env
 
 __all__ = [
     "OWNED_FLAGS",
@@ -104,11 +106,9 @@ def engine_env(instance: ModelInstance, ctx: LaunchContext) -> dict[str, str]:
     """
     env = {"PYTHONUNBUFFERED": "1"}
     if ctx.gpu_ids:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in ctx.gpu_ids)
+        env.update(cuda_env(ctx.gpu_ids))
     if ctx.kvcached_ipc_name:
-        env["ENABLE_KVCACHED"] = "true"
-        env["KVCACHED_AUTOPATCH"] = "1"
-        env["KVCACHED_IPC_NAME"] = ctx.kvcached_ipc_name
+        env.update(kvcached_env(ctx.kvcached_ipc_name))
     if instance.sleep_mode_enabled:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     return env

@@ -102,7 +102,7 @@ def terminate_group(pgid: int, snapshot: list[psutil.Process], grace: float) -> 
     procs = list(members.values())
     signal_group(pgid, signal.SIGTERM)
     for p in procs:  # a child that called setsid() is outside the group
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, OSError):
             if os.getpgid(p.pid) != pgid:
                 p.terminate()
     survivors = wait_gone(procs, grace)

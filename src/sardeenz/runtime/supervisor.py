@@ -32,9 +32,15 @@ from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstan
 from sardeenz.engines import get_adapter
 from sardeenz.engines.base import EngineAdapter, LaunchContext
 from sardeenz.engines.logparse import VllmLogParser, extract_error
+from sardeenz.engines.sim_adapter import sim_footprint_bytes
 from sardeenz.engines.vllm import validate_extra_args
-from sardeenz.errors import Conflict, InvalidRequest, NotFound
+from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
 from sardeenz.events import EventBus, LogEvent, RemovedEvent, StatusEvent
+from sardeenz.gpu.budget import measure_baseline
+from sardeenz.gpu.capability import attention_backend_override
+from sardeenz.gpu.inventory import GpuInventory, SimulatedInventory, SimulatedOutOfMemory
+from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
+from sardeenz.gpu.selection import GB, Placement, plan_placement
 from sardeenz.runtime import proctree
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
 from sardeenz.runtime.ports import PortAllocator
@@ -48,6 +54,20 @@ ENV_DATA_DIR = "SARDEENZ_DATA_DIR"
 # Secrets of the controller never reach an engine's environment.
 SECRET_ENV = ("CLUSTER_SECRET", "SARDEENZ_JWT_SECRET", "SARDEENZ_API_KEYS")
 ERROR_TAIL_LINES = 500
+ENGINE_CALL_TIMEOUT = 120.0  # sleep/wake move weights between GPU and CPU: can take a while
+
+
+class EngineCallFailed(SardeenzError):
+    status = 502
+    code = "engine_error"
+
+
+class SleepUnsupported(Conflict):
+    code = "sleep_unsupported"
+
+
+class InvalidState(Conflict):
+    code = "invalid_state"
 
 
 class InstanceRunner:
@@ -60,6 +80,8 @@ class InstanceRunner:
         bus: EventBus,
         persist: Callable[[InstanceRunner], Coroutine[Any, Any, None]],
         http: httpx.AsyncClient,
+        on_active: Callable[[InstanceRunner], Coroutine[Any, Any, None]] | None = None,
+        on_ended: Callable[[InstanceRunner], None] | None = None,
     ) -> None:
         self.instance = instance
         self.settings = settings
@@ -78,6 +100,10 @@ class InstanceRunner:
         self._log_path = Path(instance.log_file) if instance.log_file else None
         self.tailer: LogTailer | None = None
         self.stopping = False
+        self._on_active = on_active
+        self._on_ended = on_ended
+        self.sleep_lock = asyncio.Lock()
+        self.wake_task: asyncio.Task[ModelInstance] | None = None
 
     # --- log ---------------------------------------------------------------
     def _on_line(self, line: str) -> None:
@@ -205,6 +231,8 @@ class InstanceRunner:
         )
         inst.memory_metrics = self.parser.memory.model_copy()
         inst.started_at = utcnow()
+        if self._on_active is not None:
+            await self._on_active(self)
         await self.set_status(InstanceStatus.ACTIVE)
         if self.tailer is not None:
             self.tailer.fast = False
@@ -244,6 +272,7 @@ class InstanceRunner:
         self.instance.stopped_at = utcnow()
         await self.set_status(InstanceStatus.FAILED)
         await self.kill_tree(grace=0.0)
+        self.ended()
         log.warning("instance %s failed: %s", self.instance.id, message)
 
     async def kill_tree(self, grace: float) -> list[int]:
@@ -266,8 +295,23 @@ class InstanceRunner:
         await self._persist(self)
         self.bus.publish(StatusEvent(self.snapshot(), previous))
 
+    def ended(self) -> None:
+        """The engine is gone for good: give back what it held (idempotent)."""
+        if self._on_ended is not None:
+            self._on_ended(self)
+
     def snapshot(self) -> ModelInstance:
         return self.instance.model_copy(deep=True)
+
+    async def engine_call(self, method: str, path: str) -> httpx.Response:
+        url = f"http://{self.settings.engine_host}:{self.instance.port}{path}"
+        try:
+            return await self._http.request(method, url, timeout=ENGINE_CALL_TIMEOUT)
+        except httpx.HTTPError as exc:
+            raise EngineCallFailed(
+                f"engine of instance {self.instance.id} did not answer {method} {path}: "
+                f"{type(exc).__name__}"
+            ) from exc
 
     async def cancel(self) -> None:
         if self._task is not None:
@@ -335,9 +379,13 @@ class Supervisor:
         settings: Settings,
         bus: EventBus,
         repo: InstanceRepository,
+        inventory: GpuInventory,
+        segments: SegmentTracker | None = None,
         adapters: Callable[[EngineKind], EngineAdapter] = get_adapter,
     ) -> None:
         self.settings = settings
+        self.inventory = inventory
+        self.segments = segments or SegmentTracker()
         self.bus = bus
         self.repo = repo
         self._adapters = adapters
@@ -385,7 +433,7 @@ class Supervisor:
             await asyncio.to_thread(proctree.terminate_group, pgid, [], 5.0)
 
     async def _restore(self, inst: ModelInstance, create_time: float | None) -> None:
-        runner = InstanceRunner(inst, self.settings, self.bus, self._save, self._client())
+        runner = self._new_runner(inst)
         runner.create_time = create_time
         self._runners[inst.id] = runner
         if inst.status == InstanceStatus.FAILED:
@@ -403,6 +451,9 @@ class Supervisor:
             await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
             return
         self._ports.reserve(inst.port)
+        self._book(runner)
+        if inst.status == InstanceStatus.SLEEPING:
+            await self._sync_simulated_memory(runner)
         offset = runner.prime_from_file()
         log.info("re-adopted instance %s (pid %s, port %d)", inst.id, inst.process_id, inst.port)
         runner.start(offset=offset)
@@ -417,17 +468,12 @@ class Supervisor:
             extra_args = validate_extra_args(list(req.extra_args))
         except ValueError as exc:
             raise InvalidRequest(str(exc), code="invalid_extra_args") from exc
-        gpu_ids = list(req.gpu_ids or [])
-        if len(set(gpu_ids)) != len(gpu_ids):
-            raise InvalidRequest("gpuIds must not repeat a GPU", code="invalid_gpu_ids")
-        if gpu_ids and len(gpu_ids) != req.tensor_parallel_size:
-            raise InvalidRequest(
-                f"tensorParallelSize {req.tensor_parallel_size} needs exactly that many gpuIds, "
-                f"got {len(gpu_ids)}",
-                code="invalid_gpu_ids",
-            )
         adapter = self._adapters(engine)
         async with self._lock:
+            placement, backend_args, warnings, ipc = await self._place(
+                req, adapter.simulated, extra_args
+            )
+            extra_args = [*extra_args, *backend_args]
             port = self._ports.allocate()
             instance_id = uuid.uuid4().hex[:12]
             instance_dir = self.instances_dir / instance_id
@@ -441,22 +487,27 @@ class Supervisor:
                 status=InstanceStatus.STARTING,
                 port=port,
                 gpu_memory_limit=req.gpu_memory_limit,
-                gpu_ids=gpu_ids,
+                gpu_ids=placement.gpu_ids,
                 tensor_parallel_size=req.tensor_parallel_size,
-                kvcached_enabled=False,
+                kvcached_enabled=ipc is not None,
+                kvcached_ipc_name=ipc,
+                gpu_memory_utilization=placement.gpu_memory_utilization,
+                reserved_bytes_per_gpu=placement.bytes_per_gpu if placement.gpu_ids else None,
+                warnings=warnings,
                 sleep_mode_enabled=req.enable_sleep_mode,
                 extra_args=extra_args,
                 log_file=str(instance_dir / "engine.log"),
                 simulated=adapter.simulated,
             )
-            runner = InstanceRunner(inst, self.settings, self.bus, self._save, self._client())
+            runner = self._new_runner(inst)
             self._runners[instance_id] = runner
+            self._book(runner)
         ctx = LaunchContext(
             host=self.settings.engine_host,
             port=port,
-            gpu_ids=gpu_ids,
-            gpu_memory_utilization=None,
-            kvcached_ipc_name=None,
+            gpu_ids=placement.gpu_ids,
+            gpu_memory_utilization=placement.gpu_memory_utilization,
+            kvcached_ipc_name=ipc,
             instance_dir=str(instance_dir),
             settings=self.settings,
         )
@@ -471,6 +522,8 @@ class Supervisor:
             await runner.fail(f"cannot start engine: {exc}")
             self._ports.release(port)
             return runner.snapshot()
+        if isinstance(self.inventory, SimulatedInventory) and placement.gpu_ids:
+            self.inventory.set_usage(inst.id, placement.bytes_per_gpu, pid=runner.pid)
         await self._save(runner)
         runner.start()
         log.info("loading %s as %s on port %d (pid %s)", model_path, instance_id, port, runner.pid)
@@ -504,6 +557,7 @@ class Supervisor:
             runner.tailer.poll()
             runner.tailer.close()
         runner.instance.stopped_at = utcnow()
+        runner.ended()
         self._ports.release(runner.instance.port)
         self._runners.pop(runner.instance.id, None)
         await self.repo.delete(runner.instance.id)
@@ -532,7 +586,186 @@ class Supervisor:
         if self._http is not None:
             await self._http.aclose()
 
+    # --- GPUs ------------------------------------------------------------------------
+    async def _place(
+        self, req: LoadRequest, simulated_engine: bool, extra_args: list[str]
+    ) -> tuple[Placement, list[str], list[str], str | None]:
+        """GPUs, memory fraction, attention-backend flag, kvcached segment for a load."""
+        gpus = await self.inventory.snapshot()
+        placement = plan_placement(
+            gpus,
+            gpu_ids=req.gpu_ids,
+            tensor_parallel_size=req.tensor_parallel_size,
+            gpu_memory_limit_gb=req.gpu_memory_limit,
+            default_limit_bytes=sim_footprint_bytes(extra_args) if simulated_engine else None,
+        )
+        backend_args, backend_warnings = attention_backend_override(placement.gpus, extra_args)
+        ipc = None
+        if should_enable(
+            self.settings.kvcached_enabled, req.tensor_parallel_size, bool(placement.gpu_ids)
+        ):
+            ipc = ipc_name(placement.gpu_ids)
+        return placement, backend_args, [*placement.warnings, *backend_warnings], ipc
+
+    def _book(self, runner: InstanceRunner) -> None:
+        """Hold the instance's memory and segment in the node's books."""
+        inst = runner.instance
+        if inst.kvcached_ipc_name:
+            self.segments.record(inst.kvcached_ipc_name)
+        if (
+            isinstance(self.inventory, SimulatedInventory)
+            and inst.gpu_ids
+            and inst.reserved_bytes_per_gpu is not None
+            and not self.inventory.usage(inst.id)
+        ):
+            try:
+                self.inventory.allocate(
+                    inst.id, inst.gpu_ids, inst.reserved_bytes_per_gpu, pid=inst.process_id
+                )
+            except (SimulatedOutOfMemory, ValueError) as exc:  # re-adopted over budget
+                log.warning("instance %s: simulated memory not booked: %s", inst.id, exc)
+
+    def _unbook(self, runner: InstanceRunner) -> None:
+        if isinstance(self.inventory, SimulatedInventory):
+            self.inventory.release(runner.instance.id)
+
+    async def _measure_baseline(self, runner: InstanceRunner) -> None:
+        inst = runner.instance
+        if not inst.gpu_ids:
+            return
+        pids = [p.pid for p in await asyncio.to_thread(proctree.tree, runner.pid or -1)]
+        baseline = measure_baseline(
+            await self.inventory.snapshot(), gpu_ids=inst.gpu_ids, pids=pids, instance_id=inst.id
+        )
+        if baseline is not None:
+            inst.memory_baseline_by_gpu = {i: round(b / GB, 3) for i, b in baseline.items()}
+
+    async def _sync_simulated_memory(self, runner: InstanceRunner) -> None:
+        """Book what a simulated engine really holds now (sleep frees, wake takes back)."""
+        if not (isinstance(self.inventory, SimulatedInventory) and runner.instance.simulated):
+            return
+        resp = await runner.engine_call("GET", "/sim/state")
+        if resp.status_code != 200:
+            return
+        held = int(float(resp.json()["memory_gib"]) * 2**30)
+        try:
+            self.inventory.set_usage(runner.instance.id, held)
+        except (KeyError, SimulatedOutOfMemory) as exc:
+            log.warning("instance %s: %s", runner.instance.id, exc)
+
+    def baselines_bytes(self) -> dict[str, dict[int, int]]:
+        return {
+            r.instance.id: {i: int(gb * GB) for i, gb in r.instance.memory_baseline_by_gpu.items()}
+            for r in self._runners.values()
+            if r.instance.memory_baseline_by_gpu
+        }
+
+    def instance_pids(self) -> dict[str, list[int]]:
+        return {
+            r.instance.id: [p for p in (r.pid, r.instance.engine_core_pid) if p is not None]
+            for r in self._runners.values()
+        }
+
+    # --- sleep / wake ------------------------------------------------------------------
+    async def sleep(self, instance_id: str, level: int) -> ModelInstance:
+        runner = self._runner(instance_id)
+        inst = runner.instance
+        if not inst.sleep_mode_enabled:
+            raise SleepUnsupported(
+                f"instance {instance_id} was loaded without sleep mode; "
+                "load it with enableSleepMode: true",
+                code="sleep_mode_disabled",
+            )
+        async with runner.sleep_lock:
+            if inst.status == InstanceStatus.SLEEPING and inst.sleep_level == level:
+                return runner.snapshot()
+            if inst.status not in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING):
+                raise InvalidState(f"instance {instance_id} is {inst.status.value}, not active")
+            resp = await runner.engine_call("POST", f"/sleep?level={level}")
+            self._check_engine_answer(runner, resp, "sleep")
+            if not await self._is_sleeping(runner):
+                raise EngineCallFailed(f"engine of {instance_id} did not report sleeping")
+            inst.sleep_level = level
+            inst.slept_at = utcnow()
+            await self._sync_simulated_memory(runner)
+            await runner.set_status(InstanceStatus.SLEEPING)
+            return runner.snapshot()
+
+    async def wake(self, instance_id: str) -> ModelInstance:
+        """Wake an instance; concurrent callers share one wake-up (single flight)."""
+        runner = self._runner(instance_id)
+        if runner.instance.status == InstanceStatus.ACTIVE:
+            return runner.snapshot()
+        if runner.wake_task is None or runner.wake_task.done():
+            runner.wake_task = asyncio.create_task(self._wake(runner))
+            self._ops.add(runner.wake_task)
+            runner.wake_task.add_done_callback(self._ops.discard)
+        return await asyncio.shield(runner.wake_task)
+
+    async def _wake(self, runner: InstanceRunner) -> ModelInstance:
+        inst = runner.instance
+        async with runner.sleep_lock:
+            if inst.status == InstanceStatus.ACTIVE:
+                return runner.snapshot()
+            if inst.status != InstanceStatus.SLEEPING:
+                raise InvalidState(f"instance {inst.id} is {inst.status.value}, not sleeping")
+            sleeping_usage = None
+            if isinstance(self.inventory, SimulatedInventory) and inst.reserved_bytes_per_gpu:
+                # Take the memory back in the books first: if another model took it
+                # meanwhile, refuse instead of letting the engine run out of memory.
+                sleeping_usage = self.inventory.usage(inst.id)
+                try:
+                    self.inventory.set_usage(inst.id, inst.reserved_bytes_per_gpu)
+                except SimulatedOutOfMemory as exc:
+                    raise Conflict(
+                        f"cannot wake {inst.id}: {exc}", code="insufficient_gpu_memory"
+                    ) from exc
+            try:
+                resp = await runner.engine_call("POST", "/wake_up")
+                self._check_engine_answer(runner, resp, "wake_up")
+                if await self._is_sleeping(runner):
+                    raise EngineCallFailed(f"engine of {inst.id} still reports sleeping")
+            except BaseException:
+                if sleeping_usage:
+                    self.inventory.set_usage(inst.id, sleeping_usage)  # type: ignore[attr-defined]
+                raise
+            inst.sleep_level = None
+            inst.slept_at = None
+            await runner.set_status(InstanceStatus.ACTIVE)
+            return runner.snapshot()
+
+    async def _is_sleeping(self, runner: InstanceRunner) -> bool:
+        resp = await runner.engine_call("GET", "/is_sleeping")
+        self._check_engine_answer(runner, resp, "is_sleeping")
+        try:
+            return bool(resp.json()["is_sleeping"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EngineCallFailed(f"unexpected /is_sleeping answer: {resp.text[:200]}") from exc
+
+    @staticmethod
+    def _check_engine_answer(runner: InstanceRunner, resp: httpx.Response, what: str) -> None:
+        if resp.status_code == 404:
+            raise SleepUnsupported(
+                f"engine of {runner.instance.id} has no /{what} endpoint "
+                "(started without sleep mode or VLLM_SERVER_DEV_MODE=1)"
+            )
+        if resp.status_code >= 400:
+            raise EngineCallFailed(
+                f"engine answered {resp.status_code} to /{what}: {resp.text[:300]}"
+            )
+
     # --- helpers -------------------------------------------------------------------
+    def _new_runner(self, inst: ModelInstance) -> InstanceRunner:
+        return InstanceRunner(
+            inst,
+            self.settings,
+            self.bus,
+            self._save,
+            self._client(),
+            on_active=self._measure_baseline,
+            on_ended=self._unbook,
+        )
+
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
             raise RuntimeError("Supervisor.start() has not run")
