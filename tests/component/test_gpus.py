@@ -119,7 +119,8 @@ def test_too_big_is_refused_before_any_process_starts(server_factory: Any) -> No
         assert resp.status_code == 409, resp.text
         body = resp.json()
         assert body["code"] == "insufficient_gpu_memory"
-        assert "GPU0" in body["detail"] and "GPU1" in body["detail"]
+        assert "GPU0" in body["detail"]
+        assert "GPU1" in body["detail"]
         resp = api.post(
             "/api/v1/models/load",
             json={"modelPath": "huge", "engine": "sim", "gpuMemoryLimit": 100},
