@@ -1,15 +1,15 @@
 """create_app(settings): wires the node's services, routers and lifespan.
 
-The returned ASGI callable dispatches on the path before FastAPI sees the
-request: ``/v1/*`` and ``/api/direct/*`` go straight to the inference proxy
-(the hot path: no dependency injection, no middleware stack), everything else
-to the FastAPI app with the admin API, docs and dashboard.
+The returned ASGI callable (``Gateway``) dispatches on the path before FastAPI
+sees the request: ``/v1/*`` and ``/api/direct/*`` go straight to the inference
+proxy (the hot path: no dependency injection, no middleware stack), everything
+else to the FastAPI app (``gateway.api``) with the admin API, docs and dashboard.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -21,10 +21,16 @@ from sardeenz.api.errors import install_error_handlers
 from sardeenz.config import Settings
 from sardeenz.demo import load_demo_models
 from sardeenz.domain import InstanceStatus
+from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus
+from sardeenz.gateway import Gateway
 from sardeenz.gpu.inventory import create_inventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
+from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.proxy.metrics import observe_instance
+from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater
 from sardeenz.runtime.supervisor import Supervisor
+from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.services import Services
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
@@ -39,6 +45,10 @@ def build_services(settings: Settings) -> Services:
     inventory = create_inventory(settings)
     segments = SegmentTracker()
     supervisor = Supervisor(settings, bus, InstanceRepository(db), inventory, segments)
+    table = RoutingTable(engine_host=settings.engine_host)
+    table.add_listener(observe_instance)
+    if settings.proxy_auto_wake:
+        table.waker = _waker(supervisor)
     return Services(
         settings=settings,
         bus=bus,
@@ -47,17 +57,45 @@ def build_services(settings: Settings) -> Services:
         inventory=inventory,
         segments=segments,
         kvctl=Kvctl.for_settings(settings),
+        routing=table,
+        proxy=InferenceProxy(settings, table),
+        routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
+        auth=Authenticator(settings),
+        api_keys=ApiKeys.from_settings(settings),
     )
 
 
-def create_app(settings: Settings) -> FastAPI:
+def _waker(supervisor: Supervisor) -> Callable[[str, Sequence[InstanceView]], Awaitable[None]]:
+    """Auto-wake for the proxy: a request for a sleeping model wakes one instance.
+
+    ``Supervisor.wake`` is single-flight, so 50 requests arriving together
+    cause exactly one wake-up; they all wait for it.
+    """
+
+    async def wake(name: str, sleeping: Sequence[InstanceView]) -> None:
+        for view in sleeping:
+            try:
+                await supervisor.wake(view.instance_id)
+                return
+            except SardeenzError as exc:
+                log.warning("auto-wake of %s (%s) failed: %s", view.instance_id, name, exc)
+
+    return wake
+
+
+def create_app(settings: Settings) -> Gateway:
     services = build_services(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await services.db.migrate()
         await services.inventory.open()
+        await services.auth.start()
+        await services.proxy.start()
+        # Subscribe before seeding: no transition can fall between the two.
+        services.routing_updater.start()
         await services.supervisor.start()
+        services.routing.replace_all(services.supervisor.list_instances())
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -68,6 +106,8 @@ def create_app(settings: Settings) -> FastAPI:
             count = len(services.supervisor.list_instances())
             log.info("shutting down: stopping %d engine(s)", count)
             await services.supervisor.shutdown()
+            await services.routing_updater.stop()
+            await services.proxy.close()
             removed = await services.segments.cleanup(services.kvctl)
             if removed:
                 log.info("deleted kvcached segments: %s", ", ".join(removed))
@@ -91,7 +131,12 @@ def create_app(settings: Settings) -> FastAPI:
     async def root() -> Response:
         return RedirectResponse("/docs")
 
-    return app
+    gateway = Gateway(
+        app, services.proxy, services.auth, services.api_keys, settings.api_max_body_bytes
+    )
+    gateway.api = app
+    gateway.services = services
+    return gateway
 
 
 __all__ = ["InstanceStatus", "create_app"]

@@ -134,6 +134,10 @@ def _run_server(settings: Settings) -> None:
         http="httptools",
         log_level=settings.log_level,
         access_log=False,
+        # Engines and clients keep connections warm across quiet spells; uvicorn's
+        # 5 s default made a burst after a pause pay one TCP handshake per request.
+        timeout_keep_alive=75,
+        proxy_headers=False,
         timeout_graceful_shutdown=5,
         log_config=None,
     )

@@ -39,3 +39,8 @@ class Conflict(SardeenzError):
 class Unavailable(SardeenzError):
     status = 503
     code = "unavailable"
+
+
+class PayloadTooLarge(SardeenzError):
+    status = 413
+    code = "payload_too_large"

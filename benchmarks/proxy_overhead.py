@@ -1,0 +1,821 @@
+"""What the proxy adds, measured against going direct (and nginx) in one run.
+
+Run: ``.venv/bin/python benchmarks/proxy_overhead.py`` (about 2-3 minutes).
+
+Processes, each on its own event loop (uvloop):
+
+* upstream: a fixed-latency OpenAI-shaped server (``--upstream fast``: a raw
+  asyncio protocol answering in a few microseconds, so the proxy is what is
+  measured; ``--upstream sim``: the simulated engine with zero latencies);
+* the proxy: the real ``sardeenz serve`` when it exists (the sim engine is
+  loaded through the admin API), else ``python -m sardeenz.proxy.standalone``;
+  uvicorn with uvloop + httptools, one worker;
+* nginx (if installed) with an equivalent keep-alive, unbuffered config;
+* a load generator (aiohttp client) in a separate process, driven over a pipe.
+
+The same load is sent direct, through the proxy and through nginx, interleaved
+in several rounds (this machine is noisy), and percentiles are taken over the
+pooled samples of all rounds. The proxy's CPU time comes from psutil
+``cpu_times`` of its pid around its own timed batches only.
+
+``--clients`` adds the micro-benchmark that chose the upstream HTTP client:
+aiohttp vs httpx issuing the same requests to the fast upstream, CPU per
+request and per streamed chunk in the client process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+MODEL = "bench"
+
+# --------------------------------------------------------------------------
+# role: fast upstream
+# --------------------------------------------------------------------------
+_COMPLETION = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "hello from the fixed upstream"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11},
+    }
+).encode()
+_NONSTREAM = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    % len(_COMPLETION)
+    + _COMPLETION
+)
+_STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
+def _sse_chunk(i: int) -> bytes:
+    event = (
+        b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","model":"bench",'
+        b'"choices":[{"index":0,"delta":{"content":"tok%d "}}]}\n\n' % i
+    )
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+_DONE = b"%x\r\n%s\r\n0\r\n\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n")
+
+
+class _Upstream(asyncio.Protocol):
+    """Minimal HTTP/1.1 keep-alive server: JSON answer, or N SSE events ITL apart."""
+
+    def __init__(self, events: int, itl: float, latency: float) -> None:
+        self.events = events
+        self.itl = itl
+        self.latency = latency
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport; same interface.
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self.buf[:end]).lower()
+            length = 0
+            i = head.find(b"content-length:")
+            if i >= 0:
+                j = head.find(b"\r\n", i)
+                length = int(head[i + 15 : j if j > 0 else None])
+            if len(self.buf) < end + 4 + length:
+                return
+            body = bytes(self.buf[end + 4 : end + 4 + length])
+            del self.buf[: end + 4 + length]
+            if b'"stream":true' in body.replace(b" ", b""):
+                self._stream(0)
+            elif self.latency:
+                self.loop.call_later(self.latency, self._write, _NONSTREAM)
+            else:
+                self._write(_NONSTREAM)
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _stream(self, i: int) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if i == 0:
+            t.write(_STREAM_HEAD + _sse_chunk(0))
+        elif i < self.events:
+            t.write(_sse_chunk(i))
+        else:
+            t.write(_DONE)
+            return
+        self.loop.call_later(self.itl, self._stream, i + 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+
+def run_upstream(port: int, events: int, itl_ms: float, latency_ms: float) -> None:
+    import uvloop
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _Upstream(events, itl_ms / 1000, latency_ms / 1000),
+            "127.0.0.1",
+            port,
+            backlog=4096,
+        )
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(main())
+
+
+# --------------------------------------------------------------------------
+# role: uvicorn floor (canned answer, same server settings as the proxy)
+# --------------------------------------------------------------------------
+def run_floor(port: int) -> None:
+    import uvicorn
+
+    start = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(_COMPLETION)),
+        ],
+    }
+    body = {"type": "http.response.body", "body": _COMPLETION, "more_body": False}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send(start)
+        await send(body)
+
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+    )
+
+
+# --------------------------------------------------------------------------
+# role: load generator (commands as JSON lines on stdin, results on stdout)
+# --------------------------------------------------------------------------
+_BODY = json.dumps(
+    {"model": MODEL, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 16}
+).encode()
+_STREAM_BODY = json.dumps(
+    {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello"}],
+        "max_tokens": 32,
+        "stream": True,
+    }
+).encode()
+_HEADERS = {"content-type": "application/json"}
+
+
+async def _loadgen() -> None:
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while line := await reader.readline():
+            cmd = json.loads(line)
+            if cmd["op"] == "nonstream":
+                result = await _nonstream(session, cmd["url"], cmd["concurrency"], cmd)
+            elif cmd["op"] == "stream":
+                result = await _streams(session, cmd["url"], cmd["streams"])
+            else:
+                result = {"error": f"unknown op {cmd['op']}"}
+            sys.stdout.write(json.dumps(result) + "\n")
+            sys.stdout.flush()
+
+
+async def _nonstream(session: Any, url: str, concurrency: int, cmd: dict[str, Any]) -> Any:
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + cmd.get("duration", 1e9)
+    remaining = [cmd.get("requests", 1 << 62)]
+
+    async def worker() -> None:
+        nonlocal errors
+        while remaining[0] > 0 and time.perf_counter() < deadline:
+            remaining[0] -= 1
+            t = time.perf_counter()
+            async with session.post(url, data=_BODY, headers=_HEADERS) as r:
+                await r.read()
+                if r.status != 200:
+                    errors += 1
+            latencies.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return {"lat": latencies, "elapsed": time.perf_counter() - t0, "errors": errors}
+
+
+async def _streams(session: Any, url: str, n: int) -> Any:
+    ttfts: list[float] = []
+    chunks = 0
+    events = 0
+    errors = 0
+    start = asyncio.Event()
+
+    async def one() -> None:
+        nonlocal chunks, events, errors
+        await start.wait()
+        t = time.perf_counter()
+        async with session.post(url, data=_STREAM_BODY, headers=_HEADERS) as r:
+            first = True
+            async for data in r.content.iter_any():
+                if first:
+                    ttfts.append(time.perf_counter() - t)
+                    first = False
+                chunks += 1
+                events += data.count(b"data: ")
+            if r.status != 200:
+                errors += 1
+
+    tasks = [asyncio.ensure_future(one()) for _ in range(n)]
+    await asyncio.sleep(0)
+    t0 = time.perf_counter()
+    start.set()
+    await asyncio.gather(*tasks)
+    return {
+        "ttft": ttfts,
+        "chunks": chunks,
+        "events": events,
+        "errors": errors,
+        "elapsed": time.perf_counter() - t0,
+    }
+
+
+# --------------------------------------------------------------------------
+# role: client micro-benchmark (aiohttp vs httpx as the proxy's upstream client)
+# --------------------------------------------------------------------------
+async def _client_bench(kind: str, url: str) -> dict[str, float]:
+    proc = psutil.Process()
+
+    def cpu() -> float:
+        t = proc.cpu_times()
+        return t.user + t.system
+
+    out: dict[str, float] = {}
+    if kind == "aiohttp":
+        import aiohttp
+
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            auto_decompress=False,
+        )
+
+        async def req() -> None:
+            async with session.post(url, data=_BODY, headers=_HEADERS) as r:
+                await r.read()
+
+        async def stream() -> int:
+            n = 0
+            async with session.post(url, data=_STREAM_BODY, headers=_HEADERS) as r:
+                read = r.content.readany
+                while await read():
+                    n += 1
+            return n
+
+        async def close() -> None:
+            await session.close()
+    elif kind == "sardeenz":
+        from urllib.parse import urlsplit
+
+        from sardeenz.proxy.upstream import UpstreamClient
+
+        lean = UpstreamClient()
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        target = parts.path.encode()
+        hdrs = b"content-type: application/json\r\n"
+
+        async def req() -> None:
+            r = await lean.request(host, port, b"POST", target, hdrs, _BODY)
+            await r.read_all()
+
+        async def stream() -> int:
+            n = 0
+            r = await lean.request(host, port, b"POST", target, hdrs, _STREAM_BODY)
+            while await r.read():
+                n += 1
+            return n
+
+        async def close() -> None:
+            await lean.close()
+    else:
+        import httpx
+
+        client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            timeout=None,
+            trust_env=False,
+        )
+
+        async def req() -> None:
+            r = await client.post(url, content=_BODY, headers=_HEADERS)
+            r.read()
+
+        async def stream() -> int:
+            n = 0
+            async with client.stream("POST", url, content=_STREAM_BODY, headers=_HEADERS) as r:
+                async for _ in r.aiter_raw():
+                    n += 1
+            return n
+
+        async def close() -> None:
+            await client.aclose()
+
+    for _ in range(300):
+        await req()
+    scale = 6 if kind == "httpx" else 1  # httpx is slow enough to blow the time budget
+    for label, conc, total in (("c1", 1, 3000 // scale), ("c64", 64, 12000 // scale)):
+        left = [total]
+
+        async def worker(left: list[int]) -> None:
+            while left[0] > 0:
+                left[0] -= 1
+                await req()
+
+        c0, t0 = cpu(), time.perf_counter()
+        await asyncio.gather(*(worker(left) for _ in range(conc)))
+        out[f"{label}_us_per_req"] = (cpu() - c0) / total * 1e6
+        out[f"{label}_rps"] = total / (time.perf_counter() - t0)
+    c0 = cpu()
+    counts = await asyncio.gather(*(stream() for _ in range(64)))
+    out["stream_us_per_chunk"] = (cpu() - c0) / sum(counts) * 1e6
+    out["stream_chunks"] = float(sum(counts))
+    await close()
+    return out
+
+
+# --------------------------------------------------------------------------
+# orchestration
+# --------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
+
+
+class Procs:
+    """Child processes started in their own sessions, always killed as groups."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        p = subprocess.Popen(argv, start_new_session=True, env=env, **kw)
+        self.procs.append(p)
+        return p
+
+    def close(self) -> None:
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in self.procs:
+            with contextlib.suppress(Exception):
+                p.wait(5)
+
+
+class LoadGen:
+    def __init__(self, procs: Procs) -> None:
+        self.p = procs.spawn(
+            [PY, __file__, "--role", "loadgen"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def run(self, **cmd: Any) -> Any:
+        assert self.p.stdin is not None
+        assert self.p.stdout is not None
+        self.p.stdin.write(json.dumps(cmd).encode() + b"\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("load generator died")
+        return json.loads(line)
+
+
+def _nginx_conf(tmp: Path, listen: int, upstream: int) -> Path:
+    conf = tmp / "nginx.conf"
+    conf.write_text(
+        f"""
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+  upstream engine {{ server 127.0.0.1:{upstream}; keepalive 512; }}
+  server {{
+    listen 127.0.0.1:{listen};
+    client_max_body_size 32m;
+    location / {{
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+  }}
+}}
+"""
+    )
+    return conf
+
+
+def _serve_available() -> bool:
+    """True once ``sardeenz serve`` exists and its app wires the inference proxy."""
+    app = ROOT / "src" / "sardeenz" / "app.py"
+    cli = ROOT / "src" / "sardeenz" / "cli.py"
+    return app.exists() and cli.exists() and "InferenceProxy" in app.read_text()
+
+
+def _start_serve(procs: Procs, port: int, upstream: str, data_dir: Path) -> tuple[int, int]:
+    """Start ``sardeenz serve`` and load the sim engine through the admin API."""
+    import httpx
+
+    p = procs.spawn(
+        [PY, "-c", "from sardeenz.cli import main; main()", "serve", "--port", str(port), "--demo"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=str(data_dir),
+    )
+    _wait_port(port, 60)
+    base = f"http://127.0.0.1:{port}"
+    r = httpx.post(
+        f"{base}/api/v1/models/load",
+        json={
+            "modelPath": MODEL,
+            "engine": "sim",
+            "extraArgs": ["--ttft-ms", "0", "--itl-ms", "0", "--load-seconds", "0"],
+        },
+        timeout=60,
+    )
+    r.raise_for_status()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        models = httpx.get(f"{base}/api/v1/models", timeout=10).json()
+        items = models if isinstance(models, list) else models.get("models", models.get("data", []))
+        for m in items:
+            if m.get("status") == "active":
+                return p.pid, int(m["port"])
+        time.sleep(0.2)
+    raise RuntimeError("the sim engine did not become active")
+
+
+def _pid_on_port(port: int) -> int:
+    for conn in psutil.net_connections("tcp"):
+        listening = conn.status == psutil.CONN_LISTEN and conn.pid is not None
+        if listening and conn.laddr and conn.laddr.port == port:
+            return int(conn.pid or 0)
+    raise RuntimeError(f"no process listens on port {port}")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
+
+
+def _cpu(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def orchestrate(args: argparse.Namespace) -> None:
+    procs = Procs()
+    tmp = Path(tempfile.mkdtemp(prefix="sardeenz-bench-"))
+    t_start = time.monotonic()
+    try:
+        up_port, proxy_port, nginx_port = _free_port(), _free_port(), _free_port()
+        mode = args.proxy
+        if mode == "auto":
+            mode = "serve" if _serve_available() else "standalone"
+        if mode == "serve":
+            proxy_pid, up_port = _start_serve(procs, proxy_port, args.upstream, tmp)
+            up_pid = _pid_on_port(up_port)
+            upstream_desc = "sim engine loaded by sardeenz serve"
+        else:
+            if args.upstream == "sim":
+                up = procs.spawn(
+                    [
+                        PY,
+                        "-m",
+                        "sardeenz.engines.sim",
+                        "--model",
+                        MODEL,
+                        "--port",
+                        str(up_port),
+                        "--ttft-ms",
+                        "0",
+                        "--itl-ms",
+                        "0",
+                        "--load-seconds",
+                        "0",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                upstream_desc = "sim engine (ttft 0, itl 0)"
+            else:
+                up = procs.spawn(
+                    [
+                        PY,
+                        __file__,
+                        "--role",
+                        "upstream",
+                        "--port",
+                        str(up_port),
+                        "--events",
+                        str(args.events),
+                        "--itl-ms",
+                        str(args.itl_ms),
+                    ]
+                )
+                upstream_desc = f"fast fixed upstream ({args.events} events, ITL {args.itl_ms} ms)"
+            _wait_port(up_port)
+            up_pid = up.pid
+            proxy = procs.spawn(
+                [
+                    PY,
+                    "-m",
+                    "sardeenz.proxy.standalone",
+                    "--port",
+                    str(proxy_port),
+                    "--route",
+                    f"{MODEL}={up_port}",
+                ]
+            )
+            proxy_pid = proxy.pid
+        _wait_port(proxy_port)
+
+        # Which process's CPU time to charge each target's batches to.
+        pids = {"direct": up_pid, "proxy": proxy_pid}
+        targets = {
+            "direct": f"http://127.0.0.1:{up_port}/v1/chat/completions",
+            "proxy": f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
+        }
+        nginx = shutil.which("nginx") or (
+            "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
+        )
+        if nginx and not args.no_nginx:
+            master = procs.spawn(
+                [nginx, "-c", str(_nginx_conf(tmp, nginx_port, up_port)), "-p", str(tmp)]
+            )
+            _wait_port(nginx_port)
+            targets["nginx"] = f"http://127.0.0.1:{nginx_port}/v1/chat/completions"
+            pids["nginx"] = psutil.Process(master.pid).children()[0].pid
+        # The floor: uvicorn serving a canned answer, same settings as the proxy.
+        # No proxy behind uvicorn can cost less per request than this.
+        floor_port = _free_port()
+        floor = procs.spawn([PY, __file__, "--role", "floor", "--port", str(floor_port)])
+        _wait_port(floor_port)
+        targets["uvicorn-floor"] = f"http://127.0.0.1:{floor_port}/v1/chat/completions"
+        pids["uvicorn-floor"] = floor.pid
+        streaming = [t for t in targets if t != "uvicorn-floor"]
+
+        lg = LoadGen(procs)
+        for name, url in targets.items():  # warm up connections, caches, allocators
+            lg.run(op="nonstream", url=url, concurrency=64, requests=2000)
+            if name in streaming:
+                lg.run(op="stream", url=url, streams=64)
+
+        res = Results(list(targets))
+        for rnd in range(args.rounds):
+            order = list(targets)
+            random.shuffle(order)
+            for name in order:
+                url, pid = targets[name], pids[name]
+                r = lg.run(op="nonstream", url=url, concurrency=1, requests=args.c1_requests)
+                res.c1[name] += r["lat"]
+                res.errors[name] += r["errors"]
+                c0 = _cpu(pid)
+                r = lg.run(op="nonstream", url=url, concurrency=64, duration=args.c64_seconds)
+                res.cpu_req[name].append((_cpu(pid) - c0, len(r["lat"])))
+                res.c64[name] += r["lat"]
+                res.c64_rps[name].append(len(r["lat"]) / r["elapsed"])
+                res.errors[name] += r["errors"]
+                if name not in streaming:
+                    continue
+                c0 = _cpu(pid)
+                r = lg.run(op="stream", url=url, streams=args.streams)
+                res.cpu_stream[name].append((_cpu(pid) - c0, args.streams, r["events"]))
+                res.ttft[name] += r["ttft"]
+                res.errors[name] += r["errors"]
+            print(f"  round {rnd + 1}/{args.rounds} done ({time.monotonic() - t_start:.0f} s)")
+
+        print(f"\nproxy: {mode}; upstream: {upstream_desc}; cpus: {os.cpu_count()}")
+        res.report(args.streams)
+        if args.clients:
+            client_bench(procs, up_port)
+    finally:
+        procs.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\ntotal {time.monotonic() - t_start:.0f} s")
+
+
+class Results:
+    """Pooled samples per target, and the table printed from them."""
+
+    def __init__(self, targets: list[str]) -> None:
+        self.targets = targets
+        self.c1: dict[str, list[float]] = {t: [] for t in targets}
+        self.c64: dict[str, list[float]] = {t: [] for t in targets}
+        self.c64_rps: dict[str, list[float]] = {t: [] for t in targets}
+        self.ttft: dict[str, list[float]] = {t: [] for t in targets}
+        self.errors: dict[str, int] = dict.fromkeys(targets, 0)
+        self.cpu_req: dict[str, list[tuple[float, int]]] = {t: [] for t in targets}
+        self.cpu_stream: dict[str, list[tuple[float, int, int]]] = {t: [] for t in targets}
+
+    def req_cpu(self, t: str) -> float:
+        """CPU seconds per request of the target's server process (c=64 batches)."""
+        samples = self.cpu_req[t]
+        return sum(c for c, _ in samples) / max(1, sum(n for _, n in samples))
+
+    def chunk_cpu(self, t: str) -> float:
+        """CPU seconds per streamed event, the per-request part subtracted."""
+        samples = self.cpu_stream[t]
+        if not samples:
+            return float("nan")
+        cpu = sum(c for c, _, _ in samples)
+        streams = sum(n for _, n, _ in samples)
+        events = sum(e for _, _, e in samples)
+        return max(0.0, cpu - streams * self.req_cpu(t)) / max(1, events)
+
+    def added(self, d: dict[str, list[float]], t: str, q: float) -> float:
+        return (_pct(d[t], q) - _pct(d["direct"], q)) * 1e3
+
+    def report(self, streams: int) -> None:
+        ms, us = 1e3, 1e6
+        ts = self.targets
+        print(f"{'':36}" + "".join(f"{t:>14}" for t in ts))
+
+        def row(label: str, values: list[float], fmt: str = "{:14.3f}") -> None:
+            cells = [f"{'-':>14}" if math.isnan(v) else fmt.format(v) for v in values]
+            print(f"{label:36}" + "".join(cells))
+
+        row("c=1   p50 latency (ms)", [_pct(self.c1[t], 50) * ms for t in ts])
+        row("c=1   p99 latency (ms)", [_pct(self.c1[t], 99) * ms for t in ts])
+        row("c=64  p50 latency (ms)", [_pct(self.c64[t], 50) * ms for t in ts])
+        row("c=64  p99 latency (ms)", [_pct(self.c64[t], 99) * ms for t in ts])
+        row("c=64  throughput (req/s)", [_median(self.c64_rps[t]) for t in ts], "{:14.0f}")
+        row(f"{streams} streams TTFT p50 (ms)", [_pct(self.ttft[t], 50) * ms for t in ts])
+        row(f"{streams} streams TTFT p99 (ms)", [_pct(self.ttft[t], 99) * ms for t in ts])
+        row("server CPU per request (us)", [self.req_cpu(t) * us for t in ts], "{:14.1f}")
+        row("server CPU per chunk (us)", [self.chunk_cpu(t) * us for t in ts], "{:14.1f}")
+        row("errors", [float(self.errors[t]) for t in ts], "{:14.0f}")
+
+        rel = [t for t in ts if t in ("proxy", "nginx")]
+        print(f"\n{'relative to direct':36}" + "".join(f"{t:>14}" for t in rel) + "   target")
+        checks: list[tuple[str, Callable[[str], float], str]] = [
+            ("c=1  p50 added (ms)", lambda t: self.added(self.c1, t, 50), "<= 0.3"),
+            ("c=1  p99 added (ms)", lambda t: self.added(self.c1, t, 99), ""),
+            ("c=64 p50 added (ms)", lambda t: self.added(self.c64, t, 50), ""),
+            ("c=64 p99 added (ms)", lambda t: self.added(self.c64, t, 99), ""),
+            (
+                "c=64 throughput / direct",
+                lambda t: _median(self.c64_rps[t]) / _median(self.c64_rps["direct"]),
+                ">= 0.6",
+            ),
+            (
+                f"TTFT p99 added, {streams} streams (ms)",
+                lambda t: self.added(self.ttft, t, 99),
+                "<= 10",
+            ),
+            ("CPU per request (us)", lambda t: self.req_cpu(t) * us, "<= 150"),
+            ("CPU per chunk (us)", lambda t: self.chunk_cpu(t) * us, "<= 10"),
+        ]
+        for label, fn, target in checks:
+            print(f"{label:36}" + "".join(f"{fn(t):14.3f}" for t in rel) + f"   {target}")
+        if "uvicorn-floor" in ts and "proxy" in ts:
+            floor = self.req_cpu("uvicorn-floor")
+            print(
+                f"\nproxy CPU per request above the uvicorn floor: "
+                f"{(self.req_cpu('proxy') - floor) * us:.1f} us "
+                f"(floor {floor * us:.1f} us: uvicorn answering a canned response)"
+            )
+
+
+def _median(xs: list[float]) -> float:
+    return float(np.median(np.asarray(xs))) if xs else float("nan")
+
+
+def client_bench(procs: Procs, up_port: int) -> None:
+    print("\nupstream client micro-benchmark (client process CPU, fast upstream;")
+    print("'sardeenz' is proxy/upstream.py: asyncio protocol + httptools)")
+    url = f"http://127.0.0.1:{up_port}/v1/chat/completions"
+    results = {}
+    for kind in ("sardeenz", "aiohttp", "httpx"):
+        p = procs.spawn(
+            [PY, __file__, "--role", "clientbench", "--client", kind, "--url", url],
+            stdout=subprocess.PIPE,
+        )
+        out, _ = p.communicate(timeout=120)
+        results[kind] = json.loads(out)
+    keys = list(results["sardeenz"])
+    print(f"{'':24}" + "".join(f"{k:>12}" for k in results))
+    for k in keys:
+        print(f"{k:24}" + "".join(f"{results[c][k]:12.1f}" for c in results))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--role", default="main", choices=["main", "upstream", "floor", "loadgen", "clientbench"]
+    )
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--events", type=int, default=32, help="SSE events per stream")
+    parser.add_argument("--itl-ms", type=float, default=20.0, help="fast upstream inter-event gap")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="fast upstream JSON delay")
+    parser.add_argument("--upstream", choices=["fast", "sim"], default="fast")
+    parser.add_argument("--proxy", choices=["auto", "serve", "standalone"], default="auto")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--c1-requests", type=int, default=500)
+    parser.add_argument("--c64-seconds", type=float, default=2.0)
+    parser.add_argument("--streams", type=int, default=256)
+    parser.add_argument("--no-nginx", action="store_true")
+    parser.add_argument("--clients", action="store_true", help="also run aiohttp vs httpx")
+    parser.add_argument("--client", default="aiohttp")
+    parser.add_argument("--url", default="")
+    args = parser.parse_args()
+    if args.role == "upstream":
+        run_upstream(args.port, args.events, args.itl_ms, args.latency_ms)
+    elif args.role == "floor":
+        run_floor(args.port)
+    elif args.role == "loadgen":
+        import uvloop
+
+        uvloop.run(_loadgen())
+    elif args.role == "clientbench":
+        import uvloop
+
+        print(json.dumps(uvloop.run(_client_bench(args.client, args.url))))
+    else:
+        orchestrate(args)
+
+
+if __name__ == "__main__":
+    main()

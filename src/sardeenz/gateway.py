@@ -1,0 +1,155 @@
+"""The node's ASGI entry point: a path switch in front of FastAPI.
+
+``/v1/*`` is the hot path: it goes straight to the inference proxy, checked
+only against the optional inference API keys; no middleware stack, no
+dependency injection, no per-request logging. ``/api/direct/*`` goes to the
+same proxy after an admin check. ``/metrics`` is rendered here. Everything
+else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
+``/api`` so an admin endpoint cannot be fed an unbounded body either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import orjson
+
+from sardeenz.errors import PayloadTooLarge, SardeenzError
+from sardeenz.proxy.forwarder import InferenceProxy, send_json
+from sardeenz.proxy.metrics import render_metrics
+from sardeenz.security.auth import ApiKeys, Authenticator, Role
+from sardeenz.security.policy import WWW_AUTHENTICATE
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_INVALID_KEY = orjson.dumps(
+    {
+        "error": {
+            "message": "Invalid or missing API key: send 'Authorization: Bearer <key>'",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
+)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+class Gateway:
+    def __init__(
+        self,
+        api: ASGIApp,
+        proxy: InferenceProxy,
+        auth: Authenticator,
+        api_keys: ApiKeys,
+        api_max_body_bytes: int,
+    ) -> None:
+        self._api = api
+        self._proxy = proxy
+        self._auth = auth
+        self._keys = api_keys
+        self._api_limit = api_max_body_bytes
+        self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
+        self.services: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._api(scope, receive, send)  # lifespan (and nothing else)
+            return
+        path: str = scope["path"]
+        if path.startswith("/v1/"):
+            if self._keys.enabled and not self._keys.check(_header(scope, b"authorization")):
+                await send_json(send, 401, _INVALID_KEY, [(b"www-authenticate", b"Bearer")])
+                return
+            await self._proxy.handle_v1(scope, receive, send)
+        elif path.startswith("/api/direct/"):
+            if not await self._authorize(scope, send, Role.ADMIN):
+                return
+            port_text, _, rest = path[len("/api/direct/") :].partition("/")
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                await send_json(
+                    send, 404, b'{"detail":"not a managed engine port","code":"unknown_port"}'
+                )
+                return
+            await self._proxy.handle_direct(scope, receive, send, int(port_text), rest)
+        elif path == "/metrics" or path == "/api/v1/metrics":
+            if path != "/metrics" and not await self._authorize(scope, send, Role.READONLY):
+                return
+            body, content_type = render_metrics()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", content_type.encode()),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+        elif path.startswith("/api/"):
+            await self._limited(scope, receive, send)
+        else:
+            await self._api(scope, receive, send)
+
+    async def _authorize(self, scope: Scope, send: Send, role: Role) -> bool:
+        auth = _header(scope, b"authorization")
+        try:
+            principal = await self._auth.authenticate(auth.decode("latin-1") if auth else None)
+        except SardeenzError as exc:
+            await _api_error(send, exc.status, exc.message, exc.code)
+            return False
+        if not principal.allows(role):
+            await _api_error(send, 403, f"role {role.value!r} required", "forbidden")
+            return False
+        return True
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """FastAPI with a request-body limit: declared length first, then counted."""
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._api_limit:
+            await _api_error(send, 413, self._too_large_message(), "payload_too_large")
+            return
+        seen = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self._api_limit:
+                    # FastAPI's error handlers turn this into the 413 JSON body.
+                    raise PayloadTooLarge(self._too_large_message())
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self._api(scope, counting_receive, tracking_send)
+        except PayloadTooLarge:
+            if not started:
+                await _api_error(send, 413, self._too_large_message(), "payload_too_large")
+
+    def _too_large_message(self) -> str:
+        return f"request body larger than {self._api_limit} bytes (SARDEENZ_API_MAX_BODY_BYTES)"
+
+
+async def _api_error(send: Send, status: int, detail: str, code: str) -> None:
+    extra = [(b"www-authenticate", WWW_AUTHENTICATE.encode())] if status == 401 else None
+    await send_json(send, status, orjson.dumps({"detail": detail, "code": code}), extra)

@@ -1,0 +1,235 @@
+"""Run the proxy alone, without the supervisor: for benchmarks, tests, debugging.
+
+``python -m sardeenz.proxy.standalone --port 3100 --route NAME=PORT ...``
+serves ``/v1/*``, ``/api/direct/{port}/*`` and ``/metrics`` in front of engines
+that are already running, with the same ASGI dispatch the full app uses. The
+routes are static ``active`` instances; nothing is spawned or health-checked.
+
+``ThreadedProxyServer`` runs the same thing on a background thread with its
+own event loop, so a test can drive it with blocking clients (the official
+``openai`` client) as well as async ones, and change the routing table while
+requests are in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import uvicorn
+
+from sardeenz.config import Settings
+from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.proxy.forwarder import InferenceProxy, Receive, Scope, Send, send_json
+from sardeenz.proxy.metrics import render_metrics
+from sardeenz.proxy.routing import RoutingTable
+
+T = TypeVar("T")
+ASGIApp = Callable[[Scope, Receive, Send], Coroutine[Any, Any, None]]
+
+
+def make_instance(
+    instance_id: str,
+    name: str,
+    port: int,
+    status: InstanceStatus = InstanceStatus.ACTIVE,
+) -> ModelInstance:
+    """A minimal ModelInstance for a pre-existing engine on ``port``."""
+    return ModelInstance(
+        id=instance_id,
+        model_path=name,
+        served_model_name=name,
+        display_name=name,
+        engine=EngineKind.SIM,
+        status=status,
+        port=port,
+    )
+
+
+def build_asgi(proxy: InferenceProxy) -> ASGIApp:
+    """The dispatch the full app does at the ASGI level, minus FastAPI."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await proxy.start()
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await proxy.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path.startswith("/v1/"):
+            await proxy.handle_v1(scope, receive, send)
+        elif path.startswith("/api/direct/"):
+            port_text, _, rest = path[len("/api/direct/") :].partition("/")
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                body = b'{"detail":"not a port","code":"unknown_port"}'
+                await send_json(send, 404, body)
+                return
+            await proxy.handle_direct(scope, receive, send, int(port_text), rest)
+        elif path == "/metrics":
+            body, content_type = render_metrics()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", content_type.encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await send_json(send, 404, b'{"detail":"not found","code":"not_found"}')
+
+    return app
+
+
+class ThreadedProxyServer:
+    """uvicorn + InferenceProxy on a private thread and loop (see module doc)."""
+
+    def __init__(self, settings: Settings | None = None, host: str = "127.0.0.1") -> None:
+        self.settings = settings or Settings()
+        self.host = host
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: uvicorn.Server | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.table: RoutingTable | None = None
+        self.proxy: InferenceProxy | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> ThreadedProxyServer:
+        self._thread = threading.Thread(target=self._run, name="proxy-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError("proxy server did not start")
+        if self._error is not None:
+            raise RuntimeError("proxy server failed to start") from self._error
+        return self
+
+    def _run(self) -> None:
+        try:
+            import uvloop
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+            loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # reported to start()
+            self._error = exc
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        self.table = RoutingTable()
+        self.proxy = InferenceProxy(self.settings, self.table)
+        config = uvicorn.Config(
+            build_asgi(self.proxy),
+            host=self.host,
+            port=0,
+            loop="none",
+            http="httptools",
+            lifespan="on",
+            access_log=False,
+            log_level="warning",
+            timeout_graceful_shutdown=2,
+        )
+        server = self._server = uvicorn.Server(config)
+        serve = asyncio.get_running_loop().create_task(server.serve())
+        while not server.started:
+            if serve.done():
+                await serve  # raises the start-up error
+                return
+            await asyncio.sleep(0.01)
+        self.port = server.servers[0].sockets[0].getsockname()[1]
+        self._ready.set()
+        await serve
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the server loop (the table is loop-confined) and return its result."""
+        return self.run(self._wrap(fn))
+
+    @staticmethod
+    async def _wrap(fn: Callable[[], T]) -> T:
+        return fn()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
+        assert self._loop is not None
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result(timeout)
+
+    def apply(self, instance: ModelInstance) -> None:
+        table = self.table
+        assert table is not None
+        self.call(lambda: table.apply(instance))
+
+    def remove(self, instance_id: str) -> None:
+        table = self.table
+        assert table is not None
+        self.call(lambda: table.remove(instance_id))
+
+    def stop(self) -> None:
+        server, loop, thread = self._server, self._loop, self._thread
+        if server is not None and loop is not None and not loop.is_closed():
+            server.should_exit = True
+        if thread is not None:
+            thread.join(10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=3100)
+    parser.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        metavar="NAME=PORT",
+        help="serve NAME from the engine on 127.0.0.1:PORT (repeat for round robin)",
+    )
+    args = parser.parse_args(argv)
+    settings = Settings()
+    table = RoutingTable(engine_host=settings.engine_host)
+    for i, route in enumerate(args.route):
+        name, sep, port = route.rpartition("=")
+        if not sep or not port.isdigit():
+            parser.error(f"--route {route!r}: expected NAME=PORT")
+        table.apply(make_instance(f"static-{i}", name, int(port)))
+    proxy = InferenceProxy(settings, table)
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.run(
+            build_asgi(proxy),
+            host=args.host,
+            port=args.port,
+            loop="uvloop",
+            http="httptools",
+            lifespan="on",
+            access_log=False,
+            log_level="warning",
+            # uvicorn closes idle client connections after 5 s by default; a
+            # burst after a quiet spell then pays a TCP handshake per request.
+            # nginx keeps them 75 s; so do we.
+            timeout_keep_alive=75,
+        )
+
+
+if __name__ == "__main__":
+    main()
