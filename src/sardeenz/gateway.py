@@ -18,6 +18,7 @@ import orjson
 from sardeenz.errors import PayloadTooLarge, SardeenzError
 from sardeenz.proxy.forwarder import InferenceProxy, send_json
 from sardeenz.proxy.metrics import render_metrics
+from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
 
@@ -54,12 +55,15 @@ class Gateway:
         auth: Authenticator,
         api_keys: ApiKeys,
         api_max_body_bytes: int,
+        audit: AuditTrail,
     ) -> None:
         self._api = api
         self._proxy = proxy
         self._auth = auth
         self._keys = api_keys
         self._api_limit = api_max_body_bytes
+        self._admin = audit.wrap(self._limited)
+        self._direct = audit.wrap(self._direct_proxy)
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
         self.services: Any = None
 
@@ -74,15 +78,7 @@ class Gateway:
                 return
             await self._proxy.handle_v1(scope, receive, send)
         elif path.startswith("/api/direct/"):
-            if not await self._authorize(scope, send, Role.ADMIN):
-                return
-            port_text, _, rest = path[len("/api/direct/") :].partition("/")
-            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-                await send_json(
-                    send, 404, b'{"detail":"not a managed engine port","code":"unknown_port"}'
-                )
-                return
-            await self._proxy.handle_direct(scope, receive, send, int(port_text), rest)
+            await self._direct(scope, receive, send)
         elif path == "/metrics" or path == "/api/v1/metrics":
             if path != "/metrics" and not await self._authorize(scope, send, Role.READONLY):
                 return
@@ -99,9 +95,20 @@ class Gateway:
             )
             await send({"type": "http.response.body", "body": body})
         elif path.startswith("/api/"):
-            await self._limited(scope, receive, send)
+            await self._admin(scope, receive, send)
         else:
             await self._api(scope, receive, send)
+
+    async def _direct_proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not await self._authorize(scope, send, Role.ADMIN):
+            return
+        port_text, _, rest = scope["path"][len("/api/direct/") :].partition("/")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            await send_json(
+                send, 404, b'{"detail":"not a managed engine port","code":"unknown_port"}'
+            )
+            return
+        await self._proxy.handle_direct(scope, receive, send, int(port_text), rest)
 
     async def _authorize(self, scope: Scope, send: Send, role: Role) -> bool:
         auth = _header(scope, b"authorization")
@@ -110,6 +117,7 @@ class Gateway:
         except SardeenzError as exc:
             await _api_error(send, exc.status, exc.message, exc.code)
             return False
+        scope.setdefault("state", {})["principal"] = principal  # for the audit trail
         if not principal.allows(role):
             await _api_error(send, 403, f"role {role.value!r} required", "forbidden")
             return False

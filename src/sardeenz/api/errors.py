@@ -46,7 +46,12 @@ def _location(loc: tuple[Any, ...]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SardeenzError)
     async def _sardeenz_error(_: Request, exc: SardeenzError) -> JSONResponse:
-        return JSONResponse(error_body(exc.message, exc.code, **exc.extra), status_code=exc.status)
+        headers = {"WWW-Authenticate": 'Bearer realm="sardeenz"'} if exc.status == 401 else None
+        return JSONResponse(
+            error_body(exc.message, exc.code, **exc.extra),
+            status_code=exc.status,
+            headers=headers,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -75,3 +80,38 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             error_body("internal error; see the server log", "internal_error"), status_code=500
         )
+
+
+VALIDATION_ERROR_SCHEMA: dict[str, Any] = {
+    "title": "ValidationErrorBody",
+    "type": "object",
+    "required": ["detail", "code"],
+    "properties": {
+        "detail": {"type": "string"},
+        "code": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+    },
+}
+
+
+def document_error_shapes(app: FastAPI) -> None:
+    """Make /openapi.json describe the 422 body we really send, not FastAPI's default."""
+    default_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = default_openapi()
+            schemas = schema.get("components", {}).get("schemas", {})
+            if "HTTPValidationError" in schemas:
+                schemas["HTTPValidationError"] = VALIDATION_ERROR_SCHEMA
+                schemas.pop("ValidationError", None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ from sardeenz.api.deps import ServicesDep
 from sardeenz.gpu.budget import GpuBudget, compute_budget
 from sardeenz.gpu.inventory import GpuInfo
 from sardeenz.gpu.kvcached import KvctlError, scan_segment_files
+from sardeenz.security.policy import READONLY
 
 router = APIRouter(prefix="/api/v1", tags=["gpus"])
 
@@ -41,7 +42,7 @@ class SegmentReport(_Camel):
     error: str | None = None
 
 
-@router.get("/gpus", response_model=GpuReport)
+@router.get("/gpus", response_model=GpuReport, dependencies=[READONLY])
 async def list_gpus(services: ServicesDep) -> GpuReport:
     """Every GPU with its processes, and the budget: baselines, others, KV cache total.
 
@@ -60,7 +61,7 @@ async def list_gpus(services: ServicesDep) -> GpuReport:
     )
 
 
-@router.get("/kvcached/segments", response_model=SegmentReport)
+@router.get("/kvcached/segments", response_model=SegmentReport, dependencies=[READONLY])
 async def kvcached_segments(services: ServicesDep) -> SegmentReport:
     """kvcached IPC segments (``kvctl list --json``; /dev/shm files when kvctl is absent)."""
     kvctl = services.kvctl

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from sardeenz import __version__
 from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import InstanceStatus
+from sardeenz.security.policy import PUBLIC
 
 router = APIRouter(prefix="/api/health", tags=["health"])
 
@@ -20,7 +21,7 @@ class HealthReport(BaseModel):
     instances: dict[str, int]
 
 
-@router.get("", response_model=HealthReport)
+@router.get("", response_model=HealthReport, dependencies=[PUBLIC])
 async def health(services: ServicesDep) -> HealthReport:
     counts = {s.value: 0 for s in InstanceStatus}
     for inst in services.supervisor.list_instances():
@@ -33,13 +34,17 @@ async def health(services: ServicesDep) -> HealthReport:
     )
 
 
-@router.get("/live")
+@router.get("/live", dependencies=[PUBLIC])
 async def live() -> dict[str, str]:
     """The process answers: the event loop is not wedged."""
     return {"status": "alive"}
 
 
-@router.get("/ready", responses={503: {"description": "not ready yet, or shutting down"}})
+@router.get(
+    "/ready",
+    responses={503: {"description": "not ready yet, or shutting down"}},
+    dependencies=[PUBLIC],
+)
 async def ready(services: ServicesDep) -> JSONResponse:
     """Ready once the registry is loaded and engines re-adopted; not while stopping."""
     if services.started and not services.stopping:

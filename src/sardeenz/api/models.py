@@ -13,6 +13,7 @@ from starlette.status import HTTP_202_ACCEPTED
 from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import LoadRequest, ModelInstance, SleepRequest
 from sardeenz.events import Event, LogEvent, RemovedEvent, StatusEvent
+from sardeenz.security.policy import ADMIN, READONLY
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"])
 
@@ -24,16 +25,19 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 @router.post(
     "/load",
+    dependencies=[ADMIN],
     status_code=HTTP_202_ACCEPTED,
     response_model=ModelInstance,
     responses={400: {"description": "invalid request"}, 409: ERRORS[409]},
 )
 async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
     """Start an engine; returns at once with the instance in `starting`."""
-    return await services.supervisor.load(body)
+    return await services.load_model(body)
 
 
-@router.post("/{instance_id}/unload", response_model=ModelInstance, responses=ERRORS)
+@router.post(
+    "/{instance_id}/unload", response_model=ModelInstance, responses=ERRORS, dependencies=[ADMIN]
+)
 async def unload_model(instance_id: str, services: ServicesDep) -> ModelInstance:
     """Stop the engine (SIGTERM, grace, SIGKILL) and remove the instance."""
     return await services.supervisor.unload(instance_id)
@@ -41,6 +45,7 @@ async def unload_model(instance_id: str, services: ServicesDep) -> ModelInstance
 
 @router.post(
     "/{instance_id}/sleep",
+    dependencies=[ADMIN],
     response_model=ModelInstance,
     responses={**ERRORS, 502: {"description": "the engine failed the call (`engine_error`)"}},
 )
@@ -61,6 +66,7 @@ async def sleep_model(
 
 @router.post(
     "/{instance_id}/wake",
+    dependencies=[ADMIN],
     response_model=ModelInstance,
     responses={**ERRORS, 502: {"description": "the engine failed the call (`engine_error`)"}},
 )
@@ -69,17 +75,19 @@ async def wake_model(instance_id: str, services: ServicesDep) -> ModelInstance:
     return await services.supervisor.wake(instance_id)
 
 
-@router.get("", response_model=list[ModelInstance])
+@router.get("", response_model=list[ModelInstance], dependencies=[READONLY])
 async def list_models(services: ServicesDep) -> list[ModelInstance]:
     return services.supervisor.list_instances()
 
 
-@router.get("/{instance_id}", response_model=ModelInstance, responses=ERRORS)
+@router.get(
+    "/{instance_id}", response_model=ModelInstance, responses=ERRORS, dependencies=[READONLY]
+)
 async def get_model(instance_id: str, services: ServicesDep) -> ModelInstance:
     return services.supervisor.get(instance_id)
 
 
-@router.get("/{instance_id}/logs", responses=ERRORS)
+@router.get("/{instance_id}/logs", responses=ERRORS, dependencies=[READONLY])
 async def get_logs(
     instance_id: str,
     services: ServicesDep,
@@ -118,6 +126,7 @@ def _sse(event: Event) -> dict[str, str]:
 
 @router.get(
     "/instances/{instance_id}/events",
+    dependencies=[READONLY],
     responses={**ERRORS, 200: {"content": {"text/event-stream": {}}}},
 )
 async def instance_events(
@@ -160,7 +169,9 @@ async def instance_events(
 events_router = APIRouter(prefix="/api/v1", tags=["models"])
 
 
-@events_router.get("/events", responses={200: {"content": {"text/event-stream": {}}}})
+@events_router.get(
+    "/events", responses={200: {"content": {"text/event-stream": {}}}}, dependencies=[READONLY]
+)
 async def all_events(services: ServicesDep, logs: bool = False) -> EventSourceResponse:
     """SSE of every instance's `status` (and, with ``logs=true``, `log`) events."""
     sub = services.bus.subscribe()

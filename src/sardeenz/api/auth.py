@@ -1,0 +1,79 @@
+"""Login support for the dashboard, and the audit trail."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from sardeenz.api.deps import ServicesDep
+from sardeenz.security.auth import Principal
+from sardeenz.security.policy import PUBLIC, READONLY
+from sardeenz.store.audit import AuditEntry
+
+router = APIRouter(prefix="/api", tags=["auth"])
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
+    )
+
+
+class OidcConfig(_Camel):
+    issuer: str
+    client_id: str | None
+    authorization_endpoint: str | None
+    token_endpoint: str | None
+
+
+class AuthConfig(_Camel):
+    auth_enabled: bool
+    oidc: OidcConfig | None
+    roles_claim: str
+
+
+class Me(_Camel):
+    subject: str
+    role: str | None
+    roles: list[str]
+    auth_enabled: bool
+
+
+@router.get("/auth/config", response_model=AuthConfig, dependencies=[PUBLIC])
+async def auth_config(services: ServicesDep) -> AuthConfig:
+    """What the dashboard needs to log in: is auth on, and the OIDC issuer if any."""
+    s = services.settings
+    auth = services.auth
+    oidc = None
+    if s.oidc_issuer:
+        oidc = OidcConfig(
+            issuer=s.oidc_issuer,
+            client_id=s.oidc_client_id,
+            authorization_endpoint=auth.authorization_endpoint,
+            token_endpoint=auth.token_endpoint,
+        )
+    return AuthConfig(auth_enabled=auth.enabled, oidc=oidc, roles_claim=s.jwt_roles_claim)
+
+
+@router.get("/auth/me", response_model=Me, dependencies=[READONLY])
+async def me(request: Request, services: ServicesDep) -> Me:
+    principal: Principal = request.state.principal
+    return Me(
+        subject=principal.subject,
+        role=principal.role,
+        roles=sorted(principal.roles),
+        auth_enabled=services.auth.enabled,
+    )
+
+
+@router.get("/audit", response_model=list[AuditEntry], dependencies=[READONLY])
+async def audit(
+    services: ServicesDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before_id: Annotated[int | None, Query(alias="beforeId", ge=1)] = None,
+) -> list[AuditEntry]:
+    """State-changing admin operations, newest first (page with ``beforeId``)."""
+    return await services.audit.repo.list(limit=limit, before_id=before_id)

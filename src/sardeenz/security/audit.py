@@ -1,0 +1,88 @@
+"""Records every state-changing admin request in the audit trail.
+
+An ASGI wrapper around the admin API: after a POST/PUT/PATCH/DELETE under
+``/api`` finishes, it writes who (from the principal the route policy put on
+``request.state``), what (method and path, never the query or body, which may
+carry secrets), when, and the status. Writes run as tasks this object owns,
+so a slow disk never delays a response; ``close()`` waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from sardeenz.domain import utcnow
+from sardeenz.security.auth import Principal
+from sardeenz.store.audit import AuditEntry, AuditRepository
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def outcome_of(status: int) -> str:
+    if status in (401, 403):
+        return "denied"
+    return "ok" if status < 400 else "error"
+
+
+class AuditTrail:
+    def __init__(self, repo: AuditRepository) -> None:
+        self.repo = repo
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        async def audited(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope["method"] not in AUDITED_METHODS:
+                await app(scope, receive, send)
+                return
+            status = 500
+
+            async def capture(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = int(message["status"])
+                await send(message)
+
+            try:
+                await app(scope, receive, capture)
+            finally:
+                self._record(scope, status)
+
+        return audited
+
+    def _record(self, scope: Scope, status: int) -> None:
+        principal = scope.get("state", {}).get("principal")
+        client = scope.get("client")
+        entry = AuditEntry(
+            at=utcnow(),
+            subject=principal.subject if isinstance(principal, Principal) else "anonymous",
+            role=principal.role if isinstance(principal, Principal) else None,
+            method=scope["method"],
+            path=scope["path"][:1024],
+            status=status,
+            outcome=outcome_of(status),
+            remote=client[0] if client else None,
+        )
+        task = asyncio.get_running_loop().create_task(self._write(entry))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, entry: AuditEntry) -> None:
+        try:
+            await self.repo.add(entry)
+        except Exception:  # the trail must never break the API it records
+            log.exception("could not write audit entry for %s %s", entry.method, entry.path)
+
+    async def close(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,240 @@
+"""Who is calling: bearer JWTs for the admin API, API keys for inference.
+
+Admin API (``/api/*``): OAuth 2.0 bearer tokens verified with PyJWT, either
+HS256 with a shared secret or RS256/ES256 with keys from a JWKS URL (given, or
+found through an OIDC issuer's discovery document). Roles come from a claim
+(``roles``, ``groups`` or a dotted path such as ``realm_access.roles``). With
+no JWT setting, auth is off: the server binds loopback only and every caller
+is a local admin.
+
+Inference (``/v1/*``): gateway auth by default (the seed), optionally API keys
+from a setting or a file of SHA-256 hashes, compared in constant time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+from jwt import PyJWKClient
+
+from sardeenz.config import Settings
+from sardeenz.errors import SardeenzError
+
+log = logging.getLogger(__name__)
+
+ASYMMETRIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "PS256"]
+
+
+class Role(StrEnum):
+    ADMIN = "admin"
+    READONLY = "admin-readonly"
+
+
+class AuthError(SardeenzError):
+    """401: no usable credentials. ``code`` says why (stable)."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(SardeenzError):
+    status = 403
+    code = "forbidden"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    subject: str
+    roles: frozenset[str]
+    authenticated: bool
+
+    def allows(self, needed: Role) -> bool:
+        if Role.ADMIN in self.roles:
+            return True
+        return needed == Role.READONLY and Role.READONLY in self.roles
+
+    @property
+    def role(self) -> str | None:
+        if Role.ADMIN in self.roles:
+            return Role.ADMIN.value
+        if Role.READONLY in self.roles:
+            return Role.READONLY.value
+        return None
+
+
+LOCAL_ADMIN = Principal(subject="local", roles=frozenset({Role.ADMIN.value}), authenticated=False)
+
+
+def claim_at(claims: dict[str, Any], path: str) -> Any:
+    """``realm_access.roles`` -> claims["realm_access"]["roles"]; a literal key wins."""
+    if path in claims:
+        return claims[path]
+    node: Any = claims
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def roles_from(value: Any) -> frozenset[str]:
+    if isinstance(value, str):
+        return frozenset(value.replace(",", " ").split())
+    if isinstance(value, list | tuple):
+        return frozenset(str(v) for v in value)
+    return frozenset()
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class Authenticator:
+    """Verifies admin bearer tokens. Construct once; ``start()`` before use."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.enabled = settings.auth_enabled
+        self._secret = settings.jwt_secret.get_secret_value() if settings.jwt_secret else None
+        self._jwks_url = settings.jwt_jwks_url
+        self._issuer = settings.jwt_issuer or settings.oidc_issuer
+        self._jwks: PyJWKClient | None = None
+        self.authorization_endpoint: str | None = None
+        self.token_endpoint: str | None = None
+
+    async def start(self) -> None:
+        """Resolve the OIDC discovery document (jwks_uri, endpoints for the dashboard)."""
+        if self.settings.oidc_issuer:
+            url = self.settings.oidc_issuer.rstrip("/") + "/.well-known/openid-configuration"
+            try:
+                async with httpx.AsyncClient(timeout=10) as client:
+                    doc = (await client.get(url)).raise_for_status().json()
+                self._jwks_url = self._jwks_url or doc.get("jwks_uri")
+                self.authorization_endpoint = doc.get("authorization_endpoint")
+                self.token_endpoint = doc.get("token_endpoint")
+            except (httpx.HTTPError, ValueError) as exc:
+                # Keep running: tokens fail with a clear code until the issuer answers.
+                log.error("OIDC discovery at %s failed: %s", url, exc)
+        if self._jwks_url:
+            self._jwks = PyJWKClient(self._jwks_url, cache_keys=True, lifespan=300, timeout=10)
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        if not self.enabled:
+            return LOCAL_ADMIN
+        token = bearer_token(authorization)
+        if token is None:
+            raise AuthError("a bearer token is required", code="missing_token")
+        claims = await self._verify(token)
+        subject = str(claims.get("preferred_username") or claims.get("sub") or "unknown")
+        roles = roles_from(claim_at(claims, self.settings.jwt_roles_claim))
+        return Principal(subject=subject, roles=roles, authenticated=True)
+
+    async def _verify(self, token: str) -> dict[str, Any]:
+        options = {"require": ["exp"], "verify_aud": self.settings.jwt_audience is not None}
+        common: dict[str, Any] = {
+            "audience": self.settings.jwt_audience,
+            "issuer": self._issuer,
+            "leeway": self.settings.jwt_leeway_seconds,
+            "options": options,
+        }
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise AuthError("the token is not a JWT", code="invalid_token") from exc
+        alg = header.get("alg")
+        try:
+            if alg == "HS256" and self._secret:
+                claims: dict[str, Any] = jwt.decode(
+                    token, self._secret, algorithms=["HS256"], **common
+                )
+                return claims
+            if alg in ASYMMETRIC_ALGORITHMS and self._jwks is not None:
+                jwks = self._jwks
+                # PyJWKClient fetches over blocking urllib: keep it off the loop.
+                key = await asyncio.to_thread(jwks.get_signing_key_from_jwt, token)
+                claims = jwt.decode(token, key.key, algorithms=[alg], **common)
+                return claims
+        except jwt.ExpiredSignatureError as exc:
+            raise AuthError("the token has expired", code="token_expired") from exc
+        except jwt.InvalidAudienceError as exc:
+            raise AuthError("the token is for another audience", code="invalid_audience") from exc
+        except jwt.InvalidIssuerError as exc:
+            raise AuthError("the token is from another issuer", code="invalid_issuer") from exc
+        except jwt.InvalidSignatureError as exc:
+            raise AuthError("the token's signature is invalid", code="invalid_signature") from exc
+        except jwt.PyJWKClientError as exc:
+            raise AuthError(
+                "no key to verify the token (unknown kid or JWKS unreachable)",
+                code="invalid_signature",
+            ) from exc
+        except jwt.PyJWTError as exc:
+            raise AuthError(f"invalid token: {type(exc).__name__}", code="invalid_token") from exc
+        raise AuthError(f"tokens signed with {alg!r} are not accepted here", code="invalid_token")
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiKeys:
+    """Inference API keys. Stored and compared as SHA-256 digests, in constant time."""
+
+    def __init__(self, digests: list[bytes]) -> None:
+        self._digests = digests
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ApiKeys:
+        digests: list[bytes] = []
+        if settings.api_keys:
+            for key in settings.api_keys.get_secret_value().split(","):
+                if key.strip():
+                    digests.append(hashlib.sha256(key.strip().encode()).digest())
+        if settings.api_keys_file:
+            digests += _read_hashed_keys(settings.api_keys_file)
+        return cls(digests)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._digests)
+
+    def check(self, authorization: bytes | None) -> bool:
+        if not self._digests:
+            return True
+        if not authorization or authorization[:7].lower() != b"bearer ":
+            return False
+        presented = hashlib.sha256(authorization[7:].strip()).digest()
+        ok = False
+        for digest in self._digests:  # no early exit: the time does not depend on which key
+            ok |= hmac.compare_digest(presented, digest)
+        return ok
+
+
+def _read_hashed_keys(path: Path) -> list[bytes]:
+    """One SHA-256 hex digest per line (``sardeenz hash-key`` prints one); # comments."""
+    digests = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            raw = bytes.fromhex(text.removeprefix("sha256:"))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{n}: not a SHA-256 hex digest") from exc
+        if len(raw) != 32:
+            raise ValueError(f"{path}:{n}: not a SHA-256 hex digest")
+        digests.append(raw)
+    return digests
