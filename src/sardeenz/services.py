@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.config import Settings
+from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.events import EventBus
 from sardeenz.gpu.inventory import GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
+from sardeenz.memory.fit import fit_request_for_load, load_refusal
+from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.routing import RoutingTable, RoutingUpdater
 from sardeenz.runtime.supervisor import Supervisor
+from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.store.db import Database
 
@@ -29,5 +34,22 @@ class Services:
     routing_updater: RoutingUpdater
     auth: Authenticator
     api_keys: ApiKeys
+    audit: AuditTrail
+    profiles: ProfileService
+    benchmarks: BenchmarkRunner
     started: bool = False
     stopping: bool = False
+
+    async def load_model(self, req: LoadRequest) -> ModelInstance:
+        """Load after the same fit check ``POST /api/memory/profiles/check`` answers.
+
+        A verdict of "does not fit" (from a profile, or the estimate from the
+        model directory) refuses with 409 ``model_does_not_fit`` unless
+        ``force`` is set; an unknown verdict (no profile, no readable model
+        directory) never blocks. The supervisor then places the instance.
+        """
+        if not req.force:
+            refusal = load_refusal(await self.profiles.check(fit_request_for_load(req)))
+            if refusal is not None:
+                raise refusal
+        return await self.supervisor.load(req)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -30,10 +31,11 @@ import psutil
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance, utcnow
 from sardeenz.engines import get_adapter
-from sardeenz.engines.base import EngineAdapter, LaunchContext
+from sardeenz.engines.base import EngineAdapter, LaunchContext, engine_tmp_dir
 from sardeenz.engines.logparse import VllmLogParser, extract_error
 from sardeenz.engines.sim_adapter import sim_footprint_bytes
 from sardeenz.engines.vllm import validate_extra_args
+from sardeenz.engines.vllm_probe import VllmProbe
 from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
 from sardeenz.events import EventBus, LogEvent, RemovedEvent, StatusEvent
 from sardeenz.gpu.budget import measure_baseline
@@ -41,7 +43,7 @@ from sardeenz.gpu.capability import attention_backend_override
 from sardeenz.gpu.inventory import GpuInventory, SimulatedInventory, SimulatedOutOfMemory
 from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
 from sardeenz.gpu.selection import GB, Placement, plan_placement
-from sardeenz.runtime import proctree
+from sardeenz.runtime import hostmem, proctree
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
 from sardeenz.runtime.ports import PortAllocator
 from sardeenz.store.instances import InstanceRepository
@@ -395,6 +397,10 @@ class Supervisor:
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
         self.instances_dir = settings.data_dir / "instances"
+        self.vllm_probe = VllmProbe(
+            settings.vllm_python, settings.vllm_device, settings.vllm_probe_timeout_seconds
+        )
+        self.host_memory = hostmem.HostMemoryBook()
 
     # --- queries -------------------------------------------------------------
     def list_instances(self) -> list[ModelInstance]:
@@ -417,6 +423,7 @@ class Supervisor:
 
     # --- start-up: re-adopt ----------------------------------------------------
     async def start(self) -> None:
+        self.vllm_probe.start()  # in the background; the first vLLM load awaits it
         self.instances_dir.mkdir(parents=True, exist_ok=True)
         self._http = httpx.AsyncClient(
             timeout=self.settings.health_timeout_seconds,
@@ -438,6 +445,7 @@ class Supervisor:
         self._runners[inst.id] = runner
         if inst.status == InstanceStatus.FAILED:
             runner.prime_from_file()
+            self._remove_engine_tmp(inst.id)  # the controller may have died before it could
             return
         alive = inst.process_id is not None and proctree.is_alive(inst.process_id, create_time)
         if not alive:
@@ -469,10 +477,18 @@ class Supervisor:
         except ValueError as exc:
             raise InvalidRequest(str(exc), code="invalid_extra_args") from exc
         adapter = self._adapters(engine)
+        install = await self.vllm_probe.get() if engine == EngineKind.VLLM else None
+        on_cpu = install is not None and install.device == "cpu"
         async with self._lock:
             placement, backend_args, warnings, ipc = await self._place(
-                req, adapter.simulated, extra_args
+                req, adapter.simulated, extra_args, cpu_engine=on_cpu
             )
+            host_bytes = await self._check_host_memory(req, extra_args) if on_cpu else 0
+            if on_cpu and req.enable_sleep_mode:
+                warnings.append(
+                    "enableSleepMode ignored: vLLM's CPU build has no sleep mode "
+                    "(it refuses to start with --enable-sleep-mode)"
+                )
             extra_args = [*extra_args, *backend_args]
             port = self._ports.allocate()
             instance_id = uuid.uuid4().hex[:12]
@@ -494,14 +510,18 @@ class Supervisor:
                 gpu_memory_utilization=placement.gpu_memory_utilization,
                 reserved_bytes_per_gpu=placement.bytes_per_gpu if placement.gpu_ids else None,
                 warnings=warnings,
-                sleep_mode_enabled=req.enable_sleep_mode,
+                sleep_mode_enabled=req.enable_sleep_mode and not on_cpu,
                 extra_args=extra_args,
                 log_file=str(instance_dir / "engine.log"),
                 simulated=adapter.simulated,
+                engine_device=install.device if install is not None else None,
             )
             runner = self._new_runner(inst)
             self._runners[instance_id] = runner
             self._book(runner)
+            if host_bytes:
+                self.host_memory.reserve(instance_id, host_bytes)
+        tmp_dir = engine_tmp_dir(instance_dir, instance_id) if install is not None else None
         ctx = LaunchContext(
             host=self.settings.engine_host,
             port=port,
@@ -510,8 +530,12 @@ class Supervisor:
             kvcached_ipc_name=ipc,
             instance_dir=str(instance_dir),
             settings=self.settings,
+            tmp_dir=str(tmp_dir) if tmp_dir is not None else None,
+            vllm=install,
         )
         instance_dir.mkdir(parents=True, exist_ok=True)
+        if tmp_dir is not None:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
         # Registry first, then the process: a crash in between leaves a record
         # (failed at restart) rather than an engine nobody knows about.
         await self._save(runner)
@@ -576,6 +600,7 @@ class Supervisor:
                 log.error("stopping %s failed: %s", r.instance.id, res)
         if self._ops:
             await asyncio.gather(*self._ops, return_exceptions=True)
+        await self.vllm_probe.close()
         if self._http is not None:
             await self._http.aclose()
 
@@ -583,15 +608,32 @@ class Supervisor:
         """Stop watching without touching the engines (tests of crash recovery)."""
         for r in list(self._runners.values()):
             await r.cancel()
+        await self.vllm_probe.close()
         if self._http is not None:
             await self._http.aclose()
 
     # --- GPUs ------------------------------------------------------------------------
     async def _place(
-        self, req: LoadRequest, simulated_engine: bool, extra_args: list[str]
+        self,
+        req: LoadRequest,
+        simulated_engine: bool,
+        extra_args: list[str],
+        cpu_engine: bool = False,
     ) -> tuple[Placement, list[str], list[str], str | None]:
-        """GPUs, memory fraction, attention-backend flag, kvcached segment for a load."""
-        gpus = await self.inventory.snapshot()
+        """GPUs, memory fraction, attention-backend flag, kvcached segment for a load.
+
+        A CPU-mode vLLM engine gets the empty placement whatever GPUs the node has: no
+        ``CUDA_VISIBLE_DEVICES``, no ``--gpu-memory-utilization``, no kvcached.
+        """
+        if cpu_engine and req.gpu_ids:
+            raise InvalidRequest(
+                "gpuIds cannot be used: vLLM runs on CPU here (its CPU build, or "
+                "SARDEENZ_VLLM_DEVICE=cpu)",
+                code="unknown_gpu",
+                unknownGpuIds=list(req.gpu_ids),
+                availableGpuIds=[],
+            )
+        gpus = [] if cpu_engine else await self.inventory.snapshot()
         placement = plan_placement(
             gpus,
             gpu_ids=req.gpu_ids,
@@ -626,11 +668,14 @@ class Supervisor:
                 log.warning("instance %s: simulated memory not booked: %s", inst.id, exc)
 
     def _unbook(self, runner: InstanceRunner) -> None:
+        self.host_memory.release(runner.instance.id)
+        self._remove_engine_tmp(runner.instance.id)
         if isinstance(self.inventory, SimulatedInventory):
             self.inventory.release(runner.instance.id)
 
     async def _measure_baseline(self, runner: InstanceRunner) -> None:
         inst = runner.instance
+        self.host_memory.release(inst.id)  # active: its memory is in use, no longer promised
         if not inst.gpu_ids:
             return
         pids = [p.pid for p in await asyncio.to_thread(proctree.tree, runner.pid or -1)]
@@ -638,6 +683,7 @@ class Supervisor:
             await self.inventory.snapshot(), gpu_ids=inst.gpu_ids, pids=pids, instance_id=inst.id
         )
         if baseline is not None:
+            inst.memory_baseline_bytes_by_gpu = dict(baseline)
             inst.memory_baseline_by_gpu = {i: round(b / GB, 3) for i, b in baseline.items()}
 
     async def _sync_simulated_memory(self, runner: InstanceRunner) -> None:
@@ -655,9 +701,9 @@ class Supervisor:
 
     def baselines_bytes(self) -> dict[str, dict[int, int]]:
         return {
-            r.instance.id: {i: int(gb * GB) for i, gb in r.instance.memory_baseline_by_gpu.items()}
+            r.instance.id: dict(r.instance.memory_baseline_bytes_by_gpu)
             for r in self._runners.values()
-            if r.instance.memory_baseline_by_gpu
+            if r.instance.memory_baseline_bytes_by_gpu
         }
 
     def instance_pids(self) -> dict[str, list[int]]:
@@ -670,6 +716,11 @@ class Supervisor:
     async def sleep(self, instance_id: str, level: int) -> ModelInstance:
         runner = self._runner(instance_id)
         inst = runner.instance
+        if inst.engine_device == "cpu":
+            raise SleepUnsupported(
+                f"instance {instance_id} runs on vLLM's CPU build, which has no sleep mode: "
+                "sleeping would free no memory. Unload it instead"
+            )
         if not inst.sleep_mode_enabled:
             raise SleepUnsupported(
                 f"instance {instance_id} was loaded without sleep mode; "
@@ -753,6 +804,39 @@ class Supervisor:
             raise EngineCallFailed(
                 f"engine answered {resp.status_code} to /{what}: {resp.text[:300]}"
             )
+
+    # --- vLLM housekeeping -------------------------------------------------------------
+    async def _check_host_memory(self, req: LoadRequest, extra_args: list[str]) -> int:
+        """Refuse (409 ``insufficient_host_memory``) a CPU-mode load that cannot fit in RAM.
+
+        Returns the estimate to hold for the instance while it starts; ``force`` skips the
+        refusal but the estimate is still booked, so later loads see it.
+        """
+        estimate, available = await asyncio.to_thread(
+            lambda: (
+                hostmem.estimate_cpu_engine(self.settings, req.model_path.strip(), extra_args),
+                hostmem.available_bytes(),
+            )
+        )
+        if not req.force:
+            self.host_memory.check(estimate, available)
+        return estimate.total
+
+    def _remove_engine_tmp(self, instance_id: str) -> None:
+        """Delete the engine's private TMPDIR (``vllm_dist_*``, ZMQ sockets) in the background.
+
+        Called once the engine's processes are gone; the task is tracked so a shutdown waits
+        for it.
+        """
+        path = engine_tmp_dir(self.instances_dir / instance_id, instance_id)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        task = loop.create_task(asyncio.to_thread(shutil.rmtree, path, True))
+        self._ops.add(task)
+        task.add_done_callback(self._ops.discard)
 
     # --- helpers -------------------------------------------------------------------
     def _new_runner(self, inst: ModelInstance) -> InstanceRunner:

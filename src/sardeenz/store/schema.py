@@ -17,3 +17,115 @@ instances = sa.Table(
     sa.Column("record", sa.JSON, nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+# --- memory profiles (one row per measured or entered profile) ----------------
+memory_profiles = sa.Table(
+    "memory_profiles",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("profile_name", sa.String(512), nullable=False),
+    sa.Column("model_path", sa.String(4096), nullable=False),
+    sa.Column("max_tokens", sa.Integer, nullable=False),
+    sa.Column("total_gpu_memory_gib", sa.Float, nullable=False),
+    sa.Column("weights_memory_gib", sa.Float, nullable=False),
+    sa.Column("cuda_graphs_gib", sa.Float, nullable=False),
+    sa.Column("overhead_memory_gib", sa.Float, nullable=False),
+    sa.Column("kv_cache_available_gib", sa.Float, nullable=False),
+    sa.Column("kv_cache_per_request_mib", sa.Float, nullable=True),
+    sa.Column("gpu_name", sa.String(256), nullable=True),
+    sa.Column("gpu_total_memory_gib", sa.Float, nullable=True),
+    sa.Column("comments", sa.Text, nullable=True),
+    sa.Column("created_by", sa.String(256), nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Index("ix_memory_profiles_lookup", "model_path", "max_tokens", "gpu_name"),
+)
+
+# --- benchmarks: run -> scenarios -> metrics (one row per scenario) ------------
+benchmark_runs = sa.Table(
+    "benchmark_runs",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("name", sa.String(512), nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("kvcached_enabled", sa.Boolean, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("completed_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("total_requests", sa.Integer, nullable=False),
+    sa.Column("successful_requests", sa.Integer, nullable=False),
+    sa.Column("failed_requests", sa.Integer, nullable=False),
+    sa.Column("duration_seconds", sa.Float, nullable=True),
+    sa.Index("ix_benchmark_runs_status", "status"),
+    sa.Index("ix_benchmark_runs_created_at", "created_at"),
+)
+
+benchmark_scenarios = sa.Table(
+    "benchmark_scenarios",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column(
+        "run_id",
+        sa.String(36),
+        sa.ForeignKey("benchmark_runs.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("instance_id", sa.String(64), nullable=False),
+    sa.Column("routing_mode", sa.String(16), nullable=False),
+    sa.Column("model_path", sa.String(4096), nullable=False),
+    sa.Column("model_name", sa.String(512), nullable=False),
+    sa.Column("input_tokens", sa.Integer, nullable=False),
+    sa.Column("output_tokens", sa.Integer, nullable=False),
+    sa.Column("concurrency", sa.Integer, nullable=False),
+    sa.Column("warmup_requests", sa.Integer, nullable=False),
+    sa.Column("total_requests", sa.Integer, nullable=False),
+    sa.Column("sla_threshold_ms", sa.Float, nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("prompt_source", sa.String(16), nullable=True),
+    sa.Column("successful_requests", sa.Integer, nullable=False),
+    sa.Column("failed_requests", sa.Integer, nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("completed_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Index("ix_benchmark_scenarios_run_id", "run_id"),
+)
+
+METRIC_STATS = ("min", "max", "avg", "p50", "p90", "p95", "p99")
+"""The statistics kept for each of ttft, tps and e2e (column ``ttft_p50`` etc.)."""
+
+benchmark_metrics = sa.Table(
+    "benchmark_metrics",
+    metadata,
+    sa.Column(
+        "scenario_id",
+        sa.String(36),
+        sa.ForeignKey("benchmark_scenarios.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    *(
+        sa.Column(f"{metric}_{stat}", sa.Float, nullable=True)
+        for metric in ("ttft", "tps", "e2e")
+        for stat in METRIC_STATS
+    ),
+    sa.Column("goodput_count", sa.Integer, nullable=False),
+    sa.Column("goodput_percent", sa.Float, nullable=False),
+    sa.Column("requests_per_second", sa.Float, nullable=False),
+    sa.Column("tokens_per_second_total", sa.Float, nullable=False),
+)
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False, index=True),
+    sa.Column("subject", sa.String(256), nullable=False),
+    sa.Column("role", sa.String(32), nullable=True),
+    sa.Column("method", sa.String(8), nullable=False),
+    sa.Column("path", sa.String(1024), nullable=False),
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("remote", sa.String(64), nullable=True),
+)
