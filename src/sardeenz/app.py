@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
-from fastapi import FastAPI
-from fastapi.responses import RedirectResponse, Response
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse, Response
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from sardeenz import __version__
-from sardeenz.api import gpus, health, models
-from sardeenz.api.errors import install_error_handlers
+from sardeenz.api import auth, benchmarks, gpus, health, memory, models
+from sardeenz.api.errors import document_error_shapes, install_error_handlers
+from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.config import Settings
 from sardeenz.demo import load_demo_models
 from sardeenz.domain import InstanceStatus
@@ -26,14 +29,19 @@ from sardeenz.events import EventBus
 from sardeenz.gateway import Gateway
 from sardeenz.gpu.inventory import create_inventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
+from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.metrics import observe_instance
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater
 from sardeenz.runtime.supervisor import Supervisor
+from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.services import Services
+from sardeenz.store.audit import AuditRepository
+from sardeenz.store.benchmarks import BenchmarkRepository
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
+from sardeenz.store.profiles import ProfileRepository
 
 log = logging.getLogger("sardeenz")
 
@@ -45,6 +53,7 @@ def build_services(settings: Settings) -> Services:
     inventory = create_inventory(settings)
     segments = SegmentTracker()
     supervisor = Supervisor(settings, bus, InstanceRepository(db), inventory, segments)
+    api_keys = ApiKeys.from_settings(settings)
     table = RoutingTable(engine_host=settings.engine_host)
     table.add_listener(observe_instance)
     if settings.proxy_auto_wake:
@@ -61,7 +70,10 @@ def build_services(settings: Settings) -> Services:
         proxy=InferenceProxy(settings, table),
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
         auth=Authenticator(settings),
-        api_keys=ApiKeys.from_settings(settings),
+        api_keys=api_keys,
+        audit=AuditTrail(AuditRepository(db)),
+        profiles=ProfileService(ProfileRepository(db), supervisor, inventory),
+        benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
     )
 
 
@@ -83,6 +95,58 @@ def _waker(supervisor: Supervisor) -> Callable[[str, Sequence[InstanceView]], Aw
     return wake
 
 
+WEB_DIR = Path(__file__).parent / "web"
+"""The built dashboard (``make web``: frontend/ -> here; not committed)."""
+
+_NO_BUILD_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Sardeenz: dashboard not built</title></head>
+<body style="font-family: sans-serif; max-width: 40rem; margin: 3rem auto; line-height: 1.5">
+<h1>The dashboard is not built</h1>
+<p>This server runs, but its web dashboard was not built into
+<code>src/sardeenz/web/</code>. From a source checkout run <code>make web</code>
+(or <code>cd frontend &amp;&amp; npm ci &amp;&amp; npm run build</code>; Node.js 20.19+),
+then reload this page. <code>make run</code> builds it for you.</p>
+<p>Meanwhile the API works: <a href="/docs">/docs</a>, <a href="/openapi.json">/openapi.json</a>,
+<a href="/metrics">/metrics</a>.</p>
+</body></html>
+"""
+
+
+class _DashboardPath(StringConvertor):
+    """Any path but the server's own: ``/api``, ``/v1``, ``/internal`` (cluster), docs,
+    OpenAPI and metrics keep their answers (404 and 405 included) instead of falling
+    through to the dashboard, whatever order their routes are added in."""
+
+    regex = r"(?!(?:api|v1|internal|docs|redoc|openapi\.json|metrics)(?:/|$)).*"
+
+
+register_url_convertor("dashboard", _DashboardPath())
+
+
+def mount_dashboard(app: FastAPI, web_dir: Path) -> None:
+    """Serve the dashboard at ``/`` with client-side routing.
+
+    Files of the build are served as they are (hashed ``assets/`` cached for a
+    year); any other path gets ``index.html`` so deep links reload. Without a
+    build, a short page says how to make one.
+    """
+    root = web_dir.resolve()
+
+    @app.api_route("/{path:dashboard}", methods=["GET", "HEAD"], include_in_schema=False)
+    async def dashboard(path: str) -> Response:
+        index = root / "index.html"
+        if not index.is_file():
+            return HTMLResponse(_NO_BUILD_PAGE)
+        file = (root / path).resolve()
+        if path and file.is_file() and file.is_relative_to(root):
+            immutable = file.parent == root / "assets"
+            cache = "public, max-age=31536000, immutable" if immutable else "no-cache"
+            return FileResponse(file, headers={"Cache-Control": cache})
+        if path.startswith("assets/"):  # a stale hashed name: never answer HTML for a script
+            raise HTTPException(404, "no such dashboard asset")
+        return FileResponse(index, headers={"Cache-Control": "no-cache"})
+
+
 def create_app(settings: Settings) -> Gateway:
     services = build_services(settings)
 
@@ -95,6 +159,7 @@ def create_app(settings: Settings) -> Gateway:
         # Subscribe before seeding: no transition can fall between the two.
         services.routing_updater.start()
         await services.supervisor.start()
+        await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
         services.started = True
         if settings.demo:
@@ -105,9 +170,11 @@ def create_app(settings: Settings) -> Gateway:
             services.stopping = True
             count = len(services.supervisor.list_instances())
             log.info("shutting down: stopping %d engine(s)", count)
+            await services.benchmarks.shutdown()  # cancel runs before their engines go
             await services.supervisor.shutdown()
             await services.routing_updater.stop()
             await services.proxy.close()
+            await services.audit.close()
             removed = await services.segments.cleanup(services.kvctl)
             if removed:
                 log.info("deleted kvcached segments: %s", ", ".join(removed))
@@ -122,17 +189,24 @@ def create_app(settings: Settings) -> Gateway:
     )
     app.state.services = services
     install_error_handlers(app)
+    document_error_shapes(app)
     app.include_router(health.router)
     app.include_router(models.router)
     app.include_router(models.events_router)
     app.include_router(gpus.router)
+    app.include_router(auth.router)
+    app.include_router(memory.router)
+    app.include_router(benchmarks.router)
 
-    @app.get("/", include_in_schema=False)
-    async def root() -> Response:
-        return RedirectResponse("/docs")
+    mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
     gateway = Gateway(
-        app, services.proxy, services.auth, services.api_keys, settings.api_max_body_bytes
+        app,
+        services.proxy,
+        services.auth,
+        services.api_keys,
+        settings.api_max_body_bytes,
+        services.audit,
     )
     gateway.api = app
     gateway.services = services

@@ -1,0 +1,75 @@
+// Server-sent events over fetch(): unlike EventSource it can send the bearer token.
+
+import { authHeaders, errorFrom } from './client';
+
+export interface SseMessage {
+  event: string;
+  data: string;
+}
+
+/** Incremental parser of the text/event-stream format (WHATWG rules, no `retry`). */
+export class SseParser {
+  private buffer = '';
+  private event = '';
+  private data: string[] = [];
+
+  push(chunk: string): SseMessage[] {
+    this.buffer += chunk;
+    const out: SseMessage[] = [];
+    let nl: number;
+    while ((nl = this.buffer.search(/\r\n|\r|\n/)) !== -1) {
+      const line = this.buffer.slice(0, nl);
+      const sepLength = this.buffer.startsWith('\r\n', nl) ? 2 : 1;
+      // A lone \r at the very end may be the first half of \r\n: wait for more.
+      if (this.buffer[nl] === '\r' && sepLength === 1 && nl === this.buffer.length - 1) break;
+      this.buffer = this.buffer.slice(nl + sepLength);
+      const message = this.line(line);
+      if (message) out.push(message);
+    }
+    return out;
+  }
+
+  private line(line: string): SseMessage | null {
+    if (line === '') {
+      if (this.data.length === 0) {
+        this.event = '';
+        return null;
+      }
+      const message = { event: this.event || 'message', data: this.data.join('\n') };
+      this.event = '';
+      this.data = [];
+      return message;
+    }
+    if (line.startsWith(':')) return null;
+    const colon = line.indexOf(':');
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'event') this.event = value;
+    else if (field === 'data') this.data.push(value);
+    return null;
+  }
+}
+
+/**
+ * Reads an SSE stream until it ends or `signal` aborts. Resolves when the
+ * server closes the stream; rejects with ApiError on an HTTP error.
+ */
+export async function readEvents(
+  path: string,
+  onMessage: (message: SseMessage) => void,
+  signal: AbortSignal,
+  onOpen?: () => void,
+): Promise<void> {
+  const resp = await fetch(path, { headers: { Accept: 'text/event-stream', ...authHeaders() }, signal });
+  if (!resp.ok) throw await errorFrom(resp);
+  onOpen?.();
+  if (!resp.body) return;
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  const parser = new SseParser();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    for (const message of parser.push(value)) onMessage(message);
+  }
+}

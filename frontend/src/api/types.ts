@@ -1,0 +1,303 @@
+// Shapes of the Sardeenz admin API (camelCase JSON; see docs/api.md and /openapi.json).
+
+export type InstanceStatus = 'starting' | 'active' | 'sleeping' | 'stopping' | 'failed';
+export type EngineKind = 'vllm' | 'sim';
+
+export interface MemoryMetrics {
+  weightsMemoryGiB: number | null;
+  cudaGraphMemoryGiB: number | null;
+  kvCacheAvailableGiB: number | null;
+  kvCachePerRequestMiB: number | null;
+  maxModelLen: number | null;
+  kvCacheTokens: number | null;
+  maxConcurrency: number | null;
+  engineInitSeconds: number | null;
+  weightsLoadSeconds: number | null;
+}
+
+export interface ModelInstance {
+  id: string;
+  modelPath: string;
+  servedModelName: string;
+  displayName: string;
+  engine: EngineKind;
+  status: InstanceStatus;
+  port: number;
+  processId: number | null;
+  engineCorePid: number | null;
+  gpuMemoryLimit: number | null;
+  gpuIds: number[];
+  tensorParallelSize: number;
+  kvcachedEnabled: boolean;
+  kvcachedIpcName: string | null;
+  gpuMemoryUtilization: number | null;
+  reservedBytesPerGpu: number | null;
+  memoryBaselineByGpu: Record<string, number> | null;
+  createdAt: string;
+  startedAt: string | null;
+  stoppedAt: string | null;
+  errorMessage: string | null;
+  memoryMetrics: MemoryMetrics | null;
+  sleepModeEnabled: boolean;
+  sleepLevel: number | null;
+  sleptAt: string | null;
+  extraArgs: string[];
+  logFile: string | null;
+  warnings: string[];
+  simulated: boolean;
+}
+
+export interface LoadRequest {
+  modelPath: string;
+  engine?: EngineKind;
+  servedModelName?: string;
+  displayName?: string;
+  gpuIds?: number[];
+  gpuMemoryLimit?: number;
+  tensorParallelSize: number;
+  enableSleepMode: boolean;
+  extraArgs: string[];
+  force?: boolean;
+}
+
+export interface GpuProcess {
+  pid: number | null;
+  usedBytes: number;
+  instanceId: string | null;
+}
+
+export interface GpuInfo {
+  index: number;
+  name: string;
+  uuid: string;
+  totalBytes: number;
+  usedBytes: number;
+  freeBytes: number;
+  utilizationPercent: number | null;
+  computeCapability: [number, number] | null;
+  processes: GpuProcess[];
+  simulated: boolean;
+}
+
+export interface GpuBudget {
+  index: number;
+  name: string;
+  simulated: boolean;
+  totalBytes: number;
+  usedBytes: number;
+  freeBytes: number;
+  baselineBytes: number;
+  otherBytes: number;
+  kvCacheTotalBytes: number;
+  instances: Record<string, number>;
+}
+
+export interface GpuReport {
+  available: boolean;
+  simulated: boolean;
+  reason: string | null;
+  gpus: GpuInfo[];
+  budgets: GpuBudget[];
+}
+
+export interface HealthReport {
+  status: string;
+  version: string;
+  mode: 'demo' | 'real' | string;
+  instances: Record<string, number>;
+}
+
+// --- memory profiles and fit checks ---------------------------------------
+
+export interface MemoryProfile {
+  id: string;
+  profileName: string;
+  modelPath: string;
+  maxTokens: number;
+  totalGpuMemoryGib: number;
+  weightsMemoryGib: number;
+  cudaGraphsGib: number;
+  overheadMemoryGib: number;
+  kvCacheAvailableGib: number;
+  kvCachePerRequestMib: number | null;
+  gpuName: string | null;
+  gpuTotalMemoryGib: number | null;
+  comments: string | null;
+  createdBy: string | null;
+  createdAt: string;
+  updatedAt: string | null;
+}
+
+export interface ProfileCreate {
+  instanceId?: string;
+  profileName?: string;
+  comments?: string;
+}
+
+export interface FitRequest {
+  modelPath: string;
+  maxTokens?: number;
+  gpuIds?: number[];
+  tensorParallelSize: number;
+  gpuMemoryLimit?: number;
+}
+
+export interface GpuFit {
+  index: number;
+  name: string;
+  totalBytes: number;
+  freeBytes: number;
+  reservedBytes: number;
+  availableBytes: number;
+  neededBytes: number | null;
+  fits: boolean | null;
+}
+
+export interface FitVerdict {
+  modelPath: string;
+  fits: boolean | null;
+  source: 'profile' | 'estimate' | 'unknown';
+  reason: string;
+  profileId: string | null;
+  profileName: string | null;
+  maxTokens: number | null;
+  tensorParallelSize: number;
+  neededBytesPerGpu: number | null;
+  reservedBytesPerGpu: number;
+  chosenGpuIds: number[];
+  gpus: GpuFit[];
+  notes: string[];
+}
+
+// --- benchmarks -------------------------------------------------------------
+
+export type RunStatus = 'pending' | 'running' | 'completed' | 'cancelled' | 'failed';
+export type ScenarioStatus = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled';
+export type RunMode = 'isolated' | 'contention';
+export type RoutingMode = 'direct' | 'proxy';
+
+export interface BenchmarkMetrics {
+  scenarioId: string;
+  ttftMin: number;
+  ttftMax: number;
+  ttftAvg: number;
+  ttftP50: number;
+  ttftP90: number;
+  ttftP95: number;
+  ttftP99: number;
+  tpsMin: number | null;
+  tpsMax: number | null;
+  tpsAvg: number | null;
+  tpsP50: number | null;
+  tpsP90: number | null;
+  tpsP95: number | null;
+  tpsP99: number | null;
+  e2eMin: number;
+  e2eMax: number;
+  e2eAvg: number;
+  e2eP50: number;
+  e2eP90: number;
+  e2eP95: number;
+  e2eP99: number;
+  goodputCount: number;
+  goodputPercent: number;
+  requestsPerSecond: number;
+  tokensPerSecondTotal: number;
+}
+
+export interface ScenarioSpec {
+  instanceId: string;
+  routingMode: RoutingMode;
+  inputTokens: number;
+  outputTokens: number;
+  concurrency: number;
+  warmupRequests: number;
+  totalRequests: number;
+  slaThresholdMs?: number;
+}
+
+export interface BenchmarkCreate {
+  name?: string;
+  mode: RunMode;
+  scenarios: ScenarioSpec[];
+}
+
+export interface BenchmarkScenario extends Omit<ScenarioSpec, 'slaThresholdMs'> {
+  id: string;
+  runId: string;
+  modelPath: string;
+  modelName: string;
+  slaThresholdMs: number | null;
+  status: ScenarioStatus;
+  promptSource: 'tokenizer' | 'approximate' | null;
+  successfulRequests: number;
+  failedRequests: number;
+  startedAt: string | null;
+  completedAt: string | null;
+  errorMessage: string | null;
+  metrics: BenchmarkMetrics | null;
+}
+
+export interface BenchmarkRun {
+  id: string;
+  name: string | null;
+  status: RunStatus;
+  mode: RunMode;
+  kvcachedEnabled: boolean;
+  createdAt: string;
+  startedAt: string | null;
+  completedAt: string | null;
+  errorMessage: string | null;
+  totalRequests: number;
+  successfulRequests: number;
+  failedRequests: number;
+  durationSeconds: number | null;
+  scenarios: BenchmarkScenario[];
+}
+
+export interface BenchmarkProgress {
+  runId: string;
+  scenarioId: string;
+  phase: string;
+  completed: number;
+  successful: number;
+  failed: number;
+  total: number;
+  elapsedSeconds: number;
+}
+
+// --- auth and audit ---------------------------------------------------------
+
+export type Role = 'admin' | 'admin-readonly';
+
+export interface OidcConfig {
+  issuer: string;
+  clientId: string | null;
+  authorizationEndpoint: string | null;
+  tokenEndpoint: string | null;
+}
+
+export interface AuthConfig {
+  authEnabled: boolean;
+  oidc: OidcConfig | null;
+  rolesClaim?: string;
+}
+
+export interface Me {
+  subject: string;
+  role: Role | null;
+  roles?: string[];
+  authEnabled: boolean;
+}
+
+export interface AuditEntry {
+  id: number | null;
+  at: string;
+  subject: string;
+  role: string | null;
+  method: string;
+  path: string;
+  status: number;
+  outcome: 'ok' | 'denied' | 'error' | string;
+  remote: string | null;
+}

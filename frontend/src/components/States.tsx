@@ -1,0 +1,69 @@
+// Loading, error and empty states that tell the operator what to do next.
+
+import {
+  Bullseye,
+  Button,
+  EmptyState,
+  EmptyStateActions,
+  EmptyStateBody,
+  EmptyStateFooter,
+  Spinner,
+} from '@patternfly/react-core';
+import { ExclamationCircleIcon } from '@patternfly/react-icons/dist/esm/icons/exclamation-circle-icon';
+import { CubesIcon } from '@patternfly/react-icons/dist/esm/icons/cubes-icon';
+import type { ReactNode } from 'react';
+import { ApiError } from '../api/client';
+
+export function Loading({ what }: { what: string }) {
+  return (
+    <Bullseye>
+      <Spinner size="lg" aria-label={`Loading ${what}`} />
+    </Bullseye>
+  );
+}
+
+/** What the operator can do about an error, by its stable code or status. */
+function nextStep(error: unknown): string {
+  if (!(error instanceof ApiError)) return 'Reload the page; if it persists, check the server log.';
+  if (error.code === 'network_error') return 'Check that `sardeenz serve` is running and reachable, then retry.';
+  if (error.status === 401) return 'Log in again.';
+  if (error.status === 403) return 'Your role does not allow this; ask an admin.';
+  if (error.status === 404 && error.code === 'not_found') return 'This server version does not offer it.';
+  if (error.status >= 500) return 'The server failed: see its log (`sardeenz serve` output) for the traceback.';
+  return 'Correct the request and try again.';
+}
+
+export function ErrorState({ error, onRetry, what }: { error: unknown; onRetry?: () => void; what: string }) {
+  const message = error instanceof Error ? error.message : String(error);
+  return (
+    <EmptyState titleText={`Could not load ${what}`} headingLevel="h2" icon={ExclamationCircleIcon} status="danger">
+      <EmptyStateBody>
+        {message}
+        <br />
+        {nextStep(error)}
+      </EmptyStateBody>
+      {onRetry && (
+        <EmptyStateFooter>
+          <EmptyStateActions>
+            <Button variant="primary" onClick={onRetry}>
+              Retry
+            </Button>
+          </EmptyStateActions>
+        </EmptyStateFooter>
+      )}
+    </EmptyState>
+  );
+}
+
+export function Empty({ title, children, actions }: { title: string; children?: ReactNode; actions?: ReactNode }) {
+  return (
+    <EmptyState titleText={title} headingLevel="h2" icon={CubesIcon} variant="sm">
+      {children && <EmptyStateBody>{children}</EmptyStateBody>}
+      {actions && (
+        <EmptyStateFooter>
+          <EmptyStateActions>{actions}</EmptyStateActions>
+        </EmptyStateFooter>
+      )}
+    </EmptyState>
+  );
+}

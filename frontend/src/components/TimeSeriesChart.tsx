@@ -1,0 +1,74 @@
+import { Bullseye, Content } from '@patternfly/react-core';
+import { useEffect, useRef } from 'react';
+import uPlot, { type AlignedData, type Options } from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+import type { ChartData } from '../lib/series';
+import { resolvedColor } from '../lib/palette';
+
+interface Props {
+  data: ChartData;
+  /** Unit shown on the y axis and in the legend, e.g. "GiB", "req/s", "ms". */
+  unit: string;
+  height?: number;
+  emptyText: string;
+}
+
+function options(data: ChartData, unit: string, width: number, height: number): Options {
+  const fmt = (v: number | null): string => (v == null ? '—' : `${Number(v.toFixed(v < 10 ? 2 : 0))} ${unit}`);
+  return {
+    width,
+    height,
+    scales: { x: { time: true }, y: { range: (_u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
+    axes: [{}, { values: (_u, ticks) => ticks.map((t) => `${Number(t.toPrecision(3))}`), label: unit, size: 60 }],
+    series: [
+      {},
+      ...data.series.map((s, i) => ({
+        label: s.label,
+        stroke: resolvedColor(s.colorIndex ?? i),
+        width: 2,
+        ...(s.dashed ? { dash: [6, 4] } : {}),
+        value: (_u: uPlot, v: number | null) => fmt(v),
+      })),
+    ],
+    legend: { live: true },
+    cursor: { drag: { x: false, y: false } },
+  };
+}
+
+/** A line chart over time (uPlot, canvas): chosen for size, see docs/dashboard.md. */
+export function TimeSeriesChart({ data, unit, height = 220, emptyText }: Props) {
+  const host = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | null>(null);
+  const shape = data.series.map((s) => s.label).join('\n');
+  const hasData = data.xs.length > 1 && data.series.length > 0;
+
+  // Rebuild when the set of series changes; otherwise only push new data.
+  useEffect(() => {
+    const el = host.current;
+    if (!el || !hasData) return undefined;
+    const aligned = [data.xs, ...data.series.map((s) => s.values)] as AlignedData;
+    const chart = new uPlot(options(data, unit, el.clientWidth || 600, height), aligned, el);
+    plot.current = chart;
+    const resize = new ResizeObserver(() => chart.setSize({ width: el.clientWidth, height }));
+    resize.observe(el);
+    return () => {
+      resize.disconnect();
+      chart.destroy();
+      plot.current = null;
+    };
+    // `data` is deliberately not a dependency: the effect below pushes new data.
+  }, [shape, unit, height, hasData]);
+
+  useEffect(() => {
+    plot.current?.setData([data.xs, ...data.series.map((s) => s.values)] as AlignedData);
+  }, [data]);
+
+  if (!hasData) {
+    return (
+      <Bullseye style={{ height }}>
+        <Content component="p">{emptyText}: the chart fills in as samples arrive.</Content>
+      </Bullseye>
+    );
+  }
+  return <div ref={host} className="sz-chart" />;
+}

@@ -1,0 +1,33 @@
+import { useQueryClient } from '@tanstack/react-query';
+import { useRef } from 'react';
+import { keys, putInstance } from '../api/queries';
+import type { ModelInstance } from '../api/types';
+import { useEventStream } from './useEventStream';
+
+interface StatusEventData {
+  instanceId: string;
+  status: string;
+  instance: ModelInstance;
+}
+
+/**
+ * Keeps the cached instance list current from the server's status events
+ * (`/api/v1/events`): every transition shows at once on every page.
+ */
+export function useLiveInstances(): void {
+  const qc = useQueryClient();
+  const opened = useRef(false);
+  useEventStream('/api/v1/events', {
+    // After a reconnection, transitions may have been missed while disconnected.
+    onOpen: () => {
+      if (opened.current) void qc.invalidateQueries({ queryKey: keys.instances });
+      opened.current = true;
+    },
+    onMessage: ({ event, data }) => {
+      if (event !== 'status' && event !== 'removed') return;
+      const payload = JSON.parse(data) as StatusEventData;
+      putInstance(qc, payload.instance, event === 'removed');
+      void qc.invalidateQueries({ queryKey: keys.gpus });
+    },
+  });
+}

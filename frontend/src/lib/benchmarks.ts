@@ -1,0 +1,104 @@
+// Benchmark results: every metric of the seed's BenchmarkMetrics, labelled, and run comparisons.
+
+import type { BenchmarkMetrics, BenchmarkRun, BenchmarkScenario } from '../api/types';
+import { formatMs, formatNumber } from './format';
+
+type MetricKey = Exclude<keyof BenchmarkMetrics, 'scenarioId'>;
+
+export interface MetricDef {
+  key: MetricKey;
+  label: string;
+  /** Whether a smaller value is better (latency) or a larger one (throughput). */
+  better: 'lower' | 'higher';
+  format: (v: number | null) => string;
+}
+
+const STATS = ['Min', 'Avg', 'P50', 'P90', 'P95', 'P99', 'Max'] as const;
+const tokensPerSecond = (v: number | null): string => (v === null ? '—' : `${formatNumber(v)} tok/s`);
+
+function family(prefix: 'ttft' | 'tps' | 'e2e', name: string, better: MetricDef['better'], format: MetricDef['format']): MetricDef[] {
+  return STATS.map((s) => ({ key: `${prefix}${s}` as MetricKey, label: `${name} ${s.toLowerCase()}`, better, format }));
+}
+
+/** Every metric, in display order. */
+export const METRICS: MetricDef[] = [
+  ...family('ttft', 'TTFT', 'lower', formatMs),
+  ...family('e2e', 'E2E latency', 'lower', formatMs),
+  ...family('tps', 'Decode rate', 'higher', tokensPerSecond),
+  { key: 'goodputCount', label: 'Goodput (requests within SLA)', better: 'higher', format: (v) => formatNumber(v, 0) },
+  { key: 'goodputPercent', label: 'Goodput %', better: 'higher', format: (v) => (v === null ? '—' : `${formatNumber(v, 1)}%`) },
+  { key: 'requestsPerSecond', label: 'Requests/s', better: 'higher', format: (v) => formatNumber(v) },
+  { key: 'tokensPerSecondTotal', label: 'Output tokens/s (total)', better: 'higher', format: tokensPerSecond },
+];
+
+export function metricValue(m: BenchmarkMetrics | null, key: MetricKey): number | null {
+  return m ? m[key] : null;
+}
+
+export function scenarioTitle(s: BenchmarkScenario, i: number): string {
+  return `#${i + 1} ${s.modelName} · ${s.routingMode} · c${s.concurrency} · ${s.inputTokens}→${s.outputTokens} tok`;
+}
+
+export interface Delta {
+  /** b relative to a: (b - a) / a; null when either is missing or a is 0. */
+  ratio: number | null;
+  verdict: 'better' | 'worse' | 'same' | 'n/a';
+}
+
+/** How b compares with a on one metric (within 2% counts as the same). */
+export function compareValue(a: number | null, b: number | null, better: MetricDef['better']): Delta {
+  if (a === null || b === null || a === 0) return { ratio: null, verdict: 'n/a' };
+  const ratio = (b - a) / Math.abs(a);
+  if (Math.abs(ratio) < 0.02) return { ratio, verdict: 'same' };
+  const improved = better === 'lower' ? ratio < 0 : ratio > 0;
+  return { ratio, verdict: improved ? 'better' : 'worse' };
+}
+
+export interface ComparedScenario {
+  title: string;
+  a: BenchmarkScenario | null;
+  b: BenchmarkScenario | null;
+}
+
+/** Scenario pairs of two runs, by position (a run's scenarios keep their order). */
+export function pairScenarios(a: BenchmarkRun, b: BenchmarkRun): ComparedScenario[] {
+  const n = Math.max(a.scenarios.length, b.scenarios.length);
+  return Array.from({ length: n }, (_, i) => {
+    const sa = a.scenarios[i] ?? null;
+    const sb = b.scenarios[i] ?? null;
+    const any = sa ?? sb;
+    return { title: any ? scenarioTitle(any, i) : `#${i + 1}`, a: sa, b: sb };
+  });
+}
+
+/** Bars for the latency chart: per scenario, p50/p95/p99 of TTFT and E2E in ms. */
+export function latencyBars(run: BenchmarkRun): Array<{ label: string; values: Array<[string, number]> }> {
+  return run.scenarios
+    .map((s, i) => ({ s, i }))
+    .filter(({ s }) => s.metrics !== null)
+    .map(({ s, i }) => {
+      const m = s.metrics as BenchmarkMetrics;
+      return {
+        label: scenarioTitle(s, i),
+        values: [
+          ['TTFT p50', m.ttftP50],
+          ['TTFT p95', m.ttftP95],
+          ['TTFT p99', m.ttftP99],
+          ['E2E p50', m.e2eP50],
+          ['E2E p95', m.e2eP95],
+          ['E2E p99', m.e2eP99],
+        ],
+      };
+    });
+}
+
+/** Share of a scenario's requests done, 0..100, from live progress or its final counts. */
+export function scenarioPercent(s: BenchmarkScenario, progress?: { completed: number; total: number; phase: string }): number {
+  if (s.status === 'completed') return 100;
+  if (progress) {
+    // Phases: prompts, warmup (not counted), then measure.
+    if (progress.phase !== 'measure' || progress.total <= 0) return 0;
+    return Math.min(100, (progress.completed / progress.total) * 100);
+  }
+  return s.totalRequests > 0 ? Math.min(100, ((s.successfulRequests + s.failedRequests) / s.totalRequests) * 100) : 0;
+}

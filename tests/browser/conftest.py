@@ -1,0 +1,135 @@
+"""Playwright (sync API) driving Debian's chromium against real `sardeenz serve` processes.
+
+Never `playwright install`: the browser is /usr/bin/chromium from apt (`make
+browser-deps`). Each test gets a fresh browser context (1280x800) whose console
+errors and page errors are collected; its final state is saved as a PNG under
+test-output/browser/.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
+
+from tests.support import ServerProcess, kill_engines
+
+CHROMIUM = Path("/usr/bin/chromium")
+REPO = Path(__file__).resolve().parents[2]
+WEB_INDEX = REPO / "src" / "sardeenz" / "web" / "index.html"
+SCREENSHOTS = REPO / "test-output" / "browser"
+SIM_GPUS = "NVIDIA L4:24GiB,Tesla T4:16GiB"
+
+# The closed network refuses Chromium's own background connections; keep it quiet.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed: run `make browser-deps`")
+    if not WEB_INDEX.exists():
+        pytest.skip("the dashboard is not built: run `make web`")
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    b = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+
+
+def start_server(data_dir: Path, *, env: dict[str, str] | None = None) -> ServerProcess:
+    srv = ServerProcess(data_dir, args=["--sim-gpus", SIM_GPUS], extra_env=env)
+    return srv.start()
+
+
+def stop_server(srv: ServerProcess) -> None:
+    srv.stop(signal.SIGKILL)
+    kill_engines(srv.data_dir)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real server with two simulated GPUs (an Ampere L4 and a pre-Ampere T4).
+
+    Shared by the modules (a start costs seconds); each test unloads what it loaded.
+    """
+    srv = start_server(tmp_path_factory.mktemp("dash"))
+    yield srv
+    stop_server(srv)
+
+
+def has_route(srv: ServerProcess, path: str) -> bool:
+    return path in httpx.get(f"{srv.url}/openapi.json").json()["paths"]
+
+
+@dataclass
+class Session:
+    """One browser tab on a server, with what its console said."""
+
+    page: Page
+    base_url: str
+    errors: list[str] = field(default_factory=list)
+    allowed: list[re.Pattern[str]] = field(default_factory=list)
+
+    def goto(self, path: str) -> None:
+        self.page.goto(self.base_url + path)
+
+    def allow(self, pattern: str) -> None:
+        """Expect console errors matching ``pattern`` (e.g. a 401 the test provokes)."""
+        self.allowed.append(re.compile(pattern))
+
+    def unexpected_errors(self) -> list[str]:
+        return [e for e in self.errors if not any(p.search(e) for p in self.allowed)]
+
+    def shot(self, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+
+def open_session(browser: Browser, base_url: str, **context: Any) -> Session:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, **context)
+    ctx.set_default_timeout(15_000)
+    page = ctx.new_page()
+    session = Session(page=page, base_url=base_url)
+
+    def on_console(msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            session.errors.append(f"console: {msg.text} ({msg.location.get('url', '')})")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: session.errors.append(f"page error: {exc}"))
+    return session
+
+
+@pytest.fixture
+def session(
+    browser: Browser, server: ServerProcess, request: pytest.FixtureRequest
+) -> Iterator[Session]:
+    """A fresh tab on the module's server; its final state is saved, its console must stay clean."""
+    s = open_session(browser, server.url)
+    yield s
+    s.shot(request.node.name)
+    s.page.context.close()
+    assert s.unexpected_errors() == [], "console errors"
