@@ -266,6 +266,18 @@ async def test_200_concurrent_streams_complete_with_correct_content(
 
 
 # ------------------------------------------------------------ engine failures
+def _wait_running(port: int, wanted: int, timeout: float = 10) -> None:
+    """Wait until the engine's own gauge shows ``wanted`` requests in flight."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        for line in text.splitlines():
+            if line.startswith("vllm:num_requests_running") and float(line.split()[-1]) >= wanted:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"engine on {port} never had {wanted} requests running")
+
+
 def test_engine_killed_mid_stream_and_mid_request(proxy: ThreadedProxyServer) -> None:
     victim = Sim("victim", ttft_ms=5, itl_ms=30).wait_ready()
     try:
@@ -289,6 +301,9 @@ def test_engine_killed_mid_stream_and_mid_request(proxy: ThreadedProxyServer) ->
             chunks = r.iter_raw()
             got = next(chunks) + next(chunks)
             assert b"data: " in got
+            # Kill only once the non-stream request is in flight at the engine too;
+            # otherwise it may arrive after the kill and rightly get a 503 instead.
+            _wait_running(victim.port, 2)
             victim.kill()
             rest = b"".join(chunks)  # must end, not hang
         events = sse_events(got + rest)
