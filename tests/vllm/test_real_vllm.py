@@ -141,11 +141,16 @@ def test_openai_client_through_the_proxy(
             prompt="The quick brown fox",
             max_tokens=6,
             stream=True,
+            stream_options={"include_usage": True},
             extra_body={"min_tokens": 6, "ignore_eos": True},
         )
     )
     text = "".join(c.choices[0].text for c in chunks if c.choices)
-    assert len(chunks) >= 6
+    # vLLM may put several tokens in one chunk when the machine is busy: count
+    # tokens by the engine's usage, not by chunks.
+    usage = [c.usage for c in chunks if c.usage is not None]
+    assert usage[-1].completion_tokens == 6
+    assert len([c for c in chunks if c.choices]) >= 2  # streamed, not one reply
     assert text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
