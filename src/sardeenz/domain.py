@@ -26,6 +26,12 @@ class CamelModel(BaseModel):
     )
 
 
+class StrictCamelModel(CamelModel):
+    """A request body: like CamelModel, and unknown fields are an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class InstanceStatus(StrEnum):
     """Lifecycle states of the seed. An unloaded instance leaves the registry."""
 
@@ -61,15 +67,8 @@ class MemoryMetrics(CamelModel):
 ExtraArg = Annotated[str, Field(max_length=4096)]
 
 
-class LoadRequest(CamelModel):
+class LoadRequest(StrictCamelModel):
     """Body of ``POST /api/v1/models/load``."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        serialize_by_alias=True,
-        extra="forbid",
-    )
 
     model_path: str = Field(..., min_length=1, max_length=4096)
     engine: EngineKind | None = None
@@ -90,12 +89,7 @@ class LoadRequest(CamelModel):
 class ModelInstance(CamelModel):
     """ModelInstance of the seed (runtime state), plus what operators need to debug."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        serialize_by_alias=True,
-        validate_assignment=True,
-    )
+    model_config = ConfigDict(validate_assignment=True)
 
     id: str
     model_path: str
@@ -138,14 +132,7 @@ class ModelInstance(CamelModel):
     )
 
 
-class SleepRequest(CamelModel):
+class SleepRequest(StrictCamelModel):
     """Body of ``POST /api/v1/models/{id}/sleep`` (``level`` may also be a query parameter)."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        serialize_by_alias=True,
-        extra="forbid",
-    )
 
     level: int = Field(1, ge=1, le=2, description="1: offload weights to CPU; 2: discard them")

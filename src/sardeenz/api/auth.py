@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
 
 from sardeenz.api.deps import ServicesDep
+from sardeenz.domain import CamelModel
 from sardeenz.security.auth import Principal
 from sardeenz.security.policy import PUBLIC, READONLY
 from sardeenz.store.audit import AuditEntry
@@ -16,26 +15,20 @@ from sardeenz.store.audit import AuditEntry
 router = APIRouter(prefix="/api", tags=["auth"])
 
 
-class _Camel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
-    )
-
-
-class OidcConfig(_Camel):
+class OidcConfig(CamelModel):
     issuer: str
     client_id: str | None
     authorization_endpoint: str | None
     token_endpoint: str | None
 
 
-class AuthConfig(_Camel):
+class AuthConfig(CamelModel):
     auth_enabled: bool
     oidc: OidcConfig | None
     roles_claim: str
 
 
-class Me(_Camel):
+class Me(CamelModel):
     subject: str
     role: str | None
     roles: list[str]

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
 
 from sardeenz.api.deps import ServicesDep
+from sardeenz.domain import CamelModel
 from sardeenz.gpu.budget import GpuBudget, compute_budget
 from sardeenz.gpu.inventory import GpuInfo
 from sardeenz.gpu.kvcached import KvctlError, scan_segment_files
@@ -15,13 +14,7 @@ from sardeenz.security.policy import READONLY
 router = APIRouter(prefix="/api/v1", tags=["gpus"])
 
 
-class _Camel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
-    )
-
-
-class GpuReport(_Camel):
+class GpuReport(CamelModel):
     available: bool
     simulated: bool
     reason: str | None
@@ -29,14 +22,14 @@ class GpuReport(_Camel):
     budgets: list[GpuBudget]
 
 
-class SegmentView(_Camel):
+class SegmentView(CamelModel):
     ipc: str
     limit_bytes: int
     used_bytes: int
     owned_by_this_node: bool
 
 
-class SegmentReport(_Camel):
+class SegmentReport(CamelModel):
     source: str
     segments: list[SegmentView]
     error: str | None = None

@@ -17,7 +17,7 @@ from typing import Final
 from pydantic import ConfigDict, Field, SecretStr
 from pydantic.alias_generators import to_camel
 
-from sardeenz.domain import CamelModel
+from sardeenz.domain import CamelModel, StrictCamelModel
 
 MAX_TOTAL_REQUESTS: Final = 100_000
 """Measured requests per scenario."""
@@ -77,16 +77,7 @@ class PromptSource(StrEnum):
     """No tokenizer endpoint: one common English word per token, roughly right."""
 
 
-class _Strict(CamelModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        serialize_by_alias=True,
-        extra="forbid",
-    )
-
-
-class ScenarioSpec(_Strict):
+class ScenarioSpec(StrictCamelModel):
     """One scenario as a client asks for it (``POST /api/benchmarks``)."""
 
     instance_id: str = Field(..., min_length=1, max_length=64)
@@ -101,7 +92,7 @@ class ScenarioSpec(_Strict):
     )
 
 
-class BenchmarkCreate(_Strict):
+class BenchmarkCreate(StrictCamelModel):
     """Body of ``POST /api/benchmarks``."""
 
     name: str | None = Field(None, max_length=512)

@@ -11,10 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-from sardeenz.domain import CamelModel
+from sardeenz.domain import CamelModel, StrictCamelModel
 
 _GIB_MAX = 1_000_000.0  # a petabyte of GPU memory per profile is a typo, not a model
 
@@ -42,16 +41,7 @@ class MemoryProfile(CamelModel):
     updated_at: datetime | None = None
 
 
-class _Strict(CamelModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        serialize_by_alias=True,
-        extra="forbid",
-    )
-
-
-class ProfileCreate(_Strict):
+class ProfileCreate(StrictCamelModel):
     """Body of ``POST /api/memory/profiles``.
 
     Three ways to create a profile:
@@ -85,7 +75,7 @@ class ProfileCreate(_Strict):
     created_by: str | None = Field(None, max_length=256)
 
 
-class FitRequest(_Strict):
+class FitRequest(StrictCamelModel):
     """Body of ``POST /api/memory/profiles/check``: will this model fit, here, now?"""
 
     model_path: str = Field(..., min_length=1, max_length=4096)
