@@ -158,3 +158,60 @@ def sim_load(client: httpx.Client, name: str, *extra: str, **body: Any) -> dict[
     assert resp.status_code == 202, resp.text
     data: dict[str, Any] = resp.json()
     return data
+
+
+class Sim:
+    """One simulated engine process in its own session (killed as a group)."""
+
+    def __init__(self, model: str, *, ttft_ms: float = 5, itl_ms: float = 2) -> None:
+        self.model = model
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sardeenz.engines.sim",
+                "--model",
+                model,
+                "--port",
+                str(self.port),
+                "--load-seconds",
+                "0",
+                "--ttft-ms",
+                str(ttft_ms),
+                "--itl-ms",
+                str(itl_ms),
+                "--disable-uvicorn-access-log",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 30) -> Sim:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sim engine exited with {self.proc.returncode}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.1)
+        raise RuntimeError("sim engine not ready")
+
+    def aborts(self) -> float:
+        text = httpx.get(f"{self.url}/metrics", timeout=5).text
+        for line in text.splitlines():
+            if line.startswith("vllm:request_success_total{") and 'finished_reason="abort"' in line:
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)

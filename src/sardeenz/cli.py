@@ -128,13 +128,18 @@ def _run_server(settings: Settings) -> None:
     import uvicorn
 
     from sardeenz.app import create_app
+    from sardeenz.proxy.fastlane import fast_lane_protocol
 
+    gateway = create_app(settings)
     uvicorn.run(
-        create_app(settings),
+        gateway,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        # /v1 connections take the fast lane; everything else is uvicorn's.
+        http=fast_lane_protocol(gateway, max_body_bytes=settings.proxy_max_body_bytes)
+        if settings.proxy_fast_lane
+        else "httptools",
         log_level=settings.log_level,
         access_log=False,
         # Engines and clients keep connections warm across quiet spells; uvicorn's

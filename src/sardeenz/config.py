@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     proxy_auto_wake: bool = Field(
         True, validation_alias=_env("SARDEENZ_PROXY_AUTO_WAKE", "proxy_auto_wake")
     )
+    proxy_fast_lane: bool = Field(
+        True, validation_alias=_env("SARDEENZ_PROXY_FAST_LANE", "proxy_fast_lane")
+    )
+    """Serve /v1 connections with proxy/fastlane.py instead of uvicorn's cycle."""
 
     # --- storage ------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL", "database_url"))

@@ -9,12 +9,6 @@ routing table is changed the way the supervisor's events would change it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,72 +23,9 @@ from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
 from sardeenz.engines.sim import completion_text
 from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from tests.support import Sim, free_port
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Sim:
-    """One simulated engine process in its own session (killed as a group)."""
-
-    def __init__(self, model: str, *, ttft_ms: float = 5, itl_ms: float = 2) -> None:
-        self.model = model
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sardeenz.engines.sim",
-                "--model",
-                model,
-                "--port",
-                str(self.port),
-                "--load-seconds",
-                "0",
-                "--ttft-ms",
-                str(ttft_ms),
-                "--itl-ms",
-                str(itl_ms),
-                "--disable-uvicorn-access-log",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, timeout: float = 30) -> Sim:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sim engine exited with {self.proc.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.1)
-        raise RuntimeError("sim engine not ready")
-
-    def aborts(self) -> float:
-        text = httpx.get(f"{self.url}/metrics", timeout=5).text
-        for line in text.splitlines():
-            if line.startswith("vllm:request_success_total{") and 'finished_reason="abort"' in line:
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
 
 
 @pytest.fixture(scope="module")

@@ -123,6 +123,18 @@ class ModelMetrics:
         requests[status] = requests.get(status, 0) + 1
 
 
+class LaneCounters:
+    """Connections seen by the fast lane (proxy/fastlane.py), and how many it handed over."""
+
+    __slots__ = ("accepted", "handed_over")
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.handed_over = 0
+
+
+LANE = LaneCounters()
+
 _by_model: dict[str, ModelMetrics] = {}
 _instances: dict[str, tuple[str, str]] = {}
 """instance id -> (served name, status) for ``sardeenz_instance_status``."""
@@ -182,6 +194,16 @@ class _ProxyCollector(Collector):
             for s in _STATUSES:
                 family.add_metric([iid, name, s], 1 if s == current else 0)
         yield family
+        yield CounterMetricFamily(
+            "sardeenz_http_connections",
+            "Client connections accepted by the fast lane (all of them when it is on).",
+            value=LANE.accepted,
+        )
+        yield CounterMetricFamily(
+            "sardeenz_http_connections_handed_over",
+            "Connections the fast lane gave to uvicorn (a request other than a plain /v1 one).",
+            value=LANE.handed_over,
+        )
 
     @staticmethod
     def _histograms(models: Iterable[ModelMetrics]) -> Iterator[Metric]:
@@ -225,6 +247,8 @@ class _ProxyCollector(Collector):
         yield GaugeMetricFamily(
             "sardeenz_instance_status", "", labels=["instance_id", "model", "status"]
         )
+        yield CounterMetricFamily("sardeenz_http_connections", "", value=0)
+        yield CounterMetricFamily("sardeenz_http_connections_handed_over", "", value=0)
 
 
 REGISTRY = CollectorRegistry(auto_describe=True)

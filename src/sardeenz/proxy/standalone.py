@@ -25,6 +25,7 @@ import uvicorn
 
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.proxy.fastlane import fast_lane_protocol
 from sardeenz.proxy.forwarder import InferenceProxy, Receive, Scope, Send, send_json
 from sardeenz.proxy.metrics import render_metrics
 from sardeenz.proxy.routing import RoutingTable
@@ -93,12 +94,26 @@ def build_asgi(proxy: InferenceProxy) -> ASGIApp:
     return app
 
 
+def _http_protocol(app: ASGIApp, settings: Settings) -> type[asyncio.Protocol] | str:
+    """The same choice ``sardeenz serve`` makes: the fast lane unless turned off."""
+    if not settings.proxy_fast_lane:
+        return "httptools"
+    return fast_lane_protocol(app, max_body_bytes=settings.proxy_max_body_bytes)
+
+
 class ThreadedProxyServer:
     """uvicorn + InferenceProxy on a private thread and loop (see module doc)."""
 
-    def __init__(self, settings: Settings | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        host: str = "127.0.0.1",
+        *,
+        timeout_keep_alive: int = 5,
+    ) -> None:
         self.settings = settings or Settings()
         self.host = host
+        self.timeout_keep_alive = timeout_keep_alive
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -141,16 +156,18 @@ class ThreadedProxyServer:
     async def _serve(self) -> None:
         self.table = RoutingTable()
         self.proxy = InferenceProxy(self.settings, self.table)
+        app = build_asgi(self.proxy)
         config = uvicorn.Config(
-            build_asgi(self.proxy),
+            app,
             host=self.host,
             port=0,
             loop="none",
-            http="httptools",
+            http=_http_protocol(app, self.settings),
             lifespan="on",
             access_log=False,
             log_level="warning",
             timeout_graceful_shutdown=2,
+            timeout_keep_alive=self.timeout_keep_alive,
         )
         server = self._server = uvicorn.Server(config)
         serve = asyncio.get_running_loop().create_task(server.serve())
@@ -214,13 +231,14 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--route {route!r}: expected NAME=PORT")
         table.apply(make_instance(f"static-{i}", name, int(port)))
     proxy = InferenceProxy(settings, table)
+    app = build_asgi(proxy)
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.run(
-            build_asgi(proxy),
+            app,
             host=args.host,
             port=args.port,
             loop="uvloop",
-            http="httptools",
+            http=_http_protocol(app, settings),
             lifespan="on",
             access_log=False,
             log_level="warning",

@@ -1,0 +1,518 @@
+"""A lean HTTP/1.1 server lane for ``/v1/*``, in front of uvicorn's protocol.
+
+Why: measured in benchmarks/proxy_overhead.py, uvicorn's request cycle alone
+(parse, scope, ASGI messages, header checks, flow control objects) costs
+about 110 us of CPU per request on this kind of machine: most of the proxy's
+150 us budget before a byte is forwarded. Every inference request pays it.
+
+What: uvicorn instantiates this protocol for every accepted connection (it is
+passed as ``uvicorn.Config(http=...)``). As long as each request on the
+connection is an ordinary ``/v1/...`` request (HTTP/1.1, a Content-Length or
+no body, no upgrade) this lane parses it with httptools and runs the SAME
+ASGI app uvicorn would (the Gateway), with a minimal ASGI cycle: one
+``http.request`` message, then ``http.disconnect``; responses written with
+Content-Length or chunked framing, head and first body bytes in one write.
+
+Anything else (the admin API, the dashboard, ``/metrics``, a websocket
+upgrade, a chunked upload, a body over the proxy's limit, HTTP/1.0, a
+malformed path) makes the lane hand the connection to uvicorn's own
+``HttpToolsProtocol`` at that request boundary, with every unconsumed byte,
+and step aside for good. So the lane only has to be right for the narrow
+case it accepts, and uvicorn stays in charge of everything else, including
+the 413 for a body that is too large (it streams, the app refuses).
+
+It keeps the parts of uvicorn's contract that an operator relies on:
+keep-alive with the configured idle timeout, pipelined requests answered in
+order, ``Expect: 100-continue``, back-pressure both ways, the ``date`` and
+``server`` headers, graceful shutdown (it registers in uvicorn's server
+state, so ``shutdown()`` closes it once its response is done), and client
+disconnects reported to the app as ``http.disconnect`` (the proxy's cue to
+abort the engine request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import urllib.parse
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+import httptools
+import orjson
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from sardeenz.proxy.metrics import LANE
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+MAX_HEAD_BYTES: Final = 64 * 1024
+"""Request line plus headers; larger is answered 431 (nginx and uvicorn allow less)."""
+_READ_PAUSE_SLACK: Final = 256 * 1024
+"""Buffered bytes beyond one full request before we stop reading the client."""
+
+_STATUS_LINES: Final = {
+    s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in http.HTTPStatus
+}
+_NO_BODY_STATUS: Final = frozenset({204, 304})
+_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_LAST_CHUNK: Final = b"0\r\n\r\n"
+_ASGI: Final = {"version": "3.0", "spec_version": "2.4"}
+_REQUEST: Final = "http.request"
+_DISCONNECT: Final = {"type": "http.disconnect"}
+
+
+def _status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    return line if line is not None else b"HTTP/1.1 %d \r\n" % status
+
+
+def _error_reply(status: int, message: str, code: str) -> bytes:
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": code,
+            }
+        }
+    )
+    return (
+        b"%scontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+        % (
+            _status_line(status),
+            len(body),
+            body,
+        )
+    )
+
+
+def fast_lane_protocol(app: ASGIApp, *, max_body_bytes: int) -> type[asyncio.Protocol]:
+    """The protocol class to pass as ``uvicorn.Config(http=...)``.
+
+    ``app`` is called for the lane's requests (``/v1/...`` only); every other
+    request runs through uvicorn with the app uvicorn was given. Bodies over
+    ``max_body_bytes`` go to uvicorn too, so the app's own limit check sees
+    them without the lane buffering them first.
+    """
+
+    class _Lane(FastLaneProtocol):
+        lane_app = staticmethod(app)
+        max_body = max_body_bytes
+
+    return _Lane
+
+
+class FastLaneProtocol(asyncio.Protocol):
+    """One client connection; see the module docstring. Subclassed by ``fast_lane_protocol``."""
+
+    lane_app: ASGIApp
+    max_body: int
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self._config = config
+        self._server_state = server_state
+        self._app_state = app_state
+        self._loop = _loop or asyncio.get_event_loop()
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._parser = httptools.HttpRequestParser(self)
+        self._server_addr: tuple[str, int] | None = None
+        self._client_addr: tuple[str, int] | None = None
+        # the request whose head is parsed and whose body may still be arriving
+        self._head_len = 0
+        self._body_len = 0
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._hand_over = False
+        self._expect_continue = False
+        self._keep_alive = True
+        self._cycle: _Cycle | None = None  # the request being answered
+        self._closing = False  # close once the current response is done
+        self._read_paused = False
+        self._write_paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._server_state.connections.add(self)  # type: ignore[arg-type]
+        self._server_addr = _addr(transport.get_extra_info("sockname"))
+        self._client_addr = _addr(transport.get_extra_info("peername"))
+        LANE.accepted += 1
+        self._arm_idle_timer()
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if self._cycle is None:
+            self._process()
+        elif len(self._buf) > MAX_HEAD_BYTES + _READ_PAUSE_SLACK and not self._read_paused:
+            # A client pipelining far ahead: stop reading until we catch up.
+            self._read_paused = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server_state.connections.discard(self)
+        self._cancel_idle_timer()
+        self.transport = None
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.disconnect()
+        self._wake_writers()
+
+    def eof_received(self) -> bool | None:
+        return None  # let the transport close: a half-closed client is gone
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_writers()
+
+    def shutdown(self) -> None:
+        """Called by uvicorn on graceful shutdown: close once the response is done."""
+        if self._cycle is None:
+            if self.transport is not None:
+                self.transport.close()
+        else:
+            self._closing = True
+
+    # ------------------------------------------------------- httptools callbacks
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-length":
+            if value.isdigit():
+                self._body_len = int(value)
+            else:  # llhttp rejects most of these; uvicorn answers the rest
+                self._hand_over = True
+        elif name == b"transfer-encoding" or name == b"upgrade":
+            self._hand_over = True
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        # Only valid now: llhttp forgets the message's flags once it completes.
+        self._keep_alive = self._parser.should_keep_alive()
+
+    # --------------------------------------------------------------- the lane
+    def _process(self) -> None:
+        """Start the next complete request in the buffer, or hand over, or wait."""
+        transport = self.transport
+        while self._cycle is None and transport is not None and not transport.is_closing():
+            buf = self._buf
+            if not buf:
+                self._arm_idle_timer()
+                return
+            self._cancel_idle_timer()
+            if not self._head_len:
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    if not self._first_line_fits(buf):
+                        return self._give_to_uvicorn()
+                    if len(buf) > MAX_HEAD_BYTES:
+                        return self._reject(431, "request headers too large", "headers_too_large")
+                    return
+                if end + 4 > MAX_HEAD_BYTES:
+                    return self._reject(431, "request headers too large", "headers_too_large")
+                if not self._first_line_fits(buf):
+                    return self._give_to_uvicorn()
+                try:
+                    self._parser.feed_data(bytes(buf[: end + 4]))
+                except httptools.HttpParserError:
+                    return self._reject(400, "invalid HTTP request", "invalid_http_request")
+                if (
+                    self._hand_over
+                    or self._body_len > self.max_body
+                    or self._parser.get_http_version() != "1.1"
+                ):
+                    return self._give_to_uvicorn()
+                self._head_len = end + 4
+                if self._expect_continue and len(buf) < self._head_len + self._body_len:
+                    transport.write(_CONTINUE)
+            need = self._head_len + self._body_len
+            if len(buf) < need:
+                return  # the body is still arriving
+            body = bytes(buf[self._head_len : need]) if self._body_len else b""
+            if body:
+                try:
+                    self._parser.feed_data(body)  # completes the message in the parser
+                except httptools.HttpParserError:
+                    return self._reject(400, "invalid HTTP request", "invalid_http_request")
+            del buf[:need]
+            if self._read_paused and len(buf) <= _READ_PAUSE_SLACK:
+                self._read_paused = False
+                transport.resume_reading()
+            self._start(body)
+
+    def _first_line_fits(self, buf: bytearray) -> bool:
+        """Does the request line name a ``/v1/`` path? (Else, or unsure: uvicorn.)"""
+        eol = buf.find(b"\r\n", 0, 8192)
+        line = buf[:eol] if eol >= 0 else buf[:8192]
+        sp = line.find(b" ")
+        if sp < 0:
+            return eol < 0 and len(buf) < 16  # not enough bytes to tell yet
+        target = line[sp + 1 : sp + 5]
+        if len(target) < 4 and eol < 0:
+            return b"/v1/".startswith(target)  # not enough bytes to tell yet
+        return target == b"/v1/"
+
+    def _start(self, body: bytes) -> None:
+        parser = self._parser
+        url, self._url = self._url, b""
+        headers, self._headers = self._headers, []
+        self._head_len = self._body_len = 0
+        self._expect_continue = False
+        parsed = httptools.parse_url(url)
+        raw_path: bytes = parsed.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope: Scope = {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": "1.1",
+            "server": self._server_addr,
+            "client": self._client_addr,
+            "scheme": "http",
+            "method": parser.get_method().decode("ascii"),
+            "root_path": "",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": parsed.query or b"",
+            "headers": headers,
+            "state": self._app_state.copy(),
+        }
+        keep_alive = self._keep_alive and not self._closing
+        cycle = self._cycle = _Cycle(self, body, keep_alive, scope["method"] == "HEAD")
+        self._server_state.total_requests += 1
+        task = self._loop.create_task(self._run(cycle, scope))
+        tasks = self._server_state.tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def _run(self, cycle: _Cycle, scope: Scope) -> None:
+        try:
+            await self.lane_app(scope, cycle.receive, cycle.send)
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                log.exception("unhandled error answering %s %s", scope["method"], scope["path"])
+            if not cycle.started and self.transport is not None:
+                cycle.keep_alive = False
+                self.transport.write(_error_reply(500, "internal server error", "internal_error"))
+            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+                raise
+        finally:
+            self._finish(cycle)
+
+    def _finish(self, cycle: _Cycle) -> None:
+        """The app returned: keep the connection for the next request, or close it."""
+        if self._cycle is cycle:
+            self._cycle = None
+        transport = self.transport
+        if transport is None:
+            return
+        if not (cycle.complete and cycle.keep_alive) or self._closing:
+            # A response cut short must not look complete: close, do not reuse.
+            transport.close()
+            return
+        self._process()
+
+    def _give_to_uvicorn(self) -> None:
+        """Hand this connection, unconsumed bytes included, to uvicorn's protocol."""
+        transport = self.transport
+        assert transport is not None
+        self._cancel_idle_timer()
+        self._server_state.connections.discard(self)
+        self.transport = None
+        LANE.handed_over += 1
+        successor = HttpToolsProtocol(
+            config=self._config,
+            server_state=self._server_state,
+            app_state=self._app_state,
+            _loop=self._loop,
+        )
+        transport.set_protocol(successor)
+        successor.connection_made(transport)
+        if self._write_paused:
+            successor.pause_writing()
+        if self._read_paused:
+            transport.resume_reading()
+        data, self._buf = bytes(self._buf), bytearray()
+        if data:
+            successor.data_received(data)
+
+    def _reject(self, status: int, message: str, code: str) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.write(_error_reply(status, message, code))
+            transport.close()
+        self._buf.clear()
+
+    # --------------------------------------------------------------- helpers
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.write(data)
+
+    async def drain(self) -> None:
+        """Wait while the client's socket buffer is over its high-water mark."""
+        while self._write_paused and self.transport is not None:
+            if self._drain is None:
+                self._drain = self._loop.create_future()
+            await asyncio.shield(self._drain)
+
+    def _wake_writers(self) -> None:
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    def _arm_idle_timer(self) -> None:
+        if self._idle_timer is None and self.transport is not None:
+            self._idle_timer = self._loop.call_later(
+                self._config.timeout_keep_alive, self._idle_timeout
+            )
+
+    def _cancel_idle_timer(self) -> None:
+        timer, self._idle_timer = self._idle_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _idle_timeout(self) -> None:
+        self._idle_timer = None
+        if self._cycle is None and self.transport is not None:
+            self.transport.close()
+
+    def default_headers(self) -> list[tuple[bytes, bytes]]:
+        return self._server_state.default_headers
+
+
+class _Cycle:
+    """One request/response exchange: the ASGI ``receive`` and ``send`` of the lane."""
+
+    __slots__ = (
+        "_body",
+        "_chunked",
+        "_disconnected",
+        "_head",
+        "_head_only",
+        "_proto",
+        "_waiter",
+        "complete",
+        "keep_alive",
+        "started",
+    )
+
+    def __init__(self, proto: FastLaneProtocol, body: bytes, keep_alive: bool, head: bool) -> None:
+        self._proto = proto
+        self._body: bytes | None = body
+        self._head_only = head
+        self._head = b""
+        self._chunked = False
+        self._disconnected = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.keep_alive = keep_alive
+        self.started = False
+        self.complete = False
+
+    def disconnect(self) -> None:
+        self._disconnected = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def receive(self) -> Message:
+        body, self._body = self._body, None
+        if body is not None:
+            return {"type": _REQUEST, "body": body, "more_body": False}
+        while not (self._disconnected or self.complete):
+            if self._waiter is None:
+                self._waiter = self._proto._loop.create_future()
+            await asyncio.shield(self._waiter)
+        return _DISCONNECT
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.body":
+            if not self.started:
+                raise RuntimeError("response body sent before http.response.start")
+            if self.complete:
+                raise RuntimeError("response already complete")
+            self._body_message(message.get("body", b""), message.get("more_body", False))
+            if self._proto._write_paused:
+                await self._proto.drain()
+        elif kind == "http.response.start":
+            if self.started:
+                raise RuntimeError("http.response.start sent twice")
+            self.started = True
+            self._head = self._build_head(message["status"], message.get("headers", ()))
+        else:
+            raise RuntimeError(f"unsupported ASGI message {kind!r} on the fast lane")
+
+    def _build_head(self, status: int, headers: Any) -> bytes:
+        parts = [_status_line(status)]
+        for name, value in self._proto.default_headers():
+            parts.append(b"%s: %s\r\n" % (name, value))
+        framed = False
+        for name, value in headers:
+            name = bytes(name).lower()
+            if name == b"content-length":
+                framed = True
+            elif name == b"connection" and bytes(value).lower() == b"close":
+                self.keep_alive = False
+                continue  # added below once
+            parts.append(b"%s: %s\r\n" % (name, bytes(value)))
+        if not framed and status not in _NO_BODY_STATUS and not self._head_only:
+            self._chunked = True
+            parts.append(b"transfer-encoding: chunked\r\n")
+        if not self.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        return b"".join(parts)
+
+    def _body_message(self, body: bytes, more: bool) -> None:
+        head, self._head = self._head, b""
+        if self._head_only or self._disconnected:
+            out = head
+        elif self._chunked:
+            out = head + (b"%x\r\n%s\r\n" % (len(body), body) if body else b"")
+            if not more:
+                out += _LAST_CHUNK
+        else:
+            out = head + body if head else body
+        if out:
+            self._proto.write(out)
+        if not more:
+            self.complete = True
+            self._wake()
+
+
+def _addr(value: Any) -> tuple[str, int] | None:
+    if isinstance(value, tuple) and len(value) >= 2:
+        return (str(value[0]), int(value[1]))
+    return None
