@@ -521,12 +521,33 @@ def _serve_available() -> bool:
     return app.exists() and cli.exists() and "InferenceProxy" in app.read_text()
 
 
-def _start_serve(procs: Procs, port: int, upstream: str, data_dir: Path) -> tuple[int, int]:
-    """Start ``sardeenz serve`` and load the sim engine through the admin API."""
+def _start_serve(
+    procs: Procs, port: int, upstream: str, data_dir: Path
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``sardeenz serve`` and load the sim engine through the admin API.
+
+    The server gets a data dir of its own: with the default one
+    (``~/.local/share/sardeenz``) it would re-adopt every engine an earlier run
+    left behind (demo models, other ``bench`` instances with other latencies),
+    the proxy would spread ``bench`` over all of them, and "direct" would be
+    whichever instance happened to be listed first. Simulated GPUs without
+    ``--demo``: no demo models competing for the CPU.
+    """
     import httpx
 
     p = procs.spawn(
-        [PY, "-c", "from sardeenz.cli import main; main()", "serve", "--port", str(port), "--demo"],
+        [
+            PY,
+            "-c",
+            "from sardeenz.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir / "serve"),
+            "--sim-gpus",
+            "NVIDIA L4:24GiB",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=str(data_dir),
@@ -543,15 +564,32 @@ def _start_serve(procs: Procs, port: int, upstream: str, data_dir: Path) -> tupl
         timeout=60,
     )
     r.raise_for_status()
+    instance_id = r.json()["id"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         models = httpx.get(f"{base}/api/v1/models", timeout=10).json()
         items = models if isinstance(models, list) else models.get("models", models.get("data", []))
-        for m in items:
-            if m.get("status") == "active":
-                return p.pid, int(m["port"])
+        mine = [m for m in items if m.get("id") == instance_id]
+        if len(items) != 1 or not mine:
+            raise RuntimeError(f"expected only instance {instance_id}, the server lists {items}")
+        if mine[0].get("status") == "active":
+            return p, int(mine[0]["port"])
+        if mine[0].get("status") == "failed":
+            raise RuntimeError(f"the sim engine failed: {mine[0].get('errorMessage')}")
         time.sleep(0.2)
     raise RuntimeError("the sim engine did not become active")
+
+
+def _stop_serve(serve: subprocess.Popen[bytes], engine_pgid: int | None) -> None:
+    """Stop ``sardeenz serve`` gracefully so it stops its engine (engines run in
+    their own session and would outlive a SIGKILL); kill the engine if it did not."""
+    with contextlib.suppress(ProcessLookupError):
+        serve.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        serve.wait(30)
+    if engine_pgid is not None and engine_pgid != os.getpgrp():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(engine_pgid, signal.SIGKILL)
 
 
 def _pid_on_port(port: int) -> int:
@@ -575,14 +613,18 @@ def orchestrate(args: argparse.Namespace) -> None:
     procs = Procs()
     tmp = Path(tempfile.mkdtemp(prefix="sardeenz-bench-"))
     t_start = time.monotonic()
+    serve: subprocess.Popen[bytes] | None = None
+    engine_pgid: int | None = None
     try:
         up_port, proxy_port, nginx_port = _free_port(), _free_port(), _free_port()
         mode = args.proxy
         if mode == "auto":
             mode = "serve" if _serve_available() else "standalone"
         if mode == "serve":
-            proxy_pid, up_port = _start_serve(procs, proxy_port, args.upstream, tmp)
+            serve, up_port = _start_serve(procs, proxy_port, args.upstream, tmp)
+            proxy_pid = serve.pid
             up_pid = _pid_on_port(up_port)
+            engine_pgid = os.getpgid(up_pid)
             upstream_desc = "sim engine loaded by sardeenz serve"
         else:
             if args.upstream == "sim":
@@ -715,6 +757,8 @@ def orchestrate(args: argparse.Namespace) -> None:
         if args.clients:
             client_bench(procs, up_port)
     finally:
+        if serve is not None:
+            _stop_serve(serve, engine_pgid)
         procs.close()
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\ntotal {time.monotonic() - t_start:.0f} s")
