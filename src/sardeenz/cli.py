@@ -128,7 +128,6 @@ def _run_server(settings: Settings) -> None:
     import uvicorn
 
     from sardeenz.app import create_app
-    from sardeenz.proxy.fastlane import fast_lane_protocol
 
     gateway = create_app(settings)
     uvicorn.run(
@@ -137,7 +136,7 @@ def _run_server(settings: Settings) -> None:
         port=settings.port,
         loop="uvloop",
         # /v1 connections take the fast lane; everything else is uvicorn's.
-        http=fast_lane_protocol(gateway, max_body_bytes=settings.proxy_max_body_bytes)
+        http=gateway.http_protocol(settings.proxy_max_body_bytes)
         if settings.proxy_fast_lane
         else "httptools",
         log_level=settings.log_level,

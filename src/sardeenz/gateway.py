@@ -10,12 +10,15 @@ else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
 
 from sardeenz.errors import PayloadTooLarge, SardeenzError
+from sardeenz.proxy.express import ExpressRelay
+from sardeenz.proxy.fastlane import fast_lane_protocol
 from sardeenz.proxy.forwarder import InferenceProxy, send_json
 from sardeenz.proxy.metrics import render_metrics
 from sardeenz.security.audit import AuditTrail
@@ -66,6 +69,14 @@ class Gateway:
         self._direct = audit.wrap(self._direct_proxy)
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
         self.services: Any = None
+
+    def http_protocol(self, max_body_bytes: int) -> type[asyncio.Protocol]:
+        """uvicorn's ``http=``: the fast lane with the express path, in front of this app."""
+        return fast_lane_protocol(
+            self,
+            max_body_bytes=max_body_bytes,
+            express=ExpressRelay(self._proxy, self._keys),
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -41,9 +41,15 @@ def sims() -> Iterator[dict[str, Sim]]:
             e.kill()
 
 
-@pytest.fixture(scope="module")
-def proxy(sims: dict[str, Sim]) -> Iterator[ThreadedProxyServer]:
-    server = ThreadedProxyServer(Settings(proxy_max_body_bytes=64 * 1024)).start()
+@pytest.fixture(scope="module", params=[True, False], ids=["fast-lane", "uvicorn"])
+def proxy(sims: dict[str, Sim], request: pytest.FixtureRequest) -> Iterator[ThreadedProxyServer]:
+    """The proxy with the fast lane and express path, and without (uvicorn + handler only).
+
+    Both must behave the same: the handler still serves every connection
+    the lane hands over and every request the express path declines.
+    """
+    settings = Settings(proxy_max_body_bytes=64 * 1024, proxy_fast_lane=request.param)
+    server = ThreadedProxyServer(settings).start()
     try:
         for iid, e in sims.items():
             server.apply(make_instance(iid, e.model, e.port))

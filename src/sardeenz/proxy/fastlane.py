@@ -37,7 +37,7 @@ import http
 import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import httptools
 import orjson
@@ -97,19 +97,45 @@ def _error_reply(status: int, message: str, code: str) -> bytes:
     )
 
 
-def fast_lane_protocol(app: ASGIApp, *, max_body_bytes: int) -> type[asyncio.Protocol]:
+class Active(Protocol):
+    """The request a lane connection is answering: an ASGI cycle or an express exchange."""
+
+    def disconnect(self) -> None:
+        """The client went away."""
+
+    def writing_paused(self, paused: bool) -> None:
+        """The client's socket buffer went over (True) or back under (False) its limit."""
+
+
+class ExpressPath(Protocol):
+    def begin(
+        self,
+        lane: FastLaneProtocol,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        keep_alive: bool,
+    ) -> Active | None:
+        """Take this POST and answer it (calling ``lane.finish``), or return None."""
+
+
+def fast_lane_protocol(
+    app: ASGIApp, *, max_body_bytes: int, express: ExpressPath | None = None
+) -> type[asyncio.Protocol]:
     """The protocol class to pass as ``uvicorn.Config(http=...)``.
 
     ``app`` is called for the lane's requests (``/v1/...`` only); every other
     request runs through uvicorn with the app uvicorn was given. Bodies over
     ``max_body_bytes`` go to uvicorn too, so the app's own limit check sees
-    them without the lane buffering them first.
+    them without the lane buffering them first. ``express``, if given, may
+    take a POST before the app does (see proxy/express.py).
     """
 
     class _Lane(FastLaneProtocol):
         lane_app = staticmethod(app)
         max_body = max_body_bytes
 
+    _Lane.express = express
     return _Lane
 
 
@@ -118,6 +144,7 @@ class FastLaneProtocol(asyncio.Protocol):
 
     lane_app: ASGIApp
     max_body: int
+    express: ExpressPath | None = None
 
     def __init__(
         self,
@@ -143,12 +170,13 @@ class FastLaneProtocol(asyncio.Protocol):
         self._hand_over = False
         self._expect_continue = False
         self._keep_alive = True
-        self._cycle: _Cycle | None = None  # the request being answered
+        self._cycle: Active | None = None  # the request being answered
         self._closing = False  # close once the current response is done
         self._read_paused = False
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
 
     # ------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -157,7 +185,8 @@ class FastLaneProtocol(asyncio.Protocol):
         self._server_addr = _addr(transport.get_extra_info("sockname"))
         self._client_addr = _addr(transport.get_extra_info("peername"))
         LANE.accepted += 1
-        self._arm_idle_timer()
+        self._idle_since = self._loop.time()
+        self._arm_idle_timer(self._config.timeout_keep_alive)
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
@@ -183,10 +212,14 @@ class FastLaneProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        if self._cycle is not None:
+            self._cycle.writing_paused(True)
 
     def resume_writing(self) -> None:
         self._write_paused = False
         self._wake_writers()
+        if self._cycle is not None:
+            self._cycle.writing_paused(False)
 
     def shutdown(self) -> None:
         """Called by uvicorn on graceful shutdown: close once the response is done."""
@@ -224,9 +257,9 @@ class FastLaneProtocol(asyncio.Protocol):
         while self._cycle is None and transport is not None and not transport.is_closing():
             buf = self._buf
             if not buf:
-                self._arm_idle_timer()
+                self._idle_since = self._loop.time()
+                self._arm_idle_timer(self._config.timeout_keep_alive)
                 return
-            self._cancel_idle_timer()
             if not self._head_len:
                 end = buf.find(b"\r\n\r\n")
                 if end < 0:
@@ -280,11 +313,30 @@ class FastLaneProtocol(asyncio.Protocol):
         return target == b"/v1/"
 
     def _start(self, body: bytes) -> None:
-        parser = self._parser
         url, self._url = self._url, b""
         headers, self._headers = self._headers, []
         self._head_len = self._body_len = 0
         self._expect_continue = False
+        method: bytes = self._parser.get_method()
+        keep_alive = self._keep_alive and not self._closing
+        self._server_state.total_requests += 1
+        express = self.express
+        if express is not None and method == b"POST":
+            active = express.begin(self, url, headers, body, keep_alive)
+            if active is not None:
+                self._cycle = active
+                return
+        self.run_app(method, url, headers, body, keep_alive)
+
+    def run_app(
+        self,
+        method: bytes,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        keep_alive: bool,
+    ) -> None:
+        """Answer the request with the ASGI app (also the express path's fallback)."""
         parsed = httptools.parse_url(url)
         raw_path: bytes = parsed.path
         path = raw_path.decode("ascii")
@@ -297,7 +349,7 @@ class FastLaneProtocol(asyncio.Protocol):
             "server": self._server_addr,
             "client": self._client_addr,
             "scheme": "http",
-            "method": parser.get_method().decode("ascii"),
+            "method": method.decode("ascii"),
             "root_path": "",
             "path": path,
             "raw_path": raw_path,
@@ -305,9 +357,9 @@ class FastLaneProtocol(asyncio.Protocol):
             "headers": headers,
             "state": self._app_state.copy(),
         }
-        keep_alive = self._keep_alive and not self._closing
-        cycle = self._cycle = _Cycle(self, body, keep_alive, scope["method"] == "HEAD")
-        self._server_state.total_requests += 1
+        cycle = self._cycle = _Cycle(self, body, keep_alive, method == b"HEAD")
+        if self.transport is None:  # gone while the express path was trying
+            cycle.disconnect()
         task = self._loop.create_task(self._run(cycle, scope))
         tasks = self._server_state.tasks
         tasks.add(task)
@@ -328,14 +380,20 @@ class FastLaneProtocol(asyncio.Protocol):
             self._finish(cycle)
 
     def _finish(self, cycle: _Cycle) -> None:
-        """The app returned: keep the connection for the next request, or close it."""
-        if self._cycle is cycle:
+        self.finish(cycle, cycle.complete and cycle.keep_alive)
+
+    def finish(self, active: Active, reusable: bool) -> None:
+        """The response is over: keep the connection for the next request, or close it.
+
+        ``reusable`` is False when the response was cut short: it must not
+        look complete, so the connection is closed rather than reused.
+        """
+        if self._cycle is active:
             self._cycle = None
         transport = self.transport
         if transport is None:
             return
-        if not (cycle.complete and cycle.keep_alive) or self._closing:
-            # A response cut short must not look complete: close, do not reuse.
+        if not reusable or self._closing:
             transport.close()
             return
         self._process()
@@ -389,11 +447,11 @@ class FastLaneProtocol(asyncio.Protocol):
         if drain is not None and not drain.done():
             drain.set_result(None)
 
-    def _arm_idle_timer(self) -> None:
+    # The keep-alive timeout. One timer per connection, re-armed only when it
+    # fires, instead of a timer created and cancelled around every request.
+    def _arm_idle_timer(self, delay: float) -> None:
         if self._idle_timer is None and self.transport is not None:
-            self._idle_timer = self._loop.call_later(
-                self._config.timeout_keep_alive, self._idle_timeout
-            )
+            self._idle_timer = self._loop.call_later(delay, self._idle_timeout)
 
     def _cancel_idle_timer(self) -> None:
         timer, self._idle_timer = self._idle_timer, None
@@ -402,11 +460,48 @@ class FastLaneProtocol(asyncio.Protocol):
 
     def _idle_timeout(self) -> None:
         self._idle_timer = None
-        if self._cycle is None and self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None:
+            return
+        timeout = self._config.timeout_keep_alive
+        if self._cycle is not None or self._buf:
+            self._arm_idle_timer(timeout)  # busy: look again later
+            return
+        left = self._idle_since + timeout - self._loop.time()
+        if left > 0.01:
+            self._arm_idle_timer(left)
+        else:
+            transport.close()
 
-    def default_headers(self) -> list[tuple[bytes, bytes]]:
-        return self._server_state.default_headers
+    def response_head(
+        self, status: int, headers: Any, keep_alive: bool, head_only: bool = False
+    ) -> tuple[bytes, bool, bool]:
+        """The response head to write, whether the body is chunked, and keep-alive.
+
+        ``headers`` are the app's (name, value) pairs; without a
+        Content-Length the body is sent chunked; the server's ``date`` and
+        ``server`` are added, and ``connection: close`` when not keeping alive
+        (or when the app asked for it).
+        """
+        parts = [_status_line(status)]
+        for name, value in self._server_state.default_headers:
+            parts.append(name + b": " + value + b"\r\n")
+        framed = False
+        for name, value in headers:
+            name = bytes(name).lower()
+            if name == b"content-length":
+                framed = True
+            elif name == b"connection" and bytes(value).lower() == b"close":
+                keep_alive = False
+                continue  # added below once
+            parts.append(name + b": " + bytes(value) + b"\r\n")
+        chunked = not framed and status not in _NO_BODY_STATUS and not head_only
+        if chunked:
+            parts.append(b"transfer-encoding: chunked\r\n")
+        if not keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        return b"".join(parts), chunked, keep_alive
 
 
 class _Cycle:
@@ -440,6 +535,9 @@ class _Cycle:
     def disconnect(self) -> None:
         self._disconnected = True
         self._wake()
+
+    def writing_paused(self, paused: bool) -> None:
+        pass  # send() waits on the lane's drain instead
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -475,25 +573,10 @@ class _Cycle:
             raise RuntimeError(f"unsupported ASGI message {kind!r} on the fast lane")
 
     def _build_head(self, status: int, headers: Any) -> bytes:
-        parts = [_status_line(status)]
-        for name, value in self._proto.default_headers():
-            parts.append(b"%s: %s\r\n" % (name, value))
-        framed = False
-        for name, value in headers:
-            name = bytes(name).lower()
-            if name == b"content-length":
-                framed = True
-            elif name == b"connection" and bytes(value).lower() == b"close":
-                self.keep_alive = False
-                continue  # added below once
-            parts.append(b"%s: %s\r\n" % (name, bytes(value)))
-        if not framed and status not in _NO_BODY_STATUS and not self._head_only:
-            self._chunked = True
-            parts.append(b"transfer-encoding: chunked\r\n")
-        if not self.keep_alive:
-            parts.append(b"connection: close\r\n")
-        parts.append(b"\r\n")
-        return b"".join(parts)
+        head, self._chunked, self.keep_alive = self._proto.response_head(
+            status, headers, self.keep_alive, self._head_only
+        )
+        return head
 
     def _body_message(self, body: bytes, more: bool) -> None:
         head, self._head = self._head, b""

@@ -97,7 +97,7 @@ _WATCH_AFTER: Final = 0.05
 """Seconds before a request gets a disconnect watcher (see ``_guarded``)."""
 
 
-def _openai_error(message: str, type_: str, code: str, param: str | None = None) -> bytes:
+def openai_error(message: str, type_: str, code: str, param: str | None = None) -> bytes:
     return orjson.dumps(
         {"error": {"message": message, "type": type_, "param": param, "code": code}}
     )
@@ -141,7 +141,7 @@ class _Reply(Exception):
 
     def render(self, openai: bool) -> bytes:
         if openai:
-            return _openai_error(self.message, self.type, self.code, self.param)
+            return openai_error(self.message, self.type, self.code, self.param)
         return _api_error(self.message, self.code)
 
     async def send(self, send: Send, openai: bool) -> int:
@@ -190,6 +190,15 @@ class InferenceProxy:
             # retire an idle connection before the engine closes it.
             self._client = UpstreamClient(keepalive_timeout=3.0)
 
+    @property
+    def client(self) -> UpstreamClient | None:
+        """The pooled upstream client, once ``start()`` ran (the express path shares it)."""
+        return self._client
+
+    @property
+    def table(self) -> RoutingTable:
+        return self._table
+
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
@@ -208,7 +217,7 @@ class InferenceProxy:
             await self._models(path, send, method == "HEAD")
         else:
             allow = b"GET" if is_models else b"POST"
-            body = _openai_error(
+            body = openai_error(
                 f"Method {method} is not allowed on {path[:200]} (use {allow.decode()})",
                 "invalid_request_error",
                 "method_not_allowed",
@@ -420,7 +429,7 @@ class InferenceProxy:
                 break
             except ConnectFailed as exc:
                 # Nothing reached the engine: safe to try another instance once.
-                self._warn(ep, str(exc))
+                self.warn(ep, str(exc))
                 alt = table.pick(model) if model is not None and not tried else None
                 if alt is not None and alt.instance_id != ep.instance_id:
                     tried, ep = True, alt
@@ -433,7 +442,7 @@ class InferenceProxy:
                     headers=[(b"retry-after", b"1")],
                 ).send(send, openai)
             except UpstreamClosed as exc:
-                self._warn(ep, f"engine failed before answering: {exc}")
+                self.warn(ep, f"engine failed before answering: {exc}")
                 return await _Reply(
                     502,
                     f"The engine serving {_label(model, ep)} failed before answering",
@@ -460,27 +469,14 @@ class InferenceProxy:
         openai: bool,
     ) -> int:
         t2 = _perf()
-        out: list[tuple[bytes, bytes]] = []
-        length: int | None = None
-        event_stream = False
-        for k, v in resp.headers:
-            if k in _DROP_RESPONSE or k.startswith(b"proxy-"):
-                continue
-            if k == b"content-length":
-                try:
-                    length = int(v)
-                except ValueError:
-                    continue
-            elif k == b"content-type":
-                event_stream = v.startswith(b"text/event-stream")
-            out.append((k, v))
+        out, length, event_stream = response_headers(resp.headers)
         status = resp.status
 
         if length is not None and length <= _READ_WHOLE_LIMIT and not event_stream:
             try:
                 data = await resp.read_all()
             except UpstreamClosed as exc:
-                self._warn(ep, f"engine failed while answering: {exc!r}")
+                self.warn(ep, f"engine failed while answering: {exc!r}")
                 return await _Reply(
                     502,
                     f"The engine serving {_label(model, ep)} failed while answering",
@@ -512,13 +508,13 @@ class InferenceProxy:
                     first = False
                     mm.ttfb.observe(_perf() - t0)
         except UpstreamClosed as exc:
-            self._warn(ep, f"engine failed mid-response: {exc}")
+            self.warn(ep, f"engine failed mid-response: {exc}")
             if not event_stream:
                 # A cut JSON body must not look complete: close the connection
                 # (the ASGI server does when we return without finishing).
                 state.finished = True
                 return 502
-            err = _openai_error(
+            err = openai_error(
                 f"The engine serving {_label(model, ep)} failed mid-stream",
                 "upstream_error",
                 "engine_failed",
@@ -575,31 +571,8 @@ class InferenceProxy:
         )
 
     def _request_headers(self, scope: Scope, *, json_default: bool) -> bytes:
-        """The header block to forward, after checking Content-Length against the limit.
-
-        Names and values are relayed as received (the ASGI server has already
-        rejected anything that is not valid HTTP), minus hop-by-hop headers.
-        """
-        out: list[bytes] = []
-        has_ct = False
-        connection: bytes | None = None
-        for k, v in scope["headers"]:
-            if k in _DROP_REQUEST or k.startswith(b"proxy-"):
-                if k == b"content-length":
-                    self._check_length(v)
-                elif k == b"connection":
-                    connection = v if connection is None else connection + b"," + v
-                continue
-            if k == b"content-type":
-                has_ct = True
-            out.append(k + b": " + v + b"\r\n")
-        if connection is not None:
-            # RFC 9110 7.6.1: headers named in Connection are hop-by-hop too.
-            drop = {t.strip().lower() + b":" for t in connection.split(b",")}
-            out = [h for h in out if h[: h.index(b":") + 1].lower() not in drop]
-        if json_default and not has_ct:
-            out.append(b"content-type: application/json\r\n")
-        return b"".join(out)
+        """The header block to forward, after checking Content-Length against the limit."""
+        return request_header_block(scope["headers"], json_default, self._check_length)
 
     def _check_length(self, value: bytes) -> None:
         try:
@@ -651,7 +624,7 @@ class InferenceProxy:
                 break
         return first if chunks is None else b"".join(chunks)
 
-    def _warn(self, ep: Endpoint, message: str) -> None:
+    def warn(self, ep: Endpoint, message: str) -> None:
         """Warn about an engine failure, at most every few seconds per instance."""
         now = time.monotonic()
         if now - self._last_warning.get(ep.instance_id, -_LOG_EVERY) >= _LOG_EVERY:
@@ -659,6 +632,61 @@ class InferenceProxy:
             log.warning("instance %s (%s): %s", ep.instance_id, ep.served_name, message)
         else:
             log.debug("instance %s (%s): %s", ep.instance_id, ep.served_name, message)
+
+
+def request_header_block(
+    headers: list[tuple[bytes, bytes]],
+    json_default: bool,
+    check_length: Callable[[bytes], None] | None = None,
+) -> bytes:
+    """The ``name: value\r\n`` block to forward upstream from a client's headers.
+
+    Names and values are relayed as received (the HTTP server has already
+    rejected anything that is not valid HTTP), minus hop-by-hop headers and
+    those named in ``Connection``. ``check_length`` sees the Content-Length.
+    """
+    out: list[bytes] = []
+    has_ct = False
+    connection: bytes | None = None
+    for k, v in headers:
+        if k in _DROP_REQUEST or k.startswith(b"proxy-"):
+            if k == b"content-length":
+                if check_length is not None:
+                    check_length(v)
+            elif k == b"connection":
+                connection = v if connection is None else connection + b"," + v
+            continue
+        if k == b"content-type":
+            has_ct = True
+        out.append(k + b": " + v + b"\r\n")
+    if connection is not None:
+        # RFC 9110 7.6.1: headers named in Connection are hop-by-hop too.
+        drop = {t.strip().lower() + b":" for t in connection.split(b",")}
+        out = [h for h in out if h[: h.index(b":") + 1].lower() not in drop]
+    if json_default and not has_ct:
+        out.append(b"content-type: application/json\r\n")
+    return b"".join(out)
+
+
+def response_headers(
+    headers: list[tuple[bytes, bytes]],
+) -> tuple[list[tuple[bytes, bytes]], int | None, bool]:
+    """An engine's response headers to relay, its Content-Length, and whether it is SSE."""
+    out: list[tuple[bytes, bytes]] = []
+    length: int | None = None
+    event_stream = False
+    for k, v in headers:
+        if k in _DROP_RESPONSE or k.startswith(b"proxy-"):
+            continue
+        if k == b"content-length":
+            try:
+                length = int(v)
+            except ValueError:
+                continue
+        elif k == b"content-type":
+            event_stream = v.startswith(b"text/event-stream")
+        out.append((k, v))
+    return out, length, event_stream
 
 
 def _start_watch(receive: Receive, state: _State, task: asyncio.Task[Any]) -> None:

@@ -124,13 +124,15 @@ class ModelMetrics:
 
 
 class LaneCounters:
-    """Connections seen by the fast lane (proxy/fastlane.py), and how many it handed over."""
+    """Connections seen by the fast lane (proxy/fastlane.py), how many it handed
+    over, and requests the express path (proxy/express.py) answered."""
 
-    __slots__ = ("accepted", "handed_over")
+    __slots__ = ("accepted", "express", "handed_over")
 
     def __init__(self) -> None:
         self.accepted = 0
         self.handed_over = 0
+        self.express = 0
 
 
 LANE = LaneCounters()
@@ -204,6 +206,12 @@ class _ProxyCollector(Collector):
             "Connections the fast lane gave to uvicorn (a request other than a plain /v1 one).",
             value=LANE.handed_over,
         )
+        yield CounterMetricFamily(
+            "sardeenz_proxy_express_requests",
+            "Requests relayed by the express path (the rest of sardeenz_proxy_requests_total "
+            "took the general handler: errors, waits, wake-ups, retries).",
+            value=LANE.express,
+        )
 
     @staticmethod
     def _histograms(models: Iterable[ModelMetrics]) -> Iterator[Metric]:
@@ -249,6 +257,7 @@ class _ProxyCollector(Collector):
         )
         yield CounterMetricFamily("sardeenz_http_connections", "", value=0)
         yield CounterMetricFamily("sardeenz_http_connections_handed_over", "", value=0)
+        yield CounterMetricFamily("sardeenz_proxy_express_requests", "", value=0)
 
 
 REGISTRY = CollectorRegistry(auto_describe=True)

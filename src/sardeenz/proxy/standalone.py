@@ -25,6 +25,7 @@ import uvicorn
 
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.proxy.express import ExpressRelay
 from sardeenz.proxy.fastlane import fast_lane_protocol
 from sardeenz.proxy.forwarder import InferenceProxy, Receive, Scope, Send, send_json
 from sardeenz.proxy.metrics import render_metrics
@@ -94,11 +95,15 @@ def build_asgi(proxy: InferenceProxy) -> ASGIApp:
     return app
 
 
-def _http_protocol(app: ASGIApp, settings: Settings) -> type[asyncio.Protocol] | str:
+def _http_protocol(
+    app: ASGIApp, proxy: InferenceProxy, settings: Settings
+) -> type[asyncio.Protocol] | str:
     """The same choice ``sardeenz serve`` makes: the fast lane unless turned off."""
     if not settings.proxy_fast_lane:
         return "httptools"
-    return fast_lane_protocol(app, max_body_bytes=settings.proxy_max_body_bytes)
+    return fast_lane_protocol(
+        app, max_body_bytes=settings.proxy_max_body_bytes, express=ExpressRelay(proxy)
+    )
 
 
 class ThreadedProxyServer:
@@ -162,7 +167,7 @@ class ThreadedProxyServer:
             host=self.host,
             port=0,
             loop="none",
-            http=_http_protocol(app, self.settings),
+            http=_http_protocol(app, self.proxy, self.settings),
             lifespan="on",
             access_log=False,
             log_level="warning",
@@ -238,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
             host=args.host,
             port=args.port,
             loop="uvloop",
-            http=_http_protocol(app, settings),
+            http=_http_protocol(app, proxy, settings),
             lifespan="on",
             access_log=False,
             log_level="warning",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import Final
+from typing import Final, Protocol
 
 import httptools
 
@@ -53,6 +53,25 @@ class UpstreamClosed(UpstreamError):
         """True if any response byte had arrived before the failure."""
 
 
+class Sink(Protocol):
+    """Receives one exchange's response from protocol callbacks (see ``Connection.start``).
+
+    Exactly one of ``on_end`` / ``on_error`` is called, after ``on_head`` (and
+    ``on_body`` calls) or, for ``on_error``, possibly without them.
+    """
+
+    def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None: ...
+
+    def on_body(self, data: bytes) -> None: ...
+
+    def on_flush(self) -> None:
+        """One read from the engine has been parsed: a good moment to write what came."""
+
+    def on_end(self) -> None: ...
+
+    def on_error(self, error: UpstreamClosed) -> None: ...
+
+
 class Response:
     """Status, headers and a body you ``read()`` chunk by chunk as it arrives.
 
@@ -74,7 +93,7 @@ class Response:
     )
 
     def __init__(
-        self, status: int, headers: list[tuple[bytes, bytes]], conn: _Connection | None
+        self, status: int, headers: list[tuple[bytes, bytes]], conn: Connection | None
     ) -> None:
         self.status = status
         self.headers = headers
@@ -151,8 +170,13 @@ class Response:
             waiter.set_result(None)
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; at most one exchange at a time."""
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; at most one exchange at a time.
+
+    An exchange is consumed either as a ``Response`` (``exchange``, awaited)
+    or by a ``Sink`` called straight from the protocol callbacks (``start``),
+    which is what the express path uses to relay without a task.
+    """
 
     def __init__(self, pool: UpstreamClient, key: tuple[str, int]) -> None:
         self._pool = pool
@@ -162,6 +186,8 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._head: asyncio.Future[Response] | None = None
         self._response: Response | None = None
+        self._sink: Sink | None = None
+        self._sink_head = False
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_request = False
         self._informational = False
@@ -187,10 +213,19 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(UpstreamClosed(f"invalid response from engine: {exc}", received=True))
             self._close()
+            return
+        sink = self._sink
+        if sink is not None:
+            sink.on_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self._pool._forget(self)
+        sink = self._sink
+        if sink is not None and self._sink_head and self._close_delimited:
+            self._sink = None
+            sink.on_end()
+            return
         response = self._response
         if response is not None and self._close_delimited:
             self._response = None
@@ -218,6 +253,12 @@ class _Connection(asyncio.Protocol):
             self._headers = []
             return
         headers, self._headers = self._headers, []
+        sink = self._sink
+        if sink is not None:
+            self._close_delimited = not (framed or status in (204, 304))
+            self._sink_head = True
+            sink.on_head(status, headers)
+            return
         response = Response(status, headers, self)
         # A body with neither Content-Length nor chunking ends when the
         # connection does (HTTP/1.0 style).
@@ -235,6 +276,10 @@ class _Connection(asyncio.Protocol):
             head.set_result(response)
 
     def on_body(self, body: bytes) -> None:
+        sink = self._sink
+        if sink is not None:
+            sink.on_body(body)
+            return
         response = self._response
         if response is not None:
             response._feed(body)
@@ -247,18 +292,33 @@ class _Connection(asyncio.Protocol):
         self._response = None
         if response is not None:
             response._finish()
+        sink, self._sink = self._sink, None
         if self._paused:
             self.resume()
         if self._parser.should_keep_alive() and self.transport is not None:
             self._pool._release(self)
         else:
             self._close()
+        if sink is not None:  # after the release: the sink may start the next request
+            sink.on_end()
 
     # --- used by the pool and Response -------------------------------------
     @property
     def usable(self) -> bool:
         t = self.transport
         return t is not None and not t.is_closing()
+
+    def start(self, data: bytes, sink: Sink) -> None:
+        """Send a request (never HEAD) whose response goes to ``sink``'s callbacks."""
+        transport = self.transport
+        if transport is None:
+            raise UpstreamClosed("connection closed before the request was sent")
+        self.uses += 1
+        self._received = False
+        self._head_request = False
+        self._sink = sink
+        self._sink_head = False
+        transport.write(data)
 
     async def exchange(self, data: bytes, head_request: bool) -> Response:
         transport = self.transport
@@ -286,6 +346,7 @@ class _Connection(asyncio.Protocol):
         """Drop the exchange in progress: the engine sees the connection close."""
         self._head = None
         self._response = None
+        self._sink = None
         self._close()
 
     def _fail(self, error: UpstreamError) -> None:
@@ -295,6 +356,9 @@ class _Connection(asyncio.Protocol):
         response, self._response = self._response, None
         if response is not None:
             response._finish(error)
+        sink, self._sink = self._sink, None
+        if sink is not None and isinstance(error, UpstreamClosed):
+            sink.on_error(error)
 
     def _close(self) -> None:
         t = self.transport
@@ -315,8 +379,8 @@ class UpstreamClient:
         self._keepalive = keepalive_timeout
         self._max_idle = max_idle_per_host
         self._connect_timeout = connect_timeout
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
-        self._all: set[_Connection] = set()
+        self._idle: dict[tuple[str, int], list[Connection]] = {}
+        self._all: set[Connection] = set()
         self._host_headers: dict[tuple[str, int], bytes] = {}
         self._closed = False
 
@@ -336,21 +400,7 @@ class UpstreamClient:
         UpstreamClosed.
         """
         key = (host, port)
-        host_header = self._host_headers.get(key)
-        if host_header is None:
-            h = f"[{host}]" if ":" in host else host
-            host_header = self._host_headers[key] = f"host: {h}:{port}\r\n".encode("latin-1")
-        if body or method not in _BODYLESS_METHODS:
-            data = b"%s %s HTTP/1.1\r\n%s%scontent-length: %d\r\n\r\n%s" % (
-                method,
-                target,
-                host_header,
-                headers,
-                len(body),
-                body,
-            )
-        else:
-            data = b"%s %s HTTP/1.1\r\n%s%s\r\n" % (method, target, host_header, headers)
+        data = self.encode(host, port, method, target, headers, body)
         head_request = method == b"HEAD"
         loop = asyncio.get_running_loop()
         conn = self._acquire(key, loop.time())
@@ -380,6 +430,34 @@ class UpstreamClient:
             conn.abort_exchange()
             raise
 
+    def encode(
+        self, host: str, port: int, method: bytes, target: bytes, headers: bytes, body: bytes
+    ) -> bytes:
+        """The request's bytes: ``headers`` as for ``request``, plus host and length."""
+        key = (host, port)
+        host_header = self._host_headers.get(key)
+        if host_header is None:
+            h = f"[{host}]" if ":" in host else host
+            host_header = self._host_headers[key] = f"host: {h}:{port}\r\n".encode("latin-1")
+        if body or method not in _BODYLESS_METHODS:
+            return b"%s %s HTTP/1.1\r\n%s%scontent-length: %d\r\n\r\n%s" % (
+                method,
+                target,
+                host_header,
+                headers,
+                len(body),
+                body,
+            )
+        return b"%s %s HTTP/1.1\r\n%s%s\r\n" % (method, target, host_header, headers)
+
+    def idle_connection(self, host: str, port: int) -> Connection | None:
+        """A pooled keep-alive connection to ``host:port``, if one is idle (for ``start``)."""
+        return self._acquire((host, port), asyncio.get_running_loop().time())
+
+    async def connect(self, host: str, port: int) -> Connection:
+        """A new connection to ``host:port`` (for ``start``); raises ConnectFailed."""
+        return await self._connect((host, port))
+
     async def close(self) -> None:
         """Close every connection (idle ones now, busy ones are cut)."""
         self._closed = True
@@ -393,7 +471,7 @@ class UpstreamClient:
     def connection_count(self) -> int:
         return len(self._all)
 
-    def _acquire(self, key: tuple[str, int], now: float) -> _Connection | None:
+    def _acquire(self, key: tuple[str, int], now: float) -> Connection | None:
         stack = self._idle.get(key)
         while stack:
             conn = stack.pop()
@@ -402,21 +480,21 @@ class UpstreamClient:
             conn._close()
         return None
 
-    async def _connect(self, key: tuple[str, int]) -> _Connection:
+    async def _connect(self, key: tuple[str, int]) -> Connection:
         if self._closed:
             raise ConnectFailed("client closed")
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
                 _, proto = await loop.create_connection(
-                    lambda: _Connection(self, key), key[0], key[1]
+                    lambda: Connection(self, key), key[0], key[1]
                 )
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
         self._all.add(proto)
         return proto
 
-    def _release(self, conn: _Connection) -> None:
+    def _release(self, conn: Connection) -> None:
         if self._closed:
             conn._close()
             return
@@ -427,7 +505,7 @@ class UpstreamClient:
         conn.idle_since = asyncio.get_running_loop().time()
         stack.append(conn)
 
-    def _forget(self, conn: _Connection) -> None:
+    def _forget(self, conn: Connection) -> None:
         self._all.discard(conn)
         stack = self._idle.get(conn.key)
         if stack:

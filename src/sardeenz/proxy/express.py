@@ -1,0 +1,335 @@
+"""The express path: the ordinary inference request, relayed from callbacks alone.
+
+Why: measured in benchmarks/proxy_overhead.py, running the ASGI handler
+(forwarder.py) costs about 100 us of CPU per request beyond the reads and
+writes themselves: a task, futures, ASGI messages, a disconnect timer. A
+relay written as protocol callbacks costs a fraction of that. Nearly every
+request a node sees is the same case: a POST to ``/v1/...`` whose JSON body
+names a model with an active instance. This module answers exactly that case,
+from the fast lane's callbacks (proxy/fastlane.py) and the engine
+connection's (``upstream.Connection.start``), without a task.
+
+Anything else goes to the ASGI handler, which is the complete
+implementation: a bad body, an unknown, starting or sleeping model, a failed
+API key, a refused connection, a stale pooled connection. It runs as if the
+express path had never looked, because nothing has been written to the client
+at that point. The express path only decides the outcomes that need no
+waiting: success; the engine failing (502 before the response started, an
+SSE ``error`` event or a cut connection after, as the handler does); and the
+client leaving (the engine connection is closed at once, so the engine
+aborts the generation).
+
+Metrics are the handler's: the same per-model counters and histograms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Final
+
+import orjson
+
+from sardeenz.proxy import metrics
+from sardeenz.proxy.fastlane import Active, FastLaneProtocol
+from sardeenz.proxy.forwarder import (
+    InferenceProxy,
+    openai_error,
+    request_header_block,
+    response_headers,
+)
+from sardeenz.proxy.metrics import LANE, ModelMetrics
+from sardeenz.proxy.routing import Endpoint
+from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, UpstreamClosed
+from sardeenz.security.auth import ApiKeys
+
+log = logging.getLogger(__name__)
+
+_perf = time.perf_counter
+_WHOLE_LIMIT: Final = 1 << 20
+"""As forwarder._READ_WHOLE_LIMIT: non-stream bodies up to this size are sent in one write."""
+_STALE_RETRY_WINDOW: Final = 1.0
+_LAST_CHUNK: Final = b"0\r\n\r\n"
+
+
+class ExpressRelay:
+    """Decides per request whether the express path takes it; one per process."""
+
+    def __init__(self, proxy: InferenceProxy, api_keys: ApiKeys | None = None) -> None:
+        self._proxy = proxy
+        self._table = proxy.table
+        self._keys = api_keys
+
+    def begin(
+        self,
+        lane: FastLaneProtocol,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        keep_alive: bool,
+    ) -> Active | None:
+        client = self._proxy.client
+        if client is None or not url.startswith(b"/v1/") or url.startswith(b"/v1/models"):
+            return None
+        keys = self._keys
+        if keys is not None and keys.enabled and not keys.check(_header(headers, b"authorization")):
+            return None
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(payload, dict):
+            return None
+        model = payload.get("model")
+        if not isinstance(model, str) or not model:
+            return None
+        ep = self._table.pick(model)
+        if ep is None:
+            return None
+        data = client.encode(
+            ep.host, ep.port, b"POST", url, request_header_block(headers, True), body
+        )
+        exchange = _Exchange(lane, self, metrics.for_model(model), model, ep, keep_alive)
+        exchange.request = (url, headers, body)
+        conn = client.idle_connection(ep.host, ep.port)
+        if conn is None:
+            # A connection is a TCP handshake: a task is cheap next to it.
+            exchange.connecting = asyncio.get_running_loop().create_task(
+                exchange.connect_and_send(client, data)
+            )
+        else:
+            exchange.send(conn, data)
+        return exchange
+
+    def warn(self, ep: Endpoint, message: str) -> None:
+        self._proxy.warn(ep, message)
+
+
+class _Exchange:
+    """One express request: the lane's ``Active`` and the engine connection's ``Sink``."""
+
+    __slots__ = (
+        "_body",
+        "_chunked",
+        "_conn",
+        "_done",
+        "_ep",
+        "_event_stream",
+        "_first",
+        "_head",
+        "_lane",
+        "_last",
+        "_mm",
+        "_model",
+        "_pending",
+        "_relay",
+        "_reused",
+        "_sent",
+        "_status",
+        "_t0",
+        "_t1",
+        "_whole",
+        "connecting",
+        "keep_alive",
+        "request",
+    )
+
+    def __init__(
+        self,
+        lane: FastLaneProtocol,
+        relay: ExpressRelay,
+        mm: ModelMetrics,
+        model: str,
+        ep: Endpoint,
+        keep_alive: bool,
+    ) -> None:
+        self._t0 = _perf()
+        self._t1 = 0.0
+        self._lane = lane
+        self._relay = relay
+        self._mm = mm
+        self._model = model
+        self._ep = ep
+        self.keep_alive = keep_alive
+        self.request: tuple[bytes, list[tuple[bytes, bytes]], bytes] = (b"", [], b"")
+        self.connecting: asyncio.Task[None] | None = None
+        self._conn: Connection | None = None
+        self._reused = True
+        self._status = 0
+        self._head = b""
+        self._chunked = False
+        self._event_stream = False
+        self._whole = False  # the body is sent in one write with the head, at the end
+        self._pending: list[bytes] = []
+        self._sent = False  # any byte of the response written to the client
+        self._first = True
+        self._last = b"\n\n"
+        self._done = False
+        mm.in_flight += 1
+
+    # ------------------------------------------------------------ engine side
+    def send(self, conn: Connection, data: bytes) -> None:
+        self._conn = conn
+        self._t1 = _perf()
+        try:
+            conn.start(data, self)
+        except UpstreamClosed:  # closed between the pool check and now
+            self._fall_back()
+
+    async def connect_and_send(self, client: UpstreamClient, data: bytes) -> None:
+        ep = self._ep
+        try:
+            conn = await client.connect(ep.host, ep.port)
+        except ConnectFailed:
+            # Nothing reached an engine: the handler tries another instance or says 503.
+            self._fall_back()
+            return
+        finally:
+            self.connecting = None
+        self._reused = False
+        if self._done:  # the client left meanwhile
+            conn.abort_exchange()
+            return
+        self.send(conn, data)
+
+    def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        t2 = _perf()
+        out, length, self._event_stream = response_headers(headers)
+        self._status = status
+        self._head, self._chunked, self.keep_alive = self._lane.response_head(
+            status, out, self.keep_alive
+        )
+        if length is not None and length <= _WHOLE_LIMIT and not self._event_stream:
+            self._whole = True  # head and body in one write, once the body is complete
+        else:
+            self._write(self._head)
+            self._head = b""
+        self._mm.overhead.observe((self._t1 - self._t0) + (_perf() - t2))
+
+    def on_body(self, data: bytes) -> None:
+        # Collected until the end of this read (on_flush): one read from the
+        # engine often holds several SSE events, and one write is cheaper than
+        # one per event.
+        self._pending.append(data)
+
+    def on_flush(self) -> None:
+        if self._pending and not self._whole:
+            self._write(self._take_pending())
+            if self._first:
+                self._first = False
+                self._mm.ttfb.observe(_perf() - self._t0)
+
+    def on_end(self) -> None:
+        if self._whole:
+            self._write(self._head + b"".join(self._pending))
+            self._mm.ttfb.observe(_perf() - self._t0)
+        else:
+            tail = self._take_pending() if self._pending else b""
+            if self._chunked:
+                tail += _LAST_CHUNK
+            if tail:
+                self._write(tail)
+            if self._first:
+                self._mm.ttfb.observe(_perf() - self._t0)
+        self._end(self._status, reusable=self.keep_alive)
+
+    def _take_pending(self) -> bytes:
+        """The body bytes collected since the last write, framed for the client."""
+        pending = self._pending
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        self._last = data
+        return b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
+
+    def on_error(self, error: UpstreamClosed) -> None:
+        if self._done:
+            return
+        ep = self._ep
+        if not self._sent:
+            if self._reused and not error.received and _perf() - self._t1 < _STALE_RETRY_WINDOW:
+                # Most likely the engine closed the pooled connection as we
+                # used it; the handler retries on a fresh one (as it would).
+                self._fall_back()
+                return
+            when = "while" if error.received else "before"
+            self._relay.warn(ep, f"engine failed {when} answering: {error}")
+            body = openai_error(
+                f"The engine serving {self._model!r} failed {when} answering",
+                "upstream_error",
+                "engine_failed",
+            )
+            head, _, keep = self._lane.response_head(
+                502,
+                [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
+                self.keep_alive,
+            )
+            self._write(head + body)
+            self._end(502, reusable=keep)
+            return
+        self._relay.warn(ep, f"engine failed mid-response: {error}")
+        if not self._event_stream:
+            self._end(502, reusable=False)  # a cut JSON body must not look complete
+            return
+        err = openai_error(
+            f"The engine serving {self._model!r} failed mid-stream",
+            "upstream_error",
+            "engine_failed",
+        )
+        before = self._take_pending() if self._pending else b""  # what came before the failure
+        sep = b"" if self._last.endswith(b"\n\n") else b"\n\n"
+        event = sep + b"event: error\ndata: " + err + b"\n\n"
+        if self._chunked:
+            event = b"%x\r\n%s\r\n%s" % (len(event), event, _LAST_CHUNK)
+        self._write(before + event)
+        self._end(502, reusable=self._chunked and self.keep_alive)
+
+    # ------------------------------------------------------------ client side
+    def disconnect(self) -> None:
+        """The client left: close the engine connection so the engine aborts."""
+        if self._done:
+            return
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abort_exchange()
+        if self.connecting is not None:
+            self.connecting.cancel()
+        self._end(499, reusable=False)
+
+    def writing_paused(self, paused: bool) -> None:
+        conn = self._conn
+        if conn is not None:
+            if paused:
+                conn.pause()
+            else:
+                conn.resume()
+
+    # ---------------------------------------------------------------- helpers
+    def _write(self, data: bytes) -> None:
+        self._sent = True
+        self._lane.write(data)
+
+    def _end(self, status: int, *, reusable: bool) -> None:
+        LANE.express += 1
+        self._done = True
+        self._conn = None
+        mm = self._mm
+        mm.in_flight -= 1
+        mm.count(status)
+        mm.duration.observe(_perf() - self._t0)
+        self._lane.finish(self, reusable)
+
+    def _fall_back(self) -> None:
+        """Hand the request to the ASGI handler, as if we had never taken it."""
+        self._done = True
+        self._conn = None
+        self._mm.in_flight -= 1
+        url, headers, body = self.request
+        self._lane.run_app(b"POST", url, headers, body, self.keep_alive)
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for key, value in headers:
+        if key == name:
+            return value
+    return None

@@ -1,0 +1,125 @@
+"""The express path (proxy/express.py): which requests it takes, and its fallbacks.
+
+Everything a client can observe is already covered by test_proxy.py, which
+runs its whole suite with and without the lane; this file checks what is
+particular to the express path: that ordinary requests take it, that others
+do not, and that a pooled connection the engine closed under us is retried
+by the general handler instead of failing the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+
+from sardeenz.config import Settings
+from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from tests.support import Sim
+
+pytestmark = pytest.mark.timeout(60)
+
+_ANSWER = orjson.dumps({"object": "text_completion", "choices": [{"text": "ok"}]})
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Sim]:
+    engine = Sim("m1", ttft_ms=1, itl_ms=1).wait_ready()
+    try:
+        yield engine
+    finally:
+        engine.kill()
+
+
+@pytest.fixture
+def server(sim: Sim) -> Iterator[ThreadedProxyServer]:
+    s = ThreadedProxyServer(Settings()).start()
+    s.apply(make_instance("a", "m1", sim.port))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def express_count(server: ThreadedProxyServer) -> float:
+    # On a connection of its own: a /metrics request hands its connection to
+    # uvicorn, and later /v1 requests on it would not take the express path.
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        if line.startswith("sardeenz_proxy_express_requests_total "):
+            return float(line.split(" ")[1])
+    raise AssertionError("no sardeenz_proxy_express_requests_total")
+
+
+def test_ordinary_requests_take_the_express_path_and_others_do_not(
+    server: ThreadedProxyServer,
+) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        before = express_count(server)
+        for stream in (False, True, False):
+            r = client.post(
+                "/v1/completions",
+                json={"model": "m1", "prompt": "x", "max_tokens": 3, "stream": stream},
+            )
+            assert r.status_code == 200
+        assert express_count(server) - before == 3
+        # answered by the general handler: unknown model, bad JSON, GET
+        assert client.post("/v1/completions", json={"model": "nope"}).status_code == 404
+        assert client.post("/v1/completions", content=b"{").status_code == 400
+        assert client.get("/v1/models").status_code == 200
+        assert express_count(server) - before == 3
+
+
+async def _one_answer_per_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """An engine that answers the first request on a connection and drops the second."""
+    try:
+        for answered in (True, False):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            if not answered:
+                break
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(_ANSWER), _ANSWER)
+            )
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+def test_a_pooled_connection_dropped_by_the_engine_is_retried_not_failed(
+    server: ThreadedProxyServer,
+) -> None:
+    async def start() -> tuple[asyncio.Server, int]:
+        srv = await asyncio.start_server(_one_answer_per_connection, "127.0.0.1", 0)
+        return srv, srv.sockets[0].getsockname()[1]
+
+    upstream, port = server.run(start())
+    try:
+        server.apply(make_instance("flaky-1", "flaky", port))
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            before = express_count(server)
+            for _ in range(4):
+                r = client.post("/v1/completions", json={"model": "flaky", "prompt": "x"})
+                assert r.status_code == 200, r.text
+                assert r.json()["choices"][0]["text"] == "ok"
+            # the first went express on a new connection; each later one found
+            # that connection pooled, saw it dropped, and fell back to the handler
+            assert express_count(server) - before >= 1
+    finally:
+        server.remove("flaky-1")
+
+        async def stop() -> None:
+            upstream.close()
+
+        server.run(stop())
