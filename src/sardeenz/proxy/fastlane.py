@@ -302,6 +302,8 @@ class FastLaneProtocol(asyncio.Protocol):
 
     def _first_line_fits(self, buf: bytearray) -> bool:
         """Does the request line name a ``/v1/`` path? (Else, or unsure: uvicorn.)"""
+        if buf.startswith(b"POST /v1/"):
+            return True
         eol = buf.find(b"\r\n", 0, 8192)
         line = buf[:eol] if eol >= 0 else buf[:8192]
         sp = line.find(b" ")

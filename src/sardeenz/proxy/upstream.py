@@ -452,7 +452,12 @@ class UpstreamClient:
 
     def idle_connection(self, host: str, port: int) -> Connection | None:
         """A pooled keep-alive connection to ``host:port``, if one is idle (for ``start``)."""
-        return self._acquire((host, port), asyncio.get_running_loop().time())
+        # The connection's loop, not get_running_loop(): on Python 3.11 that is
+        # a getpid() system call, and this runs on every express request.
+        stack = self._idle.get((host, port))
+        if not stack:
+            return None
+        return self._acquire((host, port), stack[-1]._loop.time())
 
     async def connect(self, host: str, port: int) -> Connection:
         """A new connection to ``host:port`` (for ``start``); raises ConnectFailed."""
@@ -502,7 +507,7 @@ class UpstreamClient:
         if len(stack) >= self._max_idle:
             conn._close()
             return
-        conn.idle_since = asyncio.get_running_loop().time()
+        conn.idle_since = conn._loop.time()
         stack.append(conn)
 
     def _forget(self, conn: Connection) -> None:
