@@ -11,11 +11,11 @@ else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
 
+from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
 from sardeenz.errors import PayloadTooLarge, SardeenzError
 from sardeenz.proxy.express import ExpressRelay
 from sardeenz.proxy.fastlane import fast_lane_protocol
@@ -24,12 +24,6 @@ from sardeenz.proxy.metrics import render_metrics
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _INVALID_KEY = orjson.dumps(
     {

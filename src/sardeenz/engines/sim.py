@@ -61,7 +61,7 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import FrameType
@@ -72,6 +72,8 @@ from uuid import uuid4
 import orjson
 import prometheus_client as prom
 import uvicorn
+
+from sardeenz.asgi import Message, Receive, Scope, Send
 
 __all__ = [
     "SIM_VERSION",
@@ -105,10 +107,6 @@ _ACCESS_FLUSH_SECONDS: Final = 0.1
 _EARLY_TOLERANCE: Final = 0.001
 """A token due within 1 ms is sent now: uvloop timers have millisecond resolution."""
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 

@@ -34,6 +34,7 @@ import orjson
 from sardeenz.proxy import metrics
 from sardeenz.proxy.fastlane import Active, FastLaneProtocol
 from sardeenz.proxy.forwarder import (
+    READ_WHOLE_LIMIT,
     InferenceProxy,
     openai_error,
     request_header_block,
@@ -41,15 +42,18 @@ from sardeenz.proxy.forwarder import (
 )
 from sardeenz.proxy.metrics import LANE, ModelMetrics
 from sardeenz.proxy.routing import Endpoint
-from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, UpstreamClosed
+from sardeenz.proxy.upstream import (
+    STALE_RETRY_WINDOW,
+    ConnectFailed,
+    Connection,
+    UpstreamClient,
+    UpstreamClosed,
+)
 from sardeenz.security.auth import ApiKeys
 
 log = logging.getLogger(__name__)
 
 _perf = time.perf_counter
-_WHOLE_LIMIT: Final = 1 << 20
-"""As forwarder._READ_WHOLE_LIMIT: non-stream bodies up to this size are sent in one write."""
-_STALE_RETRY_WINDOW: Final = 1.0
 _LAST_CHUNK: Final = b"0\r\n\r\n"
 
 
@@ -200,7 +204,7 @@ class _Exchange:
         self._head, self._chunked, self.keep_alive = self._lane.response_head(
             status, out, self.keep_alive
         )
-        if length is not None and length <= _WHOLE_LIMIT and not self._event_stream:
+        if length is not None and length <= READ_WHOLE_LIMIT and not self._event_stream:
             self._whole = True  # head and body in one write, once the body is complete
         else:
             self._write(self._head)
@@ -247,7 +251,7 @@ class _Exchange:
             return
         ep = self._ep
         if not self._sent:
-            if self._reused and not error.received and _perf() - self._t1 < _STALE_RETRY_WINDOW:
+            if self._reused and not error.received and _perf() - self._t1 < STALE_RETRY_WINDOW:
                 # Most likely the engine closed the pooled connection as we
                 # used it; the handler retries on a fresh one (as it would).
                 self._fall_back()

@@ -36,7 +36,6 @@ import asyncio
 import http
 import logging
 import urllib.parse
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final, Protocol
 
 import httptools
@@ -45,15 +44,11 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from sardeenz.asgi import ASGIApp, Message, Scope
 from sardeenz.proxy.metrics import LANE
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_HEAD_BYTES: Final = 64 * 1024
 """Request line plus headers; larger is answered 431 (nginx and uvicorn allow less)."""

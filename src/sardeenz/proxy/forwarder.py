@@ -33,11 +33,12 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
 
+from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.proxy import metrics
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL, ModelMetrics
@@ -46,10 +47,6 @@ from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, Ups
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 _perf = time.perf_counter
 
@@ -87,7 +84,7 @@ _JSON_CT: Final = (b"content-type", b"application/json")
 _METHODS: Final = {
     m: m.encode() for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 }
-_READ_WHOLE_LIMIT: Final = 1 << 20
+READ_WHOLE_LIMIT: Final = 1 << 20
 """Non-stream bodies up to this size (with a Content-Length) are read whole
 and sent in one message: fewer sends, and an engine death while reading them
 still becomes a clean 502 instead of a cut connection."""
@@ -472,7 +469,7 @@ class InferenceProxy:
         out, length, event_stream = response_headers(resp.headers)
         status = resp.status
 
-        if length is not None and length <= _READ_WHOLE_LIMIT and not event_stream:
+        if length is not None and length <= READ_WHOLE_LIMIT and not event_stream:
             try:
                 data = await resp.read_all()
             except UpstreamClosed as exc:

@@ -23,16 +23,16 @@ from typing import Any, TypeVar
 
 import uvicorn
 
+from sardeenz.asgi import ASGIApp, Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.proxy.express import ExpressRelay
 from sardeenz.proxy.fastlane import fast_lane_protocol
-from sardeenz.proxy.forwarder import InferenceProxy, Receive, Scope, Send, send_json
+from sardeenz.proxy.forwarder import InferenceProxy, send_json
 from sardeenz.proxy.metrics import render_metrics
 from sardeenz.proxy.routing import RoutingTable
 
 T = TypeVar("T")
-ASGIApp = Callable[[Scope, Receive, Send], Coroutine[Any, Any, None]]
 
 
 def make_instance(

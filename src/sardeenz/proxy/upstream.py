@@ -32,7 +32,7 @@ import httptools
 _HIGH_WATER: Final = 1 << 20
 """Stop reading from the engine while this much body is waiting for the client."""
 _LOW_WATER: Final = 1 << 18
-_STALE_RETRY_WINDOW: Final = 1.0
+STALE_RETRY_WINDOW: Final = 1.0
 _BODYLESS_METHODS: Final = frozenset({b"GET", b"HEAD", b"DELETE", b"OPTIONS"})
 
 
@@ -414,7 +414,7 @@ class UpstreamClient:
             if not (
                 reused
                 and not exc.received
-                and loop.time() - started < _STALE_RETRY_WINDOW
+                and loop.time() - started < STALE_RETRY_WINDOW
                 and not self._closed
             ):
                 raise

@@ -11,20 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
+from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
 from sardeenz.domain import utcnow
 from sardeenz.security.auth import Principal
 from sardeenz.store.audit import AuditEntry, AuditRepository
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # POSTs that change nothing (a question with a body): the load dialog asks the fit
