@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,9 @@ def sim_load(client: httpx.Client, name: str, *extra: str, **body: Any) -> dict[
 class Sim:
     """One simulated engine process in its own session (killed as a group)."""
 
-    def __init__(self, model: str, *, ttft_ms: float = 5, itl_ms: float = 2) -> None:
+    def __init__(
+        self, model: str, *, ttft_ms: float = 5, itl_ms: float = 2, extra: Sequence[str] = ()
+    ) -> None:
         self.model = model
         self.port = free_port()
         self.proc = subprocess.Popen(
@@ -182,6 +185,7 @@ class Sim:
                 "--itl-ms",
                 str(itl_ms),
                 "--disable-uvicorn-access-log",
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -10,6 +10,9 @@ by the general handler instead of failing the request.
 from __future__ import annotations
 
 import asyncio
+import http.client
+import socket
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -17,6 +20,7 @@ import orjson
 import pytest
 
 from sardeenz.config import Settings
+from sardeenz.engines.sim import completion_text
 from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
 from tests.support import Sim
 
@@ -123,3 +127,40 @@ def test_a_pooled_connection_dropped_by_the_engine_is_retried_not_failed(
             upstream.close()
 
         server.run(stop())
+
+
+def test_a_slow_client_pauses_the_engine_connection_and_loses_nothing(
+    server: ThreadedProxyServer,
+) -> None:
+    big = Sim("big", ttft_ms=0, itl_ms=0, extra=["--max-model-len", "65536"]).wait_ready()
+    tokens = 30000  # a few MB of SSE: far more than the socket buffers hold
+    try:
+        server.apply(make_instance("big-1", "big", big.port))
+        body = orjson.dumps({"model": "big", "prompt": "x", "max_tokens": tokens, "stream": True})
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            proxy = server.proxy
+            assert proxy is not None
+            assert proxy.client is not None
+            client = proxy.client
+            deadline = time.monotonic() + 10
+            while server.call(lambda: client.paused_count) == 0:
+                assert time.monotonic() < deadline, "the engine connection was never paused"
+                time.sleep(0.05)
+            resp = http.client.HTTPResponse(sock)
+            resp.begin()
+            assert resp.status == 200
+            raw = resp.read()
+        events = [e for e in raw.split(b"\n\n") if e.startswith(b"data: ")]
+        assert events[-1] == b"data: [DONE]"
+        text = "".join(
+            c["text"] for e in events[:-1] for c in orjson.loads(e[6:]).get("choices", [])
+        )
+        assert text == completion_text(tokens)
+        assert server.call(lambda: client.paused_count) == 0
+    finally:
+        server.remove("big-1")
+        big.kill()

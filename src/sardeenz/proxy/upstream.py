@@ -332,6 +332,10 @@ class Connection(asyncio.Protocol):
         transport.write(data)
         return await head
 
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
     def pause(self) -> None:
         if not self._paused and self.transport is not None:
             self._paused = True
@@ -475,6 +479,11 @@ class UpstreamClient:
     @property
     def connection_count(self) -> int:
         return len(self._all)
+
+    @property
+    def paused_count(self) -> int:
+        """Connections not being read because their client is slower than the engine."""
+        return sum(1 for conn in self._all if conn.paused)
 
     def _acquire(self, key: tuple[str, int], now: float) -> Connection | None:
         stack = self._idle.get(key)
