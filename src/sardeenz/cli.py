@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -176,6 +177,35 @@ def _client(url: str, token: str | None, timeout: float | None = 60.0) -> httpx.
     return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
 
 
+def _sse(
+    url: str, token: str | None, path: str, params: dict[str, str] | None = None
+) -> Iterator[tuple[str, Any]]:
+    """The (event, JSON data) pairs of a server-sent event stream, as they arrive.
+
+    An error status exits with the server's message; lines of one event are
+    joined as the SSE format says (``data:`` lines, ended by a blank line).
+    """
+    with (
+        _client(url, token, timeout=None) as client,
+        client.stream("GET", path, params=params) as resp,
+    ):
+        if resp.status_code >= 400:
+            resp.read()
+            err.print(f"[red]error {resp.status_code}:[/red] {resp.text}")
+            raise typer.Exit(1)
+        event = "message"
+        data: list[str] = []
+        for line in resp.iter_lines():
+            if not line:
+                if data:
+                    yield event, json.loads("\n".join(data))
+                event, data = "message", []
+            elif line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+
+
 def _call(url: str, token: str | None, method: str, path: str, **kw: Any) -> Any:
     try:
         with _client(url, token) as client:
@@ -302,29 +332,15 @@ def models_logs(
             print(line)
         return
     try:
-        with (
-            _client(url, token, timeout=None) as client,
-            client.stream(
-                "GET", f"/api/v1/models/instances/{instance_id}/events", params={"replay": "true"}
-            ) as resp,
-        ):
-            if resp.status_code >= 400:
-                resp.read()
-                err.print(f"[red]error {resp.status_code}:[/red] {resp.text}")
-                raise typer.Exit(1)
-            event = ""
-            for raw in resp.iter_lines():
-                if raw.startswith("event:"):
-                    event = raw[6:].strip()
-                elif raw.startswith("data:") and event in ("log", "status", "removed"):
-                    data = json.loads(raw[5:].strip())
-                    if event == "log":
-                        print(data["line"], flush=True)
-                    elif event == "status":
-                        err.print(f"[bold]-- status: {data['status']}[/bold]")
-                    else:
-                        err.print("[bold]-- instance removed[/bold]")
-                        return
+        path = f"/api/v1/models/instances/{instance_id}/events"
+        for event, data in _sse(url, token, path, {"replay": "true"}):
+            if event == "log":
+                print(data["line"], flush=True)
+            elif event == "status":
+                err.print(f"[bold]-- status: {data['status']}[/bold]")
+            elif event == "removed":
+                err.print("[bold]-- instance removed[/bold]")
+                return
     except KeyboardInterrupt:
         return
     except httpx.HTTPError as exc:
@@ -408,31 +424,16 @@ def _follow_run(url: str, token: str | None, run: dict[str, Any], quiet: bool) -
     bars: dict[str, Any] = {}
     names = {sc["id"]: sc["modelName"] for sc in run["scenarios"]}
     final: dict[str, Any] | None = None
-    with (
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[note]}"),
-            console=err,
-            disable=quiet,
-            transient=False,
-        ) as progress,
-        _client(url, token, timeout=None) as client,
-        client.stream("GET", f"/api/benchmarks/{run['id']}/events") as resp,
-    ):
-        if resp.status_code >= 400:
-            resp.read()
-            err.print(f"[red]error {resp.status_code}:[/red] {resp.text}")
-            raise typer.Exit(1)
-        event = ""
-        for raw in resp.iter_lines():
-            if raw.startswith("event:"):
-                event = raw[6:].strip()
-                continue
-            if not raw.startswith("data:"):
-                continue
-            data = json.loads(raw[5:].strip())
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        console=err,
+        disable=quiet,
+        transient=False,
+    ) as progress:
+        for event, data in _sse(url, token, f"/api/benchmarks/{run['id']}/events"):
             if event == "progress":
                 key = f"{data['scenarioId']}:{data['phase']}"
                 if key not in bars:

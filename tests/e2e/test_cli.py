@@ -133,3 +133,42 @@ def test_demo_mode_loads_labelled_simulated_models(server_factory: Any) -> None:
         assert all(i["simulated"] and i["engine"] == "sim" for i in insts)
         assert all("simulated" in i["displayName"] for i in insts)
         assert api.get("/api/health").json()["mode"] == "demo"
+
+
+def test_bench_run_follows_progress_and_prints_the_run(server: ServerProcess) -> None:
+    url = ["--url", server.url]
+    out = cli("models", "load", "bench-model", "--engine", "sim", "--name", "bench-served", *url)
+    assert out.returncode == 0, out.stderr
+    inst_id = json.loads(cli("models", "ls", "--json", *url).stdout)[0]["id"]
+    with server.client() as api:
+        wait_for_status(api, inst_id, "active")
+    try:
+        out = cli(
+            "bench",
+            "run",
+            "--model",
+            "bench-served",
+            "--requests",
+            "12",
+            "--concurrency",
+            "3",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "8",
+            "--routing",
+            "proxy",
+            "--json",
+            *url,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        run = json.loads(out.stdout)
+        assert run["status"] == "completed"
+        (scenario,) = run["scenarios"]
+        assert scenario["successfulRequests"] == 12
+        assert scenario["failedRequests"] == 0
+        assert scenario["metrics"]["ttftP50"] > 0
+        assert scenario["metrics"]["requestsPerSecond"] > 0
+    finally:
+        cli("models", "unload", inst_id, *url)
