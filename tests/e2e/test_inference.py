@@ -27,7 +27,15 @@ def two_models(server: ServerProcess) -> ServerProcess:
     return server
 
 
+def _express_requests(server: ServerProcess) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    match = re.search(r"^sardeenz_proxy_express_requests_total (\S+)$", text, re.M)
+    assert match is not None
+    return float(match.group(1))
+
+
 def test_openai_sync_client_stream_and_not(two_models: ServerProcess) -> None:
+    express_before = _express_requests(two_models)
     client = openai.OpenAI(base_url=f"{two_models.url}/v1", api_key="unused")
     models = {m.id for m in client.models.list().data}
     assert models == {"alpha", "beta"}
@@ -52,6 +60,8 @@ def test_openai_sync_client_stream_and_not(two_models: ServerProcess) -> None:
         usage = [c.usage for c in chunks if c.usage is not None]
         assert usage[-1].completion_tokens == 5
         assert usage[-1].prompt_tokens == 3
+    # the node served them on its hot path: the fast lane's express relay
+    assert _express_requests(two_models) - express_before == 4
 
 
 async def test_openai_async_client_concurrent_streams(two_models: ServerProcess) -> None:
