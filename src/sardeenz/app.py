@@ -9,11 +9,12 @@ else to the FastAPI app (``gateway.api``) with the admin API, docs and dashboard
 from __future__ import annotations
 
 import logging
+import mimetypes
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from starlette.convertors import StringConvertor, register_url_convertor
 
@@ -123,17 +124,66 @@ class _DashboardPath(StringConvertor):
 register_url_convertor("dashboard", _DashboardPath())
 
 
+_PRECOMPRESSED = (("br", ".br"), ("gzip", ".gz"))
+"""Sibling files the build writes (``x.js.br``, ``x.js.gz``), preferred in this order."""
+
+
+def _accepted_codings(accept_encoding: str) -> dict[str, float]:
+    """``Accept-Encoding`` as coding -> q (``br;q=0`` refuses br; ``*`` stands for the rest)."""
+    codings: dict[str, float] = {}
+    for item in accept_encoding.lower().split(","):
+        coding, *params = (p.strip() for p in item.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if coding:
+            codings[coding] = q
+    return codings
+
+
+def _dashboard_file(request: Request, file: Path, cache: str) -> FileResponse:
+    """``file``, or its precompressed sibling when the client accepts that coding.
+
+    The body, ``Content-Length`` and ``ETag`` are the sibling's; ``Content-Type`` stays
+    the original's. Nothing is compressed per request: without a sibling the file goes
+    out as it is.
+    """
+    headers = {"Cache-Control": cache}
+    siblings = [(c, file.with_name(file.name + s)) for c, s in _PRECOMPRESSED]
+    siblings = [(c, f) for c, f in siblings if f.is_file()]
+    if not siblings:
+        return FileResponse(file, headers=headers)
+    headers["Vary"] = "Accept-Encoding"
+    accepted = _accepted_codings(request.headers.get("accept-encoding", ""))
+    best: tuple[float, str, Path] | None = None
+    for coding, sibling in siblings:
+        q = accepted.get(coding, accepted.get("*", 0.0))
+        if q > 0 and (best is None or q > best[0]):
+            best = (q, coding, sibling)
+    if best is None:
+        return FileResponse(file, headers=headers)
+    media_type = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+    headers["Content-Encoding"] = best[1]
+    return FileResponse(best[2], headers=headers, media_type=media_type)
+
+
 def mount_dashboard(app: FastAPI, web_dir: Path) -> None:
     """Serve the dashboard at ``/`` with client-side routing.
 
     Files of the build are served as they are (hashed ``assets/`` cached for a
-    year); any other path gets ``index.html`` so deep links reload. Without a
-    build, a short page says how to make one.
+    year), or precompressed (``.br``/``.gz`` siblings written by the build) when
+    the client accepts it; any other path gets ``index.html`` so deep links
+    reload. Without a build, a short page says how to make one.
     """
     root = web_dir.resolve()
 
     @app.api_route("/{path:dashboard}", methods=["GET", "HEAD"], include_in_schema=False)
-    async def dashboard(path: str) -> Response:
+    async def dashboard(path: str, request: Request) -> Response:
         index = root / "index.html"
         if not index.is_file():
             return HTMLResponse(_NO_BUILD_PAGE)
@@ -141,10 +191,10 @@ def mount_dashboard(app: FastAPI, web_dir: Path) -> None:
         if path and file.is_file() and file.is_relative_to(root):
             immutable = file.parent == root / "assets"
             cache = "public, max-age=31536000, immutable" if immutable else "no-cache"
-            return FileResponse(file, headers={"Cache-Control": cache})
+            return _dashboard_file(request, file, cache)
         if path.startswith("assets/"):  # a stale hashed name: never answer HTML for a script
             raise HTTPException(404, "no such dashboard asset")
-        return FileResponse(index, headers={"Cache-Control": "no-cache"})
+        return _dashboard_file(request, index, "no-cache")
 
 
 def create_app(settings: Settings) -> Gateway:
