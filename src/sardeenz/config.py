@@ -151,6 +151,15 @@ class Settings(BaseSettings):
     proxy_auto_wake: bool = Field(
         True, validation_alias=_env("SARDEENZ_PROXY_AUTO_WAKE", "proxy_auto_wake")
     )
+    engine_keepalive_seconds: int = Field(
+        75,
+        ge=2,
+        validation_alias=_env("SARDEENZ_ENGINE_KEEPALIVE_SECONDS", "engine_keepalive_seconds"),
+    )
+    """Idle keep-alive of the proxy's connections to engines: engines are started with
+    ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` set to this (vLLM's default, 5 s, made a burst after
+    a pause reconnect to the engine for every request), and the pool retires an idle
+    connection 2 s before the engine would close it."""
     proxy_fast_lane: bool = Field(
         True, validation_alias=_env("SARDEENZ_PROXY_FAST_LANE", "proxy_fast_lane")
     )

@@ -583,3 +583,16 @@ def test_unknown_flag_exits_2() -> None:
     )
     assert result.returncode == 2
     assert "error: unrecognized arguments: --x" in result.stderr
+
+
+def test_idle_keep_alive_follows_vllm_http_timeout_keep_alive(tmp_path: Path) -> None:
+    """Like vLLM, the server closes an idle connection after VLLM_HTTP_TIMEOUT_KEEP_ALIVE s."""
+    with (
+        running_sim(tmp_path, env={"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "1"}) as sim,
+        socket.create_connection(("127.0.0.1", sim.port), timeout=10) as sock,
+    ):
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        assert sock.recv(4096) == b""  # closed by the engine
+        assert 0.5 < time.monotonic() - started < 4

@@ -82,7 +82,11 @@ def test_vllm_minimal(tmp_path: Path) -> None:
         "qwen",
         "--no-enable-prefix-caching",
     ]
-    assert spec.env == {"PYTHONUNBUFFERED": "1", **cache_env(tmp_path)}
+    assert spec.env == {
+        "PYTHONUNBUFFERED": "1",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
+        **cache_env(tmp_path),
+    }
     assert spec.warnings == []
 
 
@@ -124,6 +128,7 @@ def test_vllm_everything(tmp_path: Path) -> None:
     ]
     assert spec.env == {
         "PYTHONUNBUFFERED": "1",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "2,3",
         "ENABLE_KVCACHED": "true",
@@ -140,6 +145,18 @@ def test_vllm_single_gpu_gets_no_tensor_parallel_flag(tmp_path: Path) -> None:
     assert "--enable-sleep-mode" not in spec.argv
     assert spec.env["CUDA_VISIBLE_DEVICES"] == "0"
     assert "VLLM_SERVER_DEV_MODE" not in spec.env
+
+
+def test_engine_keep_alive_follows_the_setting_unless_the_operator_set_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", raising=False)
+    settings = Settings(vllm_python=VLLM_PYTHON, data_dir=tmp_path, engine_keepalive_seconds=30)
+    spec = VllmAdapter().build_launch(make_instance(), make_ctx(tmp_path, settings=settings))
+    assert spec.env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == "30"
+    monkeypatch.setenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "9")  # inherited by the engine as is
+    spec = VllmAdapter().build_launch(make_instance(), make_ctx(tmp_path, settings=settings))
+    assert "VLLM_HTTP_TIMEOUT_KEEP_ALIVE" not in spec.env
 
 
 def test_sleep_mode_dev_flag_is_an_integer_string(tmp_path: Path) -> None:
@@ -187,7 +204,7 @@ def test_sim_minimal(tmp_path: Path) -> None:
         "--served-model-name",
         "qwen",
     ]
-    assert spec.env == {"PYTHONUNBUFFERED": "1"}
+    assert spec.env == {"PYTHONUNBUFFERED": "1", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75"}
 
 
 def test_sim_everything(tmp_path: Path) -> None:
@@ -225,6 +242,7 @@ def test_sim_everything(tmp_path: Path) -> None:
     ]
     assert spec.env == {
         "PYTHONUNBUFFERED": "1",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "0,1",
         "ENABLE_KVCACHED": "true",

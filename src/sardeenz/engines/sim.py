@@ -1892,6 +1892,8 @@ class SimServer:
             access_log=False,  # SimEngine writes the same lines, buffered (much cheaper)
             proxy_headers=False,
             timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_SECONDS,
+            # vLLM's knob, read the way vLLM reads it (envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE).
+            timeout_keep_alive=int(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "5")),
             log_level="info",
         )
         server = uvicorn.Server(config)

@@ -14,6 +14,8 @@ memory and fails as soon as another engine holds some.
 
 from __future__ import annotations
 
+import os
+
 from sardeenz.domain import EngineKind, ModelInstance
 from sardeenz.engines.base import LaunchContext, LaunchSpec
 from sardeenz.engines.logparse import READY_LINE
@@ -112,8 +114,13 @@ def engine_env(instance: ModelInstance, ctx: LaunchContext) -> dict[str, str]:
     - Sleep/wake endpoints exist only with ``VLLM_SERVER_DEV_MODE=1``; it must be the
       integer string, since vLLM parses it with ``int()`` and ``true`` crashes it.
     - ``PYTHONUNBUFFERED`` so log lines (and the ready line) reach the file at once.
+    - ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``: how long the engine's HTTP server keeps an idle
+      connection (vLLM's default is 5 s); the proxy's pool keeps them almost as long.
+      An operator's own value in the controller's environment wins.
     """
     env = {"PYTHONUNBUFFERED": "1"}
+    if "VLLM_HTTP_TIMEOUT_KEEP_ALIVE" not in os.environ:
+        env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] = str(ctx.settings.engine_keepalive_seconds)
     if ctx.gpu_ids:
         env.update(cuda_env(ctx.gpu_ids))
     if ctx.kvcached_ipc_name:

@@ -183,9 +183,10 @@ class InferenceProxy:
     async def start(self) -> None:
         """Create the pooled upstream client (must run on the serving loop)."""
         if self._client is None:
-            # keep-alive below uvicorn's (and so vLLM's) 5 s idle timeout: we
-            # retire an idle connection before the engine closes it.
-            self._client = UpstreamClient(keepalive_timeout=3.0)
+            # Retire an idle connection before the engine would close it
+            # (engines get VLLM_HTTP_TIMEOUT_KEEP_ALIVE = engine_keepalive_seconds).
+            keepalive = max(1.0, self._settings.engine_keepalive_seconds - 2.0)
+            self._client = UpstreamClient(keepalive_timeout=keepalive)
 
     @property
     def client(self) -> UpstreamClient | None:
