@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from sardeenz.config import parse_sim_gpus
-from sardeenz.gpu.budget import compute_budget, measure_baseline
+from sardeenz.gpu.budget import (
+    Reservation,
+    compute_budget,
+    measure_baseline,
+    pending_bytes_by_gpu,
+    with_pending_reservations,
+)
 from sardeenz.gpu.inventory import GpuInfo, GpuProcess, SimulatedInventory
 
 GiB = 2**30
@@ -80,3 +86,93 @@ def test_measure_baseline() -> None:
     assert measure_baseline(gpus, gpu_ids=[0, 1], instance_id="tp") == {0: 7 * GiB, 1: 7 * GiB}
     assert measure_baseline(gpus, gpu_ids=[1], pids=[321]) == {1: 7 * GiB}
     assert measure_baseline(gpus, gpu_ids=[0], pids=[999]) is None
+
+
+# --- reservations of engines that have not taken their memory yet ------------------
+
+
+def _gpu(index: int, used: int, processes: list[GpuProcess], total: int = 24 * GiB) -> GpuInfo:
+    return GpuInfo(
+        index=index,
+        name="NVIDIA L4",
+        uuid=f"GPU-{index}",
+        total_bytes=total,
+        used_bytes=used,
+        free_bytes=total - used,
+        processes=processes,
+    )
+
+
+def _free(gpus: list[GpuInfo]) -> list[int]:
+    return [g.free_bytes for g in gpus]
+
+
+def test_pending_reservation_is_subtracted_from_free() -> None:
+    gpus = [_gpu(0, GiB, []), _gpu(1, GiB, [])]
+    res = Reservation("a", (0,), 14 * GiB, frozenset({100, 101}))
+    adjusted = with_pending_reservations(gpus, [res])
+    assert _free(adjusted) == [9 * GiB, 23 * GiB]
+    # Only free changes; the driver's other numbers and the input stay as they were.
+    assert adjusted[0].used_bytes == GiB
+    assert adjusted[0].total_bytes == 24 * GiB
+    assert adjusted[1] is gpus[1]
+    assert _free(gpus) == [23 * GiB, 23 * GiB]
+    assert pending_bytes_by_gpu(gpus, [res]) == {0: 14 * GiB}
+
+
+def test_partially_allocated_engine_subtracts_only_the_rest() -> None:
+    # EngineCore (101) has taken 5 GiB of its 14 GiB; a foreign process holds 3 GiB.
+    gpu = _gpu(
+        0, 9 * GiB, [GpuProcess(pid=101, used_bytes=5 * GiB), GpuProcess(pid=7, used_bytes=3 * GiB)]
+    )
+    res = Reservation("a", (0,), 14 * GiB, frozenset({100, 101, 102}))
+    (adjusted,) = with_pending_reservations([gpu], [res])
+    assert adjusted.free_bytes == 15 * GiB - 9 * GiB
+    # Memory of several processes of the same engine (TP workers, API server) adds up.
+    gpu2 = _gpu(
+        0, 9 * GiB, [GpuProcess(pid=101, used_bytes=5 * GiB), GpuProcess(pid=102, used_bytes=GiB)]
+    )
+    assert pending_bytes_by_gpu([gpu2], [res]) == {0: 8 * GiB}
+
+
+def test_memory_already_shown_by_the_driver_is_not_counted_twice() -> None:
+    gpu = _gpu(0, 15 * GiB, [GpuProcess(pid=101, used_bytes=15 * GiB)])
+    res = Reservation("a", (0,), 14 * GiB, frozenset({100, 101}))
+    (adjusted,) = with_pending_reservations([gpu], [res])
+    assert adjusted.free_bytes == 9 * GiB  # what the driver says; the engine took it all
+    assert pending_bytes_by_gpu([gpu], [res]) == {}
+    # Another process with the same memory is someone else's: the reservation is pending.
+    foreign = _gpu(0, 15 * GiB, [GpuProcess(pid=555, used_bytes=15 * GiB)])
+    assert pending_bytes_by_gpu([foreign], [res]) == {0: 14 * GiB}
+
+
+def test_free_never_goes_below_zero() -> None:
+    gpus = [_gpu(0, 20 * GiB, [])]
+    res = [
+        Reservation("a", (0,), 14 * GiB),
+        Reservation("b", (0,), 6 * GiB),  # not spawned yet: no PIDs, all pending
+    ]
+    assert pending_bytes_by_gpu(gpus, res) == {0: 20 * GiB}
+    assert _free(with_pending_reservations(gpus, res)) == [0]
+
+
+def test_reservations_add_up_and_follow_their_gpus() -> None:
+    gpus = [_gpu(0, 0, []), _gpu(1, 0, []), _gpu(2, 0, [], total=48 * GiB)]
+    res = [
+        Reservation("a", (0,), 4 * GiB),
+        Reservation("b", (0, 1), 3 * GiB, frozenset({200})),
+        # Mixed sizes: one fraction of each GPU's total, so the 48 GiB GPU gets twice
+        # the 24 GiB one's share (as plan_placement checked it).
+        Reservation("c", (1, 2), 2 * GiB),
+        Reservation("gone", (9,), 5 * GiB),  # a GPU the snapshot lacks is skipped
+        Reservation("empty", (0,), 0),
+    ]
+    assert pending_bytes_by_gpu(gpus, res) == {0: 7 * GiB, 1: 5 * GiB, 2: 4 * GiB}
+
+
+def test_simulated_processes_match_by_instance_id() -> None:
+    inv = SimulatedInventory(parse_sim_gpus("NVIDIA L4:24GiB"))
+    inv.allocate("a", [0], 6 * GiB)
+    gpus = inv.snapshot_now()
+    assert pending_bytes_by_gpu(gpus, [Reservation("a", (0,), 8 * GiB)]) == {0: 2 * GiB}
+    assert pending_bytes_by_gpu(gpus, [Reservation("b", (0,), 8 * GiB)]) == {0: 8 * GiB}

@@ -14,11 +14,19 @@ snapshot's processes can be matched to instances (the simulated inventory
 tags them; for NVML the caller passes each instance's PIDs). When nothing on
 a GPU can be matched (NVML in a container often sees host PIDs only), the
 instances are assumed to sit at their baselines: ``used - baselines``.
+
+Placement on a driver-backed inventory (NVML) also needs the memory that was
+*promised* to an engine but that the engine has not taken yet: a vLLM engine
+allocates its share only after tens of seconds of loading weights and
+profiling, and until then the driver shows that memory as free. Like the
+Kubernetes scheduler's "assumed" pods, a reservation counts until observed
+usage replaces it: :func:`with_pending_reservations`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -132,3 +140,81 @@ def measure_baseline(
                 total += p.used_bytes
         baseline[gpu.index] = total
     return baseline if found else None
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPU memory promised to one of our engines when it was placed.
+
+    ``bytes_per_gpu`` is the instance's ``reservedBytesPerGpu`` (what
+    :func:`sardeenz.gpu.selection.plan_placement` checked, on the smallest of
+    its GPUs); ``pids`` are the engine's processes (API server, EngineCore,
+    workers), whose memory in the snapshot is already taken, not pending.
+    """
+
+    instance_id: str
+    gpu_ids: tuple[int, ...]
+    bytes_per_gpu: int
+    pids: frozenset[int] = frozenset()
+
+
+def _promised(gpu: GpuInfo, smallest_total: int, bytes_per_gpu: int) -> int:
+    """What the engine takes on ``gpu``: one vLLM fraction of each GPU's total, so a
+    larger GPU of a mixed tensor-parallel set gets proportionally more (as placed)."""
+    if smallest_total <= 0:
+        return bytes_per_gpu
+    return bytes_per_gpu * gpu.total_bytes // smallest_total
+
+
+def pending_bytes_by_gpu(
+    gpus: Sequence[GpuInfo], reservations: Iterable[Reservation]
+) -> dict[int, int]:
+    """Per GPU index, the reserved bytes the snapshot does not show as used yet.
+
+    For each reservation and each of its GPUs:
+    ``max(0, promised - what the snapshot attributes to its processes)``, where
+    processes are matched by PID (or by instance id, for simulated GPUs). An
+    engine that has taken part of its share counts only for the rest; one that
+    has taken it all (or more: KV cache growth) counts for nothing. Unmatched
+    processes (NVML in a container sees host PIDs) leave the whole reservation
+    pending: refusing a load for the tens of seconds an engine starts is
+    better than two engines dying of CUDA out-of-memory. GPUs absent from the
+    snapshot are skipped.
+    """
+    by_index = {g.index: g for g in gpus}
+    pending: dict[int, int] = {}
+    for res in reservations:
+        if res.bytes_per_gpu <= 0:
+            continue
+        mine = [by_index[i] for i in dict.fromkeys(res.gpu_ids) if i in by_index]
+        if not mine:
+            continue
+        smallest = min(g.total_bytes for g in mine)
+        for gpu in mine:
+            taken = sum(
+                p.used_bytes
+                for p in gpu.processes
+                if (p.pid is not None and p.pid in res.pids) or p.instance_id == res.instance_id
+            )
+            rest = max(0, _promised(gpu, smallest, res.bytes_per_gpu) - taken)
+            if rest:
+                pending[gpu.index] = pending.get(gpu.index, 0) + rest
+    return pending
+
+
+def with_pending_reservations(
+    gpus: Sequence[GpuInfo], reservations: Iterable[Reservation]
+) -> list[GpuInfo]:
+    """The snapshot with each GPU's ``free_bytes`` lowered by its pending reservations.
+
+    See :func:`pending_bytes_by_gpu`. Free memory never goes below 0; total,
+    used and processes stay as the driver reported them. Pure: the input
+    snapshot is not changed.
+    """
+    pending = pending_bytes_by_gpu(gpus, reservations)
+    return [
+        gpu.model_copy(update={"free_bytes": max(0, gpu.free_bytes - pending[gpu.index])})
+        if pending.get(gpu.index)
+        else gpu
+        for gpu in gpus
+    ]

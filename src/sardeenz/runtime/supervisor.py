@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -38,11 +39,16 @@ from sardeenz.engines.vllm import validate_extra_args
 from sardeenz.engines.vllm_probe import VllmProbe
 from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
 from sardeenz.events import EventBus, LogEvent, RemovedEvent, StatusEvent
-from sardeenz.gpu.budget import measure_baseline
+from sardeenz.gpu.budget import (
+    Reservation,
+    measure_baseline,
+    pending_bytes_by_gpu,
+    with_pending_reservations,
+)
 from sardeenz.gpu.capability import attention_backend_override
 from sardeenz.gpu.inventory import GpuInventory, SimulatedInventory, SimulatedOutOfMemory
 from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
-from sardeenz.gpu.selection import GB, Placement, plan_placement
+from sardeenz.gpu.selection import GB, Placement, gb, plan_placement
 from sardeenz.runtime import hostmem, proctree
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
 from sardeenz.runtime.ports import PortAllocator
@@ -634,13 +640,31 @@ class Supervisor:
                 availableGpuIds=[],
             )
         gpus = [] if cpu_engine else await self.inventory.snapshot()
-        placement = plan_placement(
-            gpus,
-            gpu_ids=req.gpu_ids,
-            tensor_parallel_size=req.tensor_parallel_size,
-            gpu_memory_limit_gb=req.gpu_memory_limit,
-            default_limit_bytes=sim_footprint_bytes(extra_args) if simulated_engine else None,
-        )
+        pending: dict[int, int] = {}
+        if gpus and not isinstance(self.inventory, SimulatedInventory):
+            # The driver does not show what engines still starting will take (the
+            # simulated inventory books it at load time instead): count it as used.
+            reservations = await self._pending_reservations()
+            pending = pending_bytes_by_gpu(gpus, reservations)
+            gpus = with_pending_reservations(gpus, reservations)
+        try:
+            placement = plan_placement(
+                gpus,
+                gpu_ids=req.gpu_ids,
+                tensor_parallel_size=req.tensor_parallel_size,
+                gpu_memory_limit_gb=req.gpu_memory_limit,
+                default_limit_bytes=sim_footprint_bytes(extra_args) if simulated_engine else None,
+            )
+        except Conflict as exc:
+            if exc.code != "insufficient_gpu_memory" or not pending:
+                raise
+            held = ", ".join(f"GPU{i} {gb(b)}" for i, b in sorted(pending.items()))
+            raise Conflict(
+                f"{exc.message} (this counts as used the memory promised to engines that are "
+                f"still starting or waking up and have not taken it yet: {held})",
+                code=exc.code,
+                **exc.extra,
+            ) from exc
         backend_args, backend_warnings = attention_backend_override(placement.gpus, extra_args)
         ipc = None
         if should_enable(
@@ -648,6 +672,58 @@ class Supervisor:
         ):
             ipc = ipc_name(placement.gpu_ids)
         return placement, backend_args, [*placement.warnings, *backend_warnings], ipc
+
+    def _holds_pending_memory(self, runner: InstanceRunner) -> bool:
+        """Whether the driver may not show yet the GPU memory promised to this instance.
+
+        Starting engines (vLLM allocates after loading weights and profiling) and
+        sleeping ones being woken (the simulated inventory books a wake-up before the
+        engine is asked to wake). Active engines hold their share (NVML shows it);
+        sleeping ones gave it back and it is free for others until a wake-up, as with
+        the simulated inventory. Stopping and failed ones are on their way out.
+        """
+        inst = runner.instance
+        if not inst.gpu_ids or not inst.reserved_bytes_per_gpu or runner.stopping:
+            return False
+        if inst.status == InstanceStatus.STARTING:
+            return True
+        waking = runner.wake_task is not None and not runner.wake_task.done()
+        return inst.status == InstanceStatus.SLEEPING and waking
+
+    async def _pending_reservations(self) -> list[Reservation]:
+        """The reservations of instances that may not hold their memory yet, with the
+        PIDs of their process trees (walked in a worker thread)."""
+        # Read on the event loop; only the process-tree walk goes to the thread.
+        holders = [
+            (
+                Reservation(
+                    instance_id=r.instance.id,
+                    gpu_ids=tuple(r.instance.gpu_ids),
+                    bytes_per_gpu=r.instance.reserved_bytes_per_gpu or 0,
+                ),
+                r.pid,
+                r.create_time,
+                r.instance.engine_core_pid,
+            )
+            for r in self._runners.values()
+            if self._holds_pending_memory(r)
+        ]
+        if not holders:
+            return []
+
+        def collect() -> list[Reservation]:
+            out = []
+            for res, pid, created, core in holders:
+                if pid is None or not proctree.is_alive(pid, created):
+                    out.append(res)  # not spawned yet, or gone (its PID maybe reused)
+                    continue
+                pids = {p.pid for p in proctree.tree(pid)}
+                if core is not None:
+                    pids.add(core)
+                out.append(dataclasses.replace(res, pids=frozenset(pids)))
+            return out
+
+        return await asyncio.to_thread(collect)
 
     def _book(self, runner: InstanceRunner) -> None:
         """Hold the instance's memory and segment in the node's books."""
