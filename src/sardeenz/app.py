@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from sardeenz import __version__
-from sardeenz.api import auth, benchmarks, gpus, health, memory, models
+from sardeenz.api import auth, benchmarks, engines, gpus, health, memory, models
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.config import Settings
@@ -244,6 +244,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(models.router)
     app.include_router(models.events_router)
     app.include_router(gpus.router)
+    app.include_router(engines.router)
     app.include_router(auth.router)
     app.include_router(memory.router)
     app.include_router(benchmarks.router)

