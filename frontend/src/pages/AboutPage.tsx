@@ -1,45 +1,22 @@
-import {
-  Card,
-  CardBody,
-  CardTitle,
-  DescriptionList,
-  DescriptionListDescription,
-  DescriptionListGroup,
-  DescriptionListTerm,
-  Gallery,
-  List,
-  ListItem,
-  PageSection,
-} from '@patternfly/react-core';
-import type { ReactNode } from 'react';
-import { useGpus, useHealth } from '../api/queries';
+import { Card, CardBody, CardTitle, Gallery, List, ListItem, PageSection } from '@patternfly/react-core';
+import { useEngines, useGpus, useHealth } from '../api/queries';
 import { useAuth } from '../auth/AuthContext';
+import { EnginesCard } from '../components/EnginesCard';
 import { PageHeader } from '../components/PageHeader';
 import { SimulatedLabel } from '../components/StatusLabel';
+import { Terms } from '../components/Terms';
 import { formatBytes } from '../lib/format';
-
-function Terms({ items }: { items: Array<[string, ReactNode]> }) {
-  return (
-    <DescriptionList isHorizontal isCompact>
-      {items.map(([term, value]) => (
-        <DescriptionListGroup key={term}>
-          <DescriptionListTerm>{term}</DescriptionListTerm>
-          <DescriptionListDescription>{value}</DescriptionListDescription>
-        </DescriptionListGroup>
-      ))}
-    </DescriptionList>
-  );
-}
 
 export default function AboutPage() {
   const health = useHealth();
   const gpus = useGpus();
+  const engines = useEngines();
   const { config, me } = useAuth();
   const h = health.data;
   const g = gpus.data;
   return (
     <>
-      <PageHeader title="About" description="This node: its version, mode, GPUs and who you are to it." />
+      <PageHeader title="About" description="This node: its version, mode, GPUs, engines and who you are to it." />
       <PageSection>
         <Gallery hasGutter minWidths={{ default: '100%', lg: '28rem' }}>
           <Card>
@@ -74,6 +51,7 @@ export default function AboutPage() {
               )}
             </CardBody>
           </Card>
+          <EnginesCard engines={engines} />
           <Card>
             <CardTitle>Authentication</CardTitle>
             <CardBody>
