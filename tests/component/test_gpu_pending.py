@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
@@ -31,14 +32,16 @@ class DriverLikeInventory:
     """One GPU whose free memory is what a driver reports before any engine allocates.
 
     The same protocol as ``NvmlInventory`` (not simulated: the supervisor books nothing
-    in it), with a constant snapshot: the driver's view of a GPU whose engines are all
-    still loading weights.
+    in it). Our engines never show up in it: the driver's view of a GPU whose engines
+    are all still loading weights, or asleep. ``other_bytes`` is memory some other
+    process holds; a test changes it to take GPU memory away from under the engines.
     """
 
     simulated = False
 
     def __init__(self) -> None:
         self.snapshots = 0
+        self.other_bytes = 0
 
     @property
     def available(self) -> bool:
@@ -56,7 +59,7 @@ class DriverLikeInventory:
 
     async def snapshot(self) -> list[GpuInfo]:
         self.snapshots += 1
-        used = 512 * 2**20  # the driver's own reservation
+        used = 512 * 2**20 + self.other_bytes  # the driver's own reservation, and others
         return [
             GpuInfo(
                 index=0,
@@ -92,7 +95,9 @@ def inventory(monkeypatch: pytest.MonkeyPatch) -> DriverLikeInventory:
     return inv
 
 
-def _load(api: TestClient, name: str, load_seconds: float) -> tuple[int, dict[str, object]]:
+def _load(
+    api: TestClient, name: str, load_seconds: float, **fields: object
+) -> tuple[int, dict[str, object]]:
     resp = api.post(
         "/api/v1/models/load",
         json={
@@ -100,6 +105,7 @@ def _load(api: TestClient, name: str, load_seconds: float) -> tuple[int, dict[st
             "engine": "sim",
             "gpuMemoryLimit": LIMIT_GB,
             "extraArgs": ["--load-seconds", str(load_seconds), "--memory-gib", "14"],
+            **fields,
         },
     )
     body: dict[str, object] = resp.json()
@@ -147,3 +153,54 @@ def test_a_starting_engine_keeps_its_memory_from_the_next_load(
         _wait_for_status(api, str(b["id"]), "active")
     assert engine_processes(settings.data_dir) == []
     assert inventory.snapshots >= 3
+
+
+def test_waking_refuses_when_the_memory_it_gave_back_was_taken(
+    settings: Settings, inventory: DriverLikeInventory
+) -> None:
+    # A short proxy wait: requests held for a wake-up that is refused get their 503 soon.
+    settings = settings.model_copy(update={"proxy_ready_wait_seconds": 1.0})
+    with TestClient(create_app(settings)) as api:
+        status, a = _load(api, "model-a", load_seconds=0.3, enableSleepMode=True)
+        assert status == 202, a
+        iid = str(a["id"])
+        _wait_for_status(api, iid, "active")
+        resp = api.post(f"/api/v1/models/{iid}/sleep", json={"level": 1})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["status"] == "sleeping"
+
+        # While it sleeps another process takes most of the GPU: 15 GB cannot come back.
+        inventory.other_bytes = 12 * GIB
+        resp = api.post(f"/api/v1/models/{iid}/wake")
+        assert resp.status_code == 409, resp.text
+        refused = resp.json()
+        assert refused["code"] == "insufficient_gpu_memory"
+        detail = str(refused["detail"])
+        assert f"cannot wake {iid}" in detail
+        assert "GPU0 NVIDIA L4 needs 15.0 GB back" in detail
+        assert "12.3 GB free" in detail  # 24 GiB - 0.5 GiB - 12 GiB = 11.5 GiB
+        after = api.get(f"/api/v1/models/{iid}").json()
+        assert after["status"] == "sleeping"
+        assert after["sleepLevel"] == 1
+        # The engine itself was not asked to wake.
+        engine = f"http://{settings.engine_host}:{after['port']}"
+        assert httpx.get(f"{engine}/is_sleeping").json() == {"is_sleeping": True}
+
+        # The proxy's auto-wake meets the same refusal: an OpenAI 503, the model asleep.
+        # (The waker only logs the refusal, so the request waits out the ready wait.)
+        t0 = time.monotonic()
+        resp = api.post("/v1/completions", json={"model": "model-a", "prompt": "hi"})
+        assert resp.status_code == 503, resp.text
+        error = resp.json()["error"]
+        assert error["type"] == "service_unavailable_error"
+        assert error["code"]
+        assert time.monotonic() - t0 < 10
+        assert api.get(f"/api/v1/models/{iid}").json()["status"] == "sleeping"
+
+        # The other process is gone: the wake-up fits again.
+        inventory.other_bytes = 0
+        resp = api.post(f"/api/v1/models/{iid}/wake")
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["status"] == "active"
+        assert api.get(f"/api/v1/models/{iid}").json()["status"] == "active"
+    assert engine_processes(settings.data_dir) == []

@@ -5,9 +5,11 @@ from __future__ import annotations
 from sardeenz.config import parse_sim_gpus
 from sardeenz.gpu.budget import (
     Reservation,
+    WakeShortfall,
     compute_budget,
     measure_baseline,
     pending_bytes_by_gpu,
+    wake_shortfalls,
     with_pending_reservations,
 )
 from sardeenz.gpu.inventory import GpuInfo, GpuProcess, SimulatedInventory
@@ -176,3 +178,55 @@ def test_simulated_processes_match_by_instance_id() -> None:
     gpus = inv.snapshot_now()
     assert pending_bytes_by_gpu(gpus, [Reservation("a", (0,), 8 * GiB)]) == {0: 2 * GiB}
     assert pending_bytes_by_gpu(gpus, [Reservation("b", (0,), 8 * GiB)]) == {0: 8 * GiB}
+
+
+# --- waking a sleeping engine: does what it gives back still fit? -------------------
+
+
+def test_wake_fits_in_free_memory() -> None:
+    # Asleep, the engine (PID 100) holds 1 GiB; it needs 13 GiB back, 16 GiB are free.
+    gpu = _gpu(
+        0, 8 * GiB, [GpuProcess(pid=100, used_bytes=GiB), GpuProcess(pid=7, used_bytes=7 * GiB)]
+    )
+    me = Reservation("a", (0,), 14 * GiB, frozenset({100}))
+    assert wake_shortfalls([gpu], me, []) == []
+
+
+def test_wake_refused_when_another_process_took_the_memory() -> None:
+    gpu = _gpu(
+        0, 12 * GiB, [GpuProcess(pid=100, used_bytes=GiB), GpuProcess(pid=7, used_bytes=11 * GiB)]
+    )
+    me = Reservation("a", (0,), 14 * GiB, frozenset({100}))
+    assert wake_shortfalls([gpu], me, []) == [WakeShortfall(0, "NVIDIA L4", 13 * GiB, 12 * GiB)]
+
+
+def test_wake_needs_the_whole_share_when_no_process_matches() -> None:
+    # NVML in a container sees host PIDs: the engine's leftover cannot be told apart.
+    gpu = _gpu(0, 10 * GiB, [GpuProcess(pid=9100, used_bytes=GiB)])
+    me = Reservation("a", (0,), 14 * GiB, frozenset({100}))
+    assert wake_shortfalls([gpu], me, []) == []
+    assert wake_shortfalls([_gpu(0, 11 * GiB, [])], me, []) == [
+        WakeShortfall(0, "NVIDIA L4", 14 * GiB, 13 * GiB)
+    ]
+
+
+def test_wake_counts_other_engines_pending_reservations_but_not_its_own() -> None:
+    gpus = [_gpu(0, 2 * GiB, []), _gpu(1, 2 * GiB, [])]
+    me = Reservation("a", (0, 1), 12 * GiB)
+    starting = Reservation("b", (1,), 11 * GiB)  # placed while "a" slept, not allocated yet
+    # "a" itself among the others (it is being woken) must not count twice.
+    assert wake_shortfalls(gpus, me, [me, starting]) == [
+        WakeShortfall(1, "NVIDIA L4", 12 * GiB, 22 * GiB - 11 * GiB)
+    ]
+    assert wake_shortfalls(gpus, me, [me]) == []
+
+
+def test_wake_on_mixed_gpus_needs_each_gpus_fraction() -> None:
+    # One vLLM fraction for both: the 48 GiB GPU takes back twice the 24 GiB one's share.
+    gpus = [_gpu(0, 0, []), _gpu(1, 20 * GiB, [], total=48 * GiB)]
+    me = Reservation("a", (0, 1), 12 * GiB)
+    assert wake_shortfalls(gpus, me, []) == []  # 24 GiB back, 28 GiB free
+    gpus[1] = _gpu(1, 25 * GiB, [], total=48 * GiB)
+    assert wake_shortfalls(gpus, me, []) == [WakeShortfall(1, "NVIDIA L4", 24 * GiB, 23 * GiB)]
+    # A GPU the snapshot lacks (fallen off the bus) is not checked.
+    assert wake_shortfalls([gpus[0]], me, []) == []

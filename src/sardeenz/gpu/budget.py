@@ -20,7 +20,8 @@ Placement on a driver-backed inventory (NVML) also needs the memory that was
 allocates its share only after tens of seconds of loading weights and
 profiling, and until then the driver shows that memory as free. Like the
 Kubernetes scheduler's "assumed" pods, a reservation counts until observed
-usage replaces it: :func:`with_pending_reservations`.
+usage replaces it: :func:`with_pending_reservations`. Waking a sleeping engine
+takes its memory back, so it is checked the same way: :func:`wake_shortfalls`.
 """
 
 from __future__ import annotations
@@ -217,4 +218,40 @@ def with_pending_reservations(
         if pending.get(gpu.index)
         else gpu
         for gpu in gpus
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class WakeShortfall:
+    """A GPU without room for what a sleeping engine needs back to wake up."""
+
+    index: int
+    name: str
+    needed_bytes: int
+    """What the engine takes back on this GPU (its share minus what it still holds)."""
+    free_bytes: int
+    """Free memory after the pending reservations of other engines."""
+
+
+def wake_shortfalls(
+    gpus: Sequence[GpuInfo], waking: Reservation, others: Iterable[Reservation]
+) -> list[WakeShortfall]:
+    """The GPUs on which ``waking`` cannot take its memory back, by index (empty: it fits).
+
+    A sleeping vLLM engine gave most of its memory back, and another load may have
+    been placed into it since. Waking takes it back: on each of its GPUs the engine
+    needs its promised share minus what the snapshot still attributes to its
+    processes (:func:`pending_bytes_by_gpu` for this one reservation), and that must
+    fit in the GPU's free memory lowered by the ``others``' pending reservations
+    (:func:`with_pending_reservations`; a reservation of ``waking`` itself among them
+    is ignored). Without matching processes the whole share is needed, which can
+    only refuse a wake that would have fitted by the engine's leftover, never let
+    one through that does not. GPUs absent from the snapshot are skipped.
+    """
+    needed = pending_bytes_by_gpu(gpus, [waking])
+    rest = [r for r in others if r.instance_id != waking.instance_id]
+    return [
+        WakeShortfall(gpu.index, gpu.name, needed[gpu.index], gpu.free_bytes)
+        for gpu in sorted(with_pending_reservations(gpus, rest), key=lambda g: g.index)
+        if needed.get(gpu.index, 0) > gpu.free_bytes
     ]

@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from sardeenz.gpu.budget import (
     Reservation,
     measure_baseline,
     pending_bytes_by_gpu,
+    wake_shortfalls,
     with_pending_reservations,
 )
 from sardeenz.gpu.capability import attention_backend_override
@@ -690,9 +691,19 @@ class Supervisor:
         waking = runner.wake_task is not None and not runner.wake_task.done()
         return inst.status == InstanceStatus.SLEEPING and waking
 
-    async def _pending_reservations(self) -> list[Reservation]:
-        """The reservations of instances that may not hold their memory yet, with the
-        PIDs of their process trees (walked in a worker thread)."""
+    async def _pending_reservations(self, *, exclude: str | None = None) -> list[Reservation]:
+        """The reservations of instances that may not hold their memory yet (but
+        ``exclude``), with the PIDs of their process trees."""
+        return await self._reservations(
+            r
+            for r in self._runners.values()
+            if r.instance.id != exclude and self._holds_pending_memory(r)
+        )
+
+    @staticmethod
+    async def _reservations(runners: Iterable[InstanceRunner]) -> list[Reservation]:
+        """The instances' reservations with the PIDs of their process trees (walked in
+        a worker thread)."""
         # Read on the event loop; only the process-tree walk goes to the thread.
         holders = [
             (
@@ -705,8 +716,7 @@ class Supervisor:
                 r.create_time,
                 r.instance.engine_core_pid,
             )
-            for r in self._runners.values()
-            if self._holds_pending_memory(r)
+            for r in runners
         ]
         if not holders:
             return []
@@ -847,6 +857,8 @@ class Supervisor:
                     raise Conflict(
                         f"cannot wake {inst.id}: {exc}", code="insufficient_gpu_memory"
                     ) from exc
+            elif inst.gpu_ids and inst.reserved_bytes_per_gpu:
+                await self._check_wake_fits(runner)
             try:
                 resp = await runner.engine_call("POST", "/wake_up")
                 self._check_engine_answer(runner, resp, "wake_up")
@@ -860,6 +872,40 @@ class Supervisor:
             inst.slept_at = None
             await runner.set_status(InstanceStatus.ACTIVE)
             return runner.snapshot()
+
+    async def _check_wake_fits(self, runner: InstanceRunner) -> None:
+        """Refuse (409 ``insufficient_gpu_memory``) to wake an engine on driver-backed GPUs
+        whose memory was taken while it slept, before vLLM dies of CUDA out-of-memory.
+
+        The simulated inventory books the wake-up instead (see ``_wake``).
+        """
+        inst = runner.instance
+        gpus = await self.inventory.snapshot()
+        if not gpus:
+            return
+        (waking,) = await self._reservations([runner])
+        others = await self._pending_reservations(exclude=inst.id)
+        short = wake_shortfalls(gpus, waking, others)
+        if not short:
+            return
+        lacking = ", ".join(
+            f"GPU{s.index} {s.name} needs {gb(s.needed_bytes)} back, {gb(s.free_bytes)} free"
+            for s in short
+        )
+        pending = pending_bytes_by_gpu(gpus, others)
+        held = [f"GPU{s.index} {gb(pending[s.index])}" for s in short if pending.get(s.index)]
+        promised = (
+            f" (counting as used the memory promised to engines still starting or waking up: "
+            f"{', '.join(held)})"
+            if held
+            else ""
+        )
+        raise Conflict(
+            f"cannot wake {inst.id}: not enough free GPU memory to take back its "
+            f"{gb(inst.reserved_bytes_per_gpu or 0)} per GPU: {lacking}{promised}; "
+            "unload or sleep another model first",
+            code="insufficient_gpu_memory",
+        )
 
     async def _is_sleeping(self, runner: InstanceRunner) -> bool:
         resp = await runner.engine_call("GET", "/is_sleeping")
