@@ -33,7 +33,7 @@ from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.metrics import observe_instance
-from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater
+from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
@@ -82,16 +82,21 @@ def _waker(supervisor: Supervisor) -> Callable[[str, Sequence[InstanceView]], Aw
     """Auto-wake for the proxy: a request for a sleeping model wakes one instance.
 
     ``Supervisor.wake`` is single-flight, so 50 requests arriving together
-    cause exactly one wake-up; they all wait for it.
+    cause exactly one wake-up; they all wait for it. A refused wake-up (no
+    GPU memory to take back, engine gone) raises ``WakeFailed``.
     """
 
     async def wake(name: str, sleeping: Sequence[InstanceView]) -> None:
+        refusals = []
         for view in sleeping:
             try:
                 await supervisor.wake(view.instance_id)
                 return
             except SardeenzError as exc:
                 log.warning("auto-wake of %s (%s) failed: %s", view.instance_id, name, exc)
+                refusals.append(exc.message)
+        if refusals:  # the requests waiting for it get a 503 now, with the reason
+            raise WakeFailed("; ".join(refusals))
 
     return wake
 

@@ -158,8 +158,8 @@ def test_a_starting_engine_keeps_its_memory_from_the_next_load(
 def test_waking_refuses_when_the_memory_it_gave_back_was_taken(
     settings: Settings, inventory: DriverLikeInventory
 ) -> None:
-    # A short proxy wait: requests held for a wake-up that is refused get their 503 soon.
-    settings = settings.model_copy(update={"proxy_ready_wait_seconds": 1.0})
+    # A long proxy wait: a refused wake-up must answer at once, not after the wait.
+    settings = settings.model_copy(update={"proxy_ready_wait_seconds": 30.0})
     with TestClient(create_app(settings)) as api:
         status, a = _load(api, "model-a", load_seconds=0.3, enableSleepMode=True)
         assert status == 202, a
@@ -186,15 +186,18 @@ def test_waking_refuses_when_the_memory_it_gave_back_was_taken(
         engine = f"http://{settings.engine_host}:{after['port']}"
         assert httpx.get(f"{engine}/is_sleeping").json() == {"is_sleeping": True}
 
-        # The proxy's auto-wake meets the same refusal: an OpenAI 503, the model asleep.
-        # (The waker only logs the refusal, so the request waits out the ready wait.)
+        # The proxy's auto-wake meets the same refusal: an OpenAI 503 at once, with
+        # the reason, and the model still asleep.
         t0 = time.monotonic()
         resp = api.post("/v1/completions", json={"model": "model-a", "prompt": "hi"})
         assert resp.status_code == 503, resp.text
+        assert time.monotonic() - t0 < 5  # not the 30 s ready wait
         error = resp.json()["error"]
         assert error["type"] == "service_unavailable_error"
-        assert error["code"]
-        assert time.monotonic() - t0 < 10
+        assert error["code"] == "wake_failed"
+        assert "could not be woken" in error["message"]
+        assert "needs 15.0 GB back" in error["message"]
+        assert resp.headers["retry-after"] == "10"
         assert api.get(f"/api/v1/models/{iid}").json()["status"] == "sleeping"
 
         # The other process is gone: the wake-up fits again.

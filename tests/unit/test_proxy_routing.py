@@ -11,7 +11,13 @@ import pytest
 from sardeenz.domain import EngineKind, InstanceStatus, MemoryMetrics, ModelInstance
 from sardeenz.events import EventBus, LogEvent, RemovedEvent, StatusEvent
 from sardeenz.proxy import metrics
-from sardeenz.proxy.routing import Endpoint, InstanceView, RoutingTable, RoutingUpdater
+from sardeenz.proxy.routing import (
+    Endpoint,
+    InstanceView,
+    RoutingTable,
+    RoutingUpdater,
+    WakeFailed,
+)
 
 ACTIVE = InstanceStatus.ACTIVE
 STARTING = InstanceStatus.STARTING
@@ -301,6 +307,32 @@ async def test_failing_waker_does_not_break_the_wait() -> None:
 
     table.waker = waker
     assert await table.wait_until_routable("m", 0.1) is None
+
+
+async def test_a_refused_wake_ends_the_wait_at_once_with_the_reason() -> None:
+    table = RoutingTable()
+    table.apply(inst("a", status=SLEEPING))
+
+    async def waker(name: str, sleeping: Sequence[InstanceView]) -> None:
+        raise WakeFailed("not enough free GPU memory")
+
+    table.waker = waker
+    with pytest.raises(WakeFailed, match="not enough free GPU memory"):
+        await asyncio.wait_for(table.wait_until_routable("m", 30), 1)
+
+
+async def test_a_refused_wake_still_routes_to_an_instance_that_came_up() -> None:
+    table = RoutingTable()
+    table.apply(inst("a", status=SLEEPING))
+
+    async def waker(name: str, sleeping: Sequence[InstanceView]) -> None:
+        table.apply(inst("b"))  # another instance of the model became active meanwhile
+        raise WakeFailed("refused")
+
+    table.waker = waker
+    ep = await asyncio.wait_for(table.wait_until_routable("m", 30), 1)
+    assert ep is not None
+    assert ep.instance_id == "b"
 
 
 async def test_updater_follows_status_and_removed_events() -> None:

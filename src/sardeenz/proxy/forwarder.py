@@ -42,7 +42,7 @@ from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.proxy import metrics
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL, ModelMetrics
-from sardeenz.proxy.routing import Endpoint, RoutingTable
+from sardeenz.proxy.routing import Endpoint, RoutingTable, WakeFailed
 from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, UpstreamClosed
 
 log = logging.getLogger(__name__)
@@ -538,7 +538,16 @@ class InferenceProxy:
         """Hold a request for a known-but-not-active model; see module doc."""
         table = self._table
         if table.pending(model):
-            ep = await table.wait_until_routable(model, self._ready_wait)
+            try:
+                ep = await table.wait_until_routable(model, self._ready_wait)
+            except WakeFailed as exc:
+                return _Reply(
+                    503,
+                    f"Model {model!r} is asleep and could not be woken: {exc}",
+                    "service_unavailable_error",
+                    "wake_failed",
+                    headers=[(b"retry-after", b"10")],
+                )
             if ep is not None:
                 return ep
             if table.pending(model):

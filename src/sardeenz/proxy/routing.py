@@ -144,6 +144,10 @@ def _connect_host(host: str) -> str:
     return host
 
 
+class WakeFailed(Exception):
+    """The waker could wake none of a model's sleeping instances; the message says why."""
+
+
 class RoutingTable:
     """served name -> endpoints, versioned; see the module docstring.
 
@@ -252,7 +256,9 @@ class RoutingTable:
         Returns at once with an endpoint if one is active, and with None if
         nothing known under ``name`` can become active (unknown name, or all
         instances failed/stopping): a request should not wait 60 s for a
-        model that has already failed. Calls the waker for sleeping models.
+        model that has already failed. Calls the waker for sleeping models;
+        raises ``WakeFailed`` when the waker could wake none of them (no point
+        in waiting out the timeout for a wake-up that was refused).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -279,6 +285,11 @@ class RoutingTable:
                         await asyncio.wait_for(waker(name, sleeping), remaining)
                     except TimeoutError:
                         return self.pick(name)
+                    except WakeFailed:
+                        ep = self.pick(name)  # another instance may have come up meanwhile
+                        if ep is not None:
+                            return ep
+                        raise
                     except Exception:
                         log.exception("waking %r failed", name)
                     continue
