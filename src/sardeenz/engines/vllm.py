@@ -15,6 +15,7 @@ memory and fails as soon as another engine holds some.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from sardeenz.domain import EngineKind, ModelInstance
 from sardeenz.engines.base import LaunchContext, LaunchSpec
@@ -28,6 +29,7 @@ __all__ = [
     "VllmAdapter",
     "budget_overrides",
     "engine_env",
+    "flag_value",
     "format_fraction",
     "has_flag",
     "shutdown_timeout_for",
@@ -133,6 +135,17 @@ def engine_env(instance: ModelInstance, ctx: LaunchContext) -> dict[str, str]:
 def has_flag(args: list[str], flag: str) -> bool:
     """Whether ``args`` set ``flag`` (as ``--flag v``, ``--flag=v`` or ``--flag_name``)."""
     return any(_flag_name(token) == flag for token in args)
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The last value of ``--flag V`` or ``--flag=V`` in an argv list (argparse's rule)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def shutdown_timeout_for(stop_grace_seconds: float) -> int:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sardeenz.domain import LoadRequest
+from sardeenz.engines.vllm import flag_value
 from sardeenz.errors import Conflict, InvalidRequest
 from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.selection import GB, RESERVED_BYTES, available_bytes, gb
@@ -271,17 +272,6 @@ async def check_fit(
     )
 
 
-def _flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The last value of ``--flag V`` or ``--flag=V`` in an argv list (argparse's rule)."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
 def parse_max_model_len(text: str) -> int | None:
     """vLLM's ``--max-model-len``: ``4096``, ``4k`` (x1000), ``4K`` (x1024); None for auto/-1."""
     text = text.strip()
@@ -300,15 +290,15 @@ def parse_max_model_len(text: str) -> int | None:
 def fit_request_for_load(req: LoadRequest) -> FitRequest:
     """The fit question a load request asks (context length and dtypes from its extra args)."""
     args = list(req.extra_args)
-    mml = _flag_value(args, "--max-model-len")
+    mml = flag_value(args, "--max-model-len")
     return FitRequest(
         model_path=req.model_path,
         max_tokens=parse_max_model_len(mml) if mml is not None else None,
         gpu_ids=req.gpu_ids,
         tensor_parallel_size=req.tensor_parallel_size,
         gpu_memory_limit=req.gpu_memory_limit,
-        kv_cache_dtype=_flag_value(args, "--kv-cache-dtype") or "auto",
-        dtype=_flag_value(args, "--dtype") or "auto",
+        kv_cache_dtype=flag_value(args, "--kv-cache-dtype") or "auto",
+        dtype=flag_value(args, "--dtype") or "auto",
     )
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from sardeenz.config import ConfigError, Settings, parse_size
+from sardeenz.engines.vllm import flag_value
 from sardeenz.errors import Conflict
 
 GIB = 2**30
@@ -46,17 +47,6 @@ class HostEstimate:
     @property
     def total(self) -> int:
         return self.kv_cache + self.weights + self.overhead
-
-
-def _flag_value(args: list[str], flag: str) -> str | None:
-    """The last value given for ``flag`` (``--flag v`` or ``--flag=v``), as argparse keeps."""
-    value = None
-    for i, token in enumerate(args):
-        if token == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif token.startswith(flag + "="):
-            value = token.split("=", 1)[1]
-    return value
 
 
 def weights_on_disk(model_path: str) -> int:
@@ -83,7 +73,7 @@ def estimate_cpu_engine(settings: Settings, model_path: str, extra_args: list[st
     Blocking (stats the model folder): call it in a worker thread.
     """
     kv = settings.vllm_cpu_kvcache_gib * GIB
-    given = _flag_value(extra_args, "--kv-cache-memory-bytes")
+    given = flag_value(extra_args, "--kv-cache-memory-bytes")
     if given is not None:
         with contextlib.suppress(ConfigError):
             kv = parse_size(given)
