@@ -13,35 +13,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
-
-from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
+from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from sardeenz.errors import PayloadTooLarge, SardeenzError
 from sardeenz.proxy.express import ExpressRelay
 from sardeenz.proxy.fastlane import fast_lane_protocol
-from sardeenz.proxy.forwarder import InferenceProxy, send_json
+from sardeenz.proxy.forwarder import InferenceProxy, api_error, openai_error, send_json
 from sardeenz.proxy.metrics import render_metrics
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
 
-_INVALID_KEY = orjson.dumps(
-    {
-        "error": {
-            "message": "Invalid or missing API key: send 'Authorization: Bearer <key>'",
-            "type": "invalid_request_error",
-            "param": None,
-            "code": "invalid_api_key",
-        }
-    }
+_INVALID_KEY = openai_error(
+    "Invalid or missing API key: send 'Authorization: Bearer <key>'",
+    "invalid_request_error",
+    "invalid_api_key",
 )
-
-
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value)
-    return None
 
 
 class Gateway:
@@ -78,7 +64,9 @@ class Gateway:
             return
         path: str = scope["path"]
         if path.startswith("/v1/"):
-            if self._keys.enabled and not self._keys.check(_header(scope, b"authorization")):
+            if self._keys.enabled and not self._keys.check(
+                header(scope["headers"], b"authorization")
+            ):
                 await send_json(send, 401, _INVALID_KEY, [(b"www-authenticate", b"Bearer")])
                 return
             await self._proxy.handle_v1(scope, receive, send)
@@ -109,14 +97,12 @@ class Gateway:
             return
         port_text, _, rest = scope["path"][len("/api/direct/") :].partition("/")
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            await send_json(
-                send, 404, b'{"detail":"not a managed engine port","code":"unknown_port"}'
-            )
+            await send_json(send, 404, api_error("not a managed engine port", "unknown_port"))
             return
         await self._proxy.handle_direct(scope, receive, send, int(port_text), rest)
 
     async def _authorize(self, scope: Scope, send: Send, role: Role) -> bool:
-        auth = _header(scope, b"authorization")
+        auth = header(scope["headers"], b"authorization")
         try:
             principal = await self._auth.authenticate(auth.decode("latin-1") if auth else None)
         except SardeenzError as exc:
@@ -130,7 +116,7 @@ class Gateway:
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         """FastAPI with a request-body limit: declared length first, then counted."""
-        declared = _header(scope, b"content-length")
+        declared = header(scope["headers"], b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._api_limit:
             await _api_error(send, 413, self._too_large_message(), "payload_too_large")
             return
@@ -165,4 +151,4 @@ class Gateway:
 
 async def _api_error(send: Send, status: int, detail: str, code: str) -> None:
     extra = [(b"www-authenticate", WWW_AUTHENTICATE.encode())] if status == 401 else None
-    await send_json(send, status, orjson.dumps({"detail": detail, "code": code}), extra)
+    await send_json(send, status, api_error(detail, code), extra)

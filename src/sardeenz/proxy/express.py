@@ -31,6 +31,7 @@ from typing import Final
 
 import orjson
 
+from sardeenz.asgi import header
 from sardeenz.proxy import metrics
 from sardeenz.proxy.fastlane import Active, FastLaneProtocol
 from sardeenz.proxy.forwarder import (
@@ -77,7 +78,7 @@ class ExpressRelay:
         if client is None or not url.startswith(b"/v1/") or url.startswith(b"/v1/models"):
             return None
         keys = self._keys
-        if keys is not None and keys.enabled and not keys.check(_header(headers, b"authorization")):
+        if keys is not None and keys.enabled and not keys.check(header(headers, b"authorization")):
             return None
         try:
             payload = orjson.loads(body)
@@ -330,10 +331,3 @@ class _Exchange:
         self._mm.in_flight -= 1
         url, headers, body = self.request
         self._lane.run_app(b"POST", url, headers, body, self.keep_alive)
-
-
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    for key, value in headers:
-        if key == name:
-            return value
-    return None

@@ -39,12 +39,12 @@ import urllib.parse
 from typing import Any, Final, Protocol
 
 import httptools
-import orjson
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from sardeenz.asgi import ASGIApp, Message, Scope
+from sardeenz.proxy.forwarder import openai_error
 from sardeenz.proxy.metrics import LANE
 
 log = logging.getLogger(__name__)
@@ -72,24 +72,10 @@ def _status_line(status: int) -> bytes:
 
 
 def _error_reply(status: int, message: str, code: str) -> bytes:
-    body = orjson.dumps(
-        {
-            "error": {
-                "message": message,
-                "type": "invalid_request_error",
-                "param": None,
-                "code": code,
-            }
-        }
-    )
-    return (
-        b"%scontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-        % (
-            _status_line(status),
-            len(body),
-            body,
-        )
-    )
+    """A complete response that closes the connection: the lane's own errors."""
+    body = openai_error(message, "invalid_request_error", code)
+    head = b"%scontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+    return head % (_status_line(status), len(body)) + body
 
 
 class Active(Protocol):

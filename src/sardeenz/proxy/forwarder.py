@@ -100,7 +100,7 @@ def openai_error(message: str, type_: str, code: str, param: str | None = None) 
     )
 
 
-def _api_error(message: str, code: str) -> bytes:
+def api_error(message: str, code: str) -> bytes:
     return orjson.dumps({"detail": message, "code": code})
 
 
@@ -139,7 +139,7 @@ class _Reply(Exception):
     def render(self, openai: bool) -> bytes:
         if openai:
             return openai_error(self.message, self.type, self.code, self.param)
-        return _api_error(self.message, self.code)
+        return api_error(self.message, self.code)
 
     async def send(self, send: Send, openai: bool) -> int:
         await send_json(send, self.status, self.render(openai), self.headers)
@@ -311,7 +311,7 @@ class InferenceProxy:
         if not self._table.known_port(port):
             mm.count(404)
             await send_json(
-                send, 404, _api_error(f"no instance on this node uses port {port}", "unknown_port")
+                send, 404, api_error(f"no instance on this node uses port {port}", "unknown_port")
             )
             return
         try:
