@@ -8,6 +8,7 @@ read the answers with the stdlib's ``http.client`` parser.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import socket
 import time
@@ -16,10 +17,12 @@ from typing import Any, BinaryIO
 
 import orjson
 import pytest
+import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sardeenz.config import Settings
+from sardeenz.proxy.fastlane import fast_lane_protocol
 from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
 from tests.support import Sim
 
@@ -335,3 +338,38 @@ def test_random_headers_and_bodies_never_get_a_5xx(
     )
     status = _answer_after_eof(lane.port, data)
     assert status is None or status < 500
+
+
+async def test_an_app_that_crashes_gets_a_500_server_error_and_a_closed_connection() -> None:
+    """A bug in the app behind the lane: an OpenAI-shaped 500, never a hang or a bare reset."""
+
+    async def broken(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raise RuntimeError("bug")
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()  # connections queue until the server accepts them
+    config = uvicorn.Config(
+        broken,
+        loop="none",
+        lifespan="off",
+        log_level="critical",
+        http=fast_lane_protocol(broken, max_body_bytes=1024),
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        reader, writer = await asyncio.open_connection(*sock.getsockname())
+        writer.write(post())
+        raw = await asyncio.wait_for(reader.read(), 5)  # until the lane closes
+        writer.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 500")
+        assert b"connection: close" in head
+        error = orjson.loads(body)["error"]
+        assert (error["type"], error["code"]) == ("server_error", "internal_error")
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()

@@ -71,9 +71,11 @@ def _status_line(status: int) -> bytes:
     return line if line is not None else b"HTTP/1.1 %d \r\n" % status
 
 
-def _error_reply(status: int, message: str, code: str) -> bytes:
+def _error_reply(
+    status: int, message: str, code: str, type_: str = "invalid_request_error"
+) -> bytes:
     """A complete response that closes the connection: the lane's own errors."""
-    body = openai_error(message, "invalid_request_error", code)
+    body = openai_error(message, type_, code)
     head = b"%scontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
     return head % (_status_line(status), len(body)) + body
 
@@ -356,7 +358,9 @@ class FastLaneProtocol(asyncio.Protocol):
                 log.exception("unhandled error answering %s %s", scope["method"], scope["path"])
             if not cycle.started and self.transport is not None:
                 cycle.keep_alive = False
-                self.transport.write(_error_reply(500, "internal server error", "internal_error"))
+                self.transport.write(
+                    _error_reply(500, "internal server error", "internal_error", "server_error")
+                )
             if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
                 raise
         finally:
