@@ -6,7 +6,7 @@ import {
 } from '@patternfly/react-core';
 import type { ReactNode } from 'react';
 
-/** A compact horizontal term/value list (the cards of the About page). */
+/** A compact horizontal term/value list (the cards of the About and instance pages). */
 export function Terms({ items }: { items: Array<[string, ReactNode]> }) {
   return (
     <DescriptionList isHorizontal isCompact>

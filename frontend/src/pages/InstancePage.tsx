@@ -3,16 +3,11 @@ import {
   Card,
   CardBody,
   CardTitle,
-  DescriptionList,
-  DescriptionListDescription,
-  DescriptionListGroup,
-  DescriptionListTerm,
   Flex,
   FlexItem,
   Gallery,
   PageSection,
 } from '@patternfly/react-core';
-import type { ReactNode } from 'react';
 import { useNavigate, useParams } from 'react-router';
 import { ApiError } from '../api/client';
 import { useInstance } from '../api/queries';
@@ -23,23 +18,11 @@ import { CreateProfileButton } from '../components/CreateProfileButton';
 import { InstanceActions } from '../components/InstanceActions';
 import { gpuText } from '../components/InstanceTable';
 import { PageHeader } from '../components/PageHeader';
+import { Terms } from '../components/Terms';
 import { Empty, ErrorState, Loading } from '../components/States';
 import { SimulatedLabel, StatusLabel } from '../components/StatusLabel';
 import { formatBytes, formatDuration, formatGiB, formatNumber, formatTimestamp, formatUptime } from '../lib/format';
 import { useNow } from '../hooks/useNow';
-
-function Terms({ items }: { items: Array<[string, ReactNode]> }) {
-  return (
-    <DescriptionList isCompact isHorizontal>
-      {items.map(([term, value]) => (
-        <DescriptionListGroup key={term}>
-          <DescriptionListTerm>{term}</DescriptionListTerm>
-          <DescriptionListDescription>{value}</DescriptionListDescription>
-        </DescriptionListGroup>
-      ))}
-    </DescriptionList>
-  );
-}
 
 function MemoryCard({ inst }: { inst: ModelInstance }) {
   const m = inst.memoryMetrics;
