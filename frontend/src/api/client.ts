@@ -35,6 +35,33 @@ export function onUnauthorized(listener: Listener): () => void {
   return () => unauthorizedListeners.delete(listener);
 }
 
+export function notifyUnauthorized(): void {
+  unauthorizedListeners.forEach((l) => l());
+}
+
+/** When a JWT says it expires (ms since the epoch); null for anything else (an opaque
+ *  token, no `exp` claim, a payload that does not decode): only the server can judge it. */
+export function tokenExpiry(token: string): number | null {
+  const parts = token.split('.');
+  if (parts.length !== 3) return null;
+  try {
+    const b64 = (parts[1] ?? '').replace(/-/g, '+').replace(/_/g, '/');
+    const payload: unknown = JSON.parse(atob(b64.padEnd(b64.length + ((4 - (b64.length % 4)) % 4), '=')));
+    const exp = (payload as { exp?: unknown } | null)?.exp;
+    return typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether the stored token is a JWT past its `exp`: such a request would only be refused,
+ *  and a page showing cached data might not ask the server for a while. */
+export function storedTokenExpired(now: number = Date.now()): boolean {
+  const token = getToken();
+  const expiry = token ? tokenExpiry(token) : null;
+  return expiry !== null && expiry <= now;
+}
+
 export function authHeaders(): Record<string, string> {
   const token = getToken();
   return token ? { Authorization: `Bearer ${token}` } : {};
@@ -50,7 +77,7 @@ export async function errorFrom(resp: Response): Promise<ApiError> {
   const obj = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
   const detail = typeof obj.detail === 'string' ? obj.detail : `${resp.status} ${resp.statusText}`.trim();
   const code = typeof obj.code === 'string' ? obj.code : `http_${resp.status}`;
-  if (resp.status === 401) unauthorizedListeners.forEach((l) => l());
+  if (resp.status === 401) notifyUnauthorized();
   return new ApiError(resp.status, code, detail, body);
 }
 
@@ -61,6 +88,10 @@ export interface RequestOptions {
 }
 
 async function send(path: string, opts: RequestOptions): Promise<Response> {
+  if (storedTokenExpired()) {
+    notifyUnauthorized();
+    throw new ApiError(401, 'token_expired', 'The token has expired: log in again.');
+  }
   const headers: Record<string, string> = { Accept: 'application/json', ...authHeaders() };
   const init: RequestInit = { method: opts.method ?? 'GET', headers };
   if (opts.signal) init.signal = opts.signal;

@@ -1,6 +1,15 @@
 import { queryOptions, useQuery, useQueryClient } from '@tanstack/react-query';
 import { createContext, useCallback, useContext, useEffect, useMemo, useRef, useState, type ReactNode } from 'react';
-import { api, ApiError, getToken, isMissingRoute, onUnauthorized, setToken } from '../api/client';
+import {
+  api,
+  ApiError,
+  getToken,
+  isMissingRoute,
+  notifyUnauthorized,
+  onUnauthorized,
+  setToken,
+  tokenExpiry,
+} from '../api/client';
 import type { AuthConfig, Me } from '../api/types';
 
 /** What a server without the auth endpoints means: auth off, every caller is admin. */
@@ -99,6 +108,14 @@ export function AuthProvider({ children }: { children: ReactNode }) {
       }),
     [authEnabled, logout],
   );
+
+  // A JWT says when it ends: the session ends then, not at the next refused request.
+  useEffect(() => {
+    const expiry = token ? tokenExpiry(token) : null;
+    if (expiry === null) return;
+    const timer = setTimeout(notifyUnauthorized, Math.min(Math.max(0, expiry - Date.now()), 2 ** 31 - 1));
+    return () => clearTimeout(timer);
+  }, [token]);
 
   const login = useCallback(
     async (newToken: string) => {

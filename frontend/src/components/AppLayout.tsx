@@ -22,6 +22,7 @@ import {
 import { BarsIcon } from '@patternfly/react-icons/dist/esm/icons/bars-icon';
 import { useContext, useEffect, type AnchorHTMLAttributes, type ReactNode } from 'react';
 import { Link, useLocation, useNavigate } from 'react-router';
+import { notifyUnauthorized, storedTokenExpired } from '../api/client';
 import { useHealth } from '../api/queries';
 import { useAuth } from '../auth/AuthContext';
 import { MetricsHistoryProvider } from '../hooks/MetricsHistory';
@@ -85,6 +86,11 @@ function UserArea() {
 /** The sections; on a narrow window the sidebar closes once one is chosen. */
 function SectionNav() {
   const { pathname } = useLocation();
+  // A page may show cached data without asking the server: an expired token is noticed
+  // on the next navigation rather than on the next poll.
+  useEffect(() => {
+    if (storedTokenExpired()) notifyUnauthorized();
+  }, [pathname]);
   const navigate = useNavigate();
   const page = useContext(PageContext);
   const go = (path: string): void => {
