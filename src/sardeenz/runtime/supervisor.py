@@ -1,8 +1,8 @@
 """The supervisor: desired state (the registry) reconciled with running engines.
 
-One ``InstanceRunner`` per instance owns its engine process: it spawns it,
-tails its log, decides when it is ready, watches its health, and ends it. The
-``Supervisor`` owns the runners, the port range and the registry, and is the
+One ``InstanceRunner`` (``runtime/runner.py``) per instance owns its engine
+process: it spawns it, tails its log, decides when it is ready, watches its
+health, and ends it. The ``Supervisor`` owns the runners, the port range and the registry, and is the
 only way the API changes an instance.
 
 Crash safety comes from three choices: engines run in their own session with
@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,12 @@ from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance, utcnow
 from sardeenz.engines import get_adapter
 from sardeenz.engines.base import EngineAdapter, LaunchContext, engine_tmp_dir
-from sardeenz.engines.logparse import VllmLogParser, extract_error
+from sardeenz.engines.logparse import extract_error
 from sardeenz.engines.sim_adapter import sim_footprint_bytes
 from sardeenz.engines.vllm import validate_extra_args
 from sardeenz.engines.vllm_probe import VllmProbe
-from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
-from sardeenz.events import EventBus, LogEvent, RemovedEvent, StatusEvent
+from sardeenz.errors import Conflict, InvalidRequest, NotFound
+from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.budget import (
     Reservation,
     measure_baseline,
@@ -51,24 +51,17 @@ from sardeenz.gpu.inventory import GpuInventory, SimulatedInventory, SimulatedOu
 from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
 from sardeenz.gpu.selection import GB, Placement, gb, plan_placement
 from sardeenz.runtime import hostmem, proctree
-from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
 from sardeenz.runtime.ports import PortAllocator
+from sardeenz.runtime.runner import (
+    ENV_DATA_DIR,
+    ENV_INSTANCE_ID,
+    ERROR_TAIL_LINES,
+    EngineCallFailed,
+    InstanceRunner,
+)
 from sardeenz.store.instances import InstanceRepository
 
 log = logging.getLogger(__name__)
-
-# Marks every engine we spawn, so a restarted controller can find strays.
-ENV_INSTANCE_ID = "SARDEENZ_INSTANCE_ID"
-ENV_DATA_DIR = "SARDEENZ_DATA_DIR"
-# Secrets of the controller never reach an engine's environment.
-SECRET_ENV = ("CLUSTER_SECRET", "SARDEENZ_JWT_SECRET", "SARDEENZ_API_KEYS")
-ERROR_TAIL_LINES = 500
-ENGINE_CALL_TIMEOUT = 120.0  # sleep/wake move weights between GPU and CPU: can take a while
-
-
-class EngineCallFailed(SardeenzError):
-    status = 502
-    code = "engine_error"
 
 
 class SleepUnsupported(Conflict):
@@ -77,307 +70,6 @@ class SleepUnsupported(Conflict):
 
 class InvalidState(Conflict):
     code = "invalid_state"
-
-
-class InstanceRunner:
-    """Owns one engine: its process, log, readiness and health."""
-
-    def __init__(
-        self,
-        instance: ModelInstance,
-        settings: Settings,
-        bus: EventBus,
-        persist: Callable[[InstanceRunner], Coroutine[Any, Any, None]],
-        http: httpx.AsyncClient,
-        on_active: Callable[[InstanceRunner], Coroutine[Any, Any, None]] | None = None,
-        on_ended: Callable[[InstanceRunner], None] | None = None,
-    ) -> None:
-        self.instance = instance
-        self.settings = settings
-        self.bus = bus
-        self._persist = persist
-        self._http = http
-        self.buffer = LogBuffer(settings.log_buffer_lines)
-        self.parser = VllmLogParser()
-        self.proc: asyncio.subprocess.Process | None = None
-        self.pid: int | None = instance.process_id
-        self.create_time: float | None = None
-        self.exit_code: int | None = None
-        self._changed = asyncio.Event()
-        self._exited = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._log_path = Path(instance.log_file) if instance.log_file else None
-        self.tailer: LogTailer | None = None
-        self.stopping = False
-        self._on_active = on_active
-        self._on_ended = on_ended
-        self.sleep_lock = asyncio.Lock()
-        self.wake_task: asyncio.Task[ModelInstance] | None = None
-
-    # --- log ---------------------------------------------------------------
-    def _on_line(self, line: str) -> None:
-        self.buffer.append(line)
-        was_ready = self.parser.ready
-        self.parser.feed(line)
-        self.bus.publish(LogEvent(self.instance.id, line))
-        if self.parser.ready and not was_ready:
-            self._changed.set()
-
-    def prime_from_file(self) -> int:
-        """Load the existing log (after a controller restart) without re-publishing it."""
-        if self._log_path is None:
-            return 0
-        for line in read_tail_lines(self._log_path, 4 * 1024 * 1024):
-            self.buffer.append(line)
-            self.parser.feed(line)
-        try:
-            return self._log_path.stat().st_size
-        except OSError:
-            return 0
-
-    # --- lifecycle -----------------------------------------------------------
-    async def spawn(self, adapter: EngineAdapter, ctx: LaunchContext) -> None:
-        spec = adapter.build_launch(self.instance, ctx)
-        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-        env.update(spec.env)
-        # vLLM 0.11/0.14 colour their process tags even into files unless told not to.
-        env.setdefault("NO_COLOR", "1")
-        env[ENV_INSTANCE_ID] = self.instance.id
-        env[ENV_DATA_DIR] = str(self.settings.data_dir.resolve())
-        assert self._log_path is not None
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._log_path.open("ab") as logf:
-            self.proc = await asyncio.create_subprocess_exec(
-                *spec.argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=logf,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                cwd=ctx.instance_dir,
-                start_new_session=True,
-            )
-        self.pid = self.proc.pid
-        self.create_time = proctree.create_time(self.pid)
-        self.instance.process_id = self.pid
-        self.instance.warnings = [*self.instance.warnings, *spec.warnings]
-
-    def start(self, offset: int = 0) -> None:
-        assert self._log_path is not None
-        self.tailer = LogTailer(self._log_path, self._on_line, offset=offset)
-        self.tailer.fast = self.instance.status == InstanceStatus.STARTING
-        self._task = asyncio.create_task(self._supervise(), name=f"supervise-{self.instance.id}")
-
-    async def _supervise(self) -> None:
-        assert self.tailer is not None
-        tail = asyncio.create_task(self.tailer.run(), name=f"tail-{self.instance.id}")
-        watch = asyncio.create_task(self._watch_exit(), name=f"exit-{self.instance.id}")
-        try:
-            if self.instance.status == InstanceStatus.STARTING and not await self._await_ready():
-                return
-            if self.instance.status == InstanceStatus.STARTING:
-                await self._become_active()
-            await self._monitor()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug here must not leave an engine unwatched
-            log.exception("supervision of %s crashed", self.instance.id)
-            await self.fail(f"supervisor error: {exc}")
-        finally:
-            for task in (tail, watch):
-                task.cancel()
-            await asyncio.gather(tail, watch, return_exceptions=True)
-
-    async def _watch_exit(self) -> None:
-        if self.proc is not None:
-            self.exit_code = await self.proc.wait()
-        elif self.pid is not None:
-            await wait_foreign_exit(self.pid, self.create_time)
-        self._exited.set()
-        self._changed.set()
-
-    async def _health_ok(self) -> tuple[bool, str]:
-        url = f"http://{self.settings.engine_host}:{self.instance.port}/health"
-        try:
-            resp = await self._http.get(url)
-        except httpx.HTTPError as exc:
-            return False, f"{type(exc).__name__} on GET /health"
-        if resp.status_code == 200:
-            return True, ""
-        return False, f"GET /health answered {resp.status_code}"
-
-    async def _await_ready(self) -> bool:
-        """Ready = readiness log line or /health 200, whichever comes first."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.ready_timeout_seconds
-        next_health = loop.time()
-        while True:
-            if self.parser.ready:
-                return True
-            if self._exited.is_set():
-                await self._fail_from_log("engine exited before it was ready")
-                return False
-            now = loop.time()
-            if now >= next_health:
-                ok, _ = await self._health_ok()
-                if ok:
-                    return True
-                next_health = loop.time() + self.settings.health_interval_seconds
-            if now >= deadline:
-                await self.fail(
-                    f"engine not ready after {self.settings.ready_timeout_seconds:g} s "
-                    "(no readiness line, /health never answered 200)"
-                )
-                return False
-            self._changed.clear()
-            timeout = max(0.0, min(next_health, deadline) - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
-
-    async def _become_active(self) -> None:
-        inst = self.instance
-        inst.engine_core_pid = self.parser.engine_core_pid or await asyncio.to_thread(
-            find_engine_core_pid, self.pid
-        )
-        inst.memory_metrics = self.parser.memory.model_copy()
-        inst.started_at = utcnow()
-        if self._on_active is not None:
-            await self._on_active(self)
-        await self.set_status(InstanceStatus.ACTIVE)
-        if self.tailer is not None:
-            self.tailer.fast = False
-
-    async def _monitor(self) -> None:
-        failures = 0
-        interval = self.settings.health_interval_seconds
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._exited.wait(), interval)
-            if self._exited.is_set():
-                await self._fail_from_log("engine process exited")
-                return
-            ok, reason = await self._health_ok()
-            if ok:
-                failures = 0
-                continue
-            failures += 1
-            if failures >= self.settings.health_failure_threshold:
-                await self.fail(f"health check failed {failures} times in a row ({reason})")
-                return
-
-    async def _fail_from_log(self, what: str) -> None:
-        if self.tailer is not None:
-            self.tailer.poll()
-            self.tailer.flush_partial()
-        lines = self.buffer.lines(ERROR_TAIL_LINES)
-        if self._log_path is not None:
-            lines = await asyncio.to_thread(read_tail_lines, self._log_path)
-        cause = extract_error(lines[-ERROR_TAIL_LINES:])
-        code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
-        await self.fail(f"{cause}" if cause else f"{what}{code}")
-
-    async def fail(self, message: str) -> None:
-        """Mark failed and make sure nothing of the engine is left running."""
-        self.instance.error_message = message
-        self.instance.stopped_at = utcnow()
-        await self.set_status(InstanceStatus.FAILED)
-        await self.kill_tree(grace=0.0)
-        self.ended()
-        log.warning("instance %s failed: %s", self.instance.id, message)
-
-    async def kill_tree(self, grace: float) -> list[int]:
-        if self.pid is None:
-            return []
-        snapshot = await asyncio.to_thread(proctree.tree, self.pid)
-        if self.create_time is not None and snapshot:
-            with contextlib.suppress(psutil.Error):
-                if abs(snapshot[0].create_time() - self.create_time) > 0.5:
-                    snapshot = []  # the PID was reused by someone else: not ours
-        survivors = await asyncio.to_thread(proctree.terminate_group, self.pid, snapshot, grace)
-        if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.exit_code = await self.proc.wait()
-        return survivors
-
-    async def set_status(self, status: InstanceStatus) -> None:
-        previous = self.instance.status
-        self.instance.status = status
-        await self._persist(self)
-        self.bus.publish(StatusEvent(self.snapshot(), previous))
-
-    def ended(self) -> None:
-        """The engine is gone for good: give back what it held (idempotent)."""
-        if self._on_ended is not None:
-            self._on_ended(self)
-
-    def snapshot(self) -> ModelInstance:
-        return self.instance.model_copy(deep=True)
-
-    async def engine_call(self, method: str, path: str) -> httpx.Response:
-        url = f"http://{self.settings.engine_host}:{self.instance.port}{path}"
-        try:
-            return await self._http.request(method, url, timeout=ENGINE_CALL_TIMEOUT)
-        except httpx.HTTPError as exc:
-            raise EngineCallFailed(
-                f"engine of instance {self.instance.id} did not answer {method} {path}: "
-                f"{type(exc).__name__}"
-            ) from exc
-
-    async def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-
-async def wait_foreign_exit(pid: int, create_time: float | None) -> None:
-    """Wait for a process that is not our child (adopted after a restart) to end.
-
-    A pidfd becomes readable when the process exits, so no polling is needed;
-    where pidfds are unavailable we fall back to checking every half second.
-    """
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        pidfd = None
-    if pidfd is not None:
-        loop = asyncio.get_running_loop()
-        gone: asyncio.Future[None] = loop.create_future()
-
-        def on_exit() -> None:
-            if not gone.done():
-                gone.set_result(None)
-
-        loop.add_reader(pidfd, on_exit)
-        try:
-            if proctree.is_alive(pid, create_time):
-                await gone
-        finally:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-        return
-    while True:
-        if not await asyncio.to_thread(proctree.is_alive, pid, create_time):
-            return
-        await asyncio.sleep(0.5)
-
-
-def find_engine_core_pid(pid: int | None) -> int | None:
-    """The EngineCore child: by title (vLLM >= 0.11), else the first real child."""
-    if pid is None:
-        return None
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return None
-    fallback = None
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            title = child.name() + " " + " ".join(child.cmdline()[:2])
-            if "EngineCor" in title:
-                return child.pid
-            if fallback is None and "resource_tracker" not in title:
-                fallback = child.pid
-    return fallback
 
 
 class Supervisor:
