@@ -173,7 +173,7 @@ class Sim:
             [
                 sys.executable,
                 "-m",
-                "sardeenz.engines.sim",
+                "sardeenz.sim",
                 "--model",
                 model,
                 "--port",
