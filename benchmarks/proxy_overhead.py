@@ -669,7 +669,7 @@ def orchestrate(args: argparse.Namespace) -> None:
                     [
                         PY,
                         "-m",
-                        "sardeenz.engines.sim",
+                        "sardeenz.sim",
                         "--model",
                         MODEL,
                         "--port",

@@ -248,7 +248,7 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "sardeenz.engines.sim",
+            "sardeenz.sim",
             "--model",
             "cap",
             "--port",

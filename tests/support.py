@@ -188,7 +188,7 @@ class Sim:
             [
                 sys.executable,
                 "-m",
-                "sardeenz.engines.sim",
+                "sardeenz.sim",
                 "--model",
                 model,
                 "--port",

@@ -158,7 +158,7 @@ def _run_server(settings: Settings) -> None:
 )
 def sim_engine(ctx: typer.Context) -> None:
     """The simulated engine: a vLLM-compatible server for demos and tests (see --help)."""
-    from sardeenz.engines.sim import main as sim_main
+    from sardeenz.sim.server import main as sim_main
 
     raise typer.Exit(sim_main(list(ctx.args)))
 

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from sardeenz.config import Settings
-from sardeenz.engines.sim import completion_text
 from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from sardeenz.sim.text import completion_text
 from tests.support import Sim
 
 pytestmark = pytest.mark.timeout(60)

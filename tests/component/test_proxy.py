@@ -1,5 +1,5 @@
 """The inference proxy over real HTTP: uvicorn + InferenceProxy in front of real
-simulated-engine processes (``python -m sardeenz.engines.sim``).
+simulated-engine processes (``python -m sardeenz.sim``).
 
 The proxy runs on its own thread and loop (``ThreadedProxyServer``), so the
 blocking ``openai`` client works against it as well as async clients; the
@@ -21,8 +21,8 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
-from sardeenz.engines.sim import completion_text
 from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from sardeenz.sim.text import completion_text
 from tests.support import Sim, free_port
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,6 +1,6 @@
 """The simulated engine as a real process: what the supervisor and the proxy rely on.
 
-Each test starts ``python -m sardeenz.engines.sim`` in its own session with its log
+Each test starts ``python -m sardeenz.sim`` in its own session with its log
 in a file (as the supervisor does) and always kills the whole process group at the
 end. One shared engine serves the request tests; lifecycle tests start their own.
 """
@@ -26,12 +26,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sardeenz.engines.sim import (
-    completion_text,
-    count_prompt_tokens,
-    plan_memory,
-    render_chat_prompt,
-)
+from sardeenz.sim.memory import plan_memory
+from sardeenz.sim.text import completion_text, count_prompt_tokens, render_chat_prompt
 
 READY_LINE = "INFO:     Application startup complete."
 TTFT_MS = 60
@@ -101,7 +97,7 @@ def start_sim(
     log_path = log_dir / f"sim-{port}.log"
     full_env = {k: v for k, v in os.environ.items() if k != "VLLM_SERVER_DEV_MODE"}
     full_env.update(env or {})
-    argv = [sys.executable, "-m", "sardeenz.engines.sim", "--model", model, "--port", str(port)]
+    argv = [sys.executable, "-m", "sardeenz.sim", "--model", model, "--port", str(port)]
     argv.extend(args)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -549,7 +545,7 @@ def test_port_in_use_fails_like_vllm(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "sardeenz.engines.sim", "--model", "m", "--port", str(port)],
+            [sys.executable, "-m", "sardeenz.sim", "--model", "m", "--port", str(port)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -576,13 +572,31 @@ def test_memory_plan_is_consistent() -> None:
 
 def test_unknown_flag_exits_2() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "sardeenz.engines.sim", "--model", "m", "--port", "1", "--x"],
+        [sys.executable, "-m", "sardeenz.sim", "--model", "m", "--port", "1", "--x"],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert result.returncode == 2
     assert "error: unrecognized arguments: --x" in result.stderr
+
+
+def test_start_up_imports_no_controller_machinery() -> None:
+    """The engine starts in about 0.1 s because it never imports the controller's stack.
+
+    pydantic alone would add about 0.5 s to every engine start (and tests start many).
+    """
+    heavy = ("pydantic", "fastapi", "starlette", "sqlalchemy", "typer", "httpx")
+    code = (
+        "import sys, sardeenz.sim.server\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{heavy!r} or m.startswith(('sardeenz.config', 'sardeenz.domain', "
+        "'sardeenz.engines'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert result.stdout.strip() == "[]"
 
 
 def test_idle_keep_alive_follows_vllm_http_timeout_keep_alive(tmp_path: Path) -> None:

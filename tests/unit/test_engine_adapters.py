@@ -194,7 +194,7 @@ def test_sim_minimal(tmp_path: Path) -> None:
     assert spec.argv == [
         sys.executable,
         "-m",
-        "sardeenz.engines.sim",
+        "sardeenz.sim",
         "--model",
         "/models/Qwen2.5-7B-Instruct",
         "--host",
@@ -221,7 +221,7 @@ def test_sim_everything(tmp_path: Path) -> None:
     assert spec.argv == [
         sys.executable,
         "-m",
-        "sardeenz.engines.sim",
+        "sardeenz.sim",
         "--model",
         "/models/Qwen2.5-7B-Instruct",
         "--host",

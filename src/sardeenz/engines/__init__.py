@@ -1,15 +1,15 @@
 """Engine kinds behind one interface (``EngineAdapter``), looked up by ``EngineKind``.
 
-Adapters are imported on first use, not here: ``python -m sardeenz.engines.sim`` imports
-this package too, and the simulated engine should not pay for the controller's settings
-machinery just to start.
+Adapters are imported on first use, not here: importing one engine module (the log
+parser, say) should not pay for the controller's settings machinery. The simulated
+engine program itself is :mod:`sardeenz.sim` and imports nothing from this package.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pydantic alone costs the simulated engine ~0.5 s of start-up
+if TYPE_CHECKING:  # pydantic alone costs ~0.5 s of import
     from sardeenz.domain import EngineKind
     from sardeenz.engines.base import EngineAdapter
 

@@ -1,4 +1,4 @@
-"""The simulated engine: ``python -m sardeenz.engines.sim`` from the controller's own Python.
+"""The simulated engine: ``python -m sardeenz.sim`` from the controller's own Python.
 
 It takes vLLM's flag names and gets vLLM's environment so the supervisor, the tests and the
 demo exercise the same launch path as a real engine; only the program differs.
@@ -47,7 +47,7 @@ class SimAdapter:
         argv = [
             sys.executable,
             "-m",
-            "sardeenz.engines.sim",
+            "sardeenz.sim",
             "--model",
             instance.model_path,
             "--host",

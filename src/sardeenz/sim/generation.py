@@ -1,0 +1,285 @@
+"""Generation in the simulated engine: admission, token timing, SSE streaming, stats.
+
+This is the hot path of proxy benchmarks (hundreds of concurrent streams), so a
+request is a slotted ``Gen`` and a stream is pre-serialised byte templates filled in
+on an absolute schedule. ``max_tokens`` tokens exactly (``finish_reason="length"``),
+or 16 and ``"stop"`` without it (a simulated EOS); the first token comes ``--ttft-ms``
+after the request is admitted, then one every ``--itl-ms``. There is no scheduler
+limit on concurrency. While the engine sleeps, new requests wait and generation in
+flight pauses (the ``awake`` event, cleared by :mod:`sardeenz.sim.sleep`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, Final
+
+import orjson
+
+from sardeenz.asgi import Receive, Send
+from sardeenz.sim.args import SimConfig
+from sardeenz.sim.logwriter import VllmLog
+from sardeenz.sim.memory import MemoryPlan
+from sardeenz.sim.metrics import SimMetrics
+from sardeenz.sim.text import token_bytes
+from sardeenz.sim.wire import DONE, SSE_START
+
+__all__ = ["Gen", "Scheduler", "usage_json"]
+
+_STATS_INTERVAL_SECONDS: Final = 10.0
+_EARLY_TOLERANCE: Final = 0.001
+"""A token due within 1 ms is sent now: uvloop timers have millisecond resolution."""
+
+
+class Gen:
+    """One generation request's bookkeeping (slots: hot path)."""
+
+    __slots__ = (
+        "admitted",
+        "admitted_at",
+        "complete",
+        "disconnected",
+        "emitted",
+        "finish_reason",
+        "finished",
+        "max_tokens",
+        "prompt_tokens",
+        "rid",
+        "t0",
+    )
+
+    def __init__(
+        self, rid: str, prompt_tokens: int, max_tokens: int, finish_reason: str, t0: float
+    ) -> None:
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.finish_reason = finish_reason
+        self.t0 = t0
+        self.admitted = False
+        self.admitted_at = t0
+        self.emitted = 0
+        self.complete = False
+        """The response is (about to be) complete: a disconnect now is not an abort."""
+        self.finished = False
+        """Metrics were recorded (exactly once per request)."""
+        self.disconnected = False
+
+
+def usage_json(gen: Gen) -> bytes:
+    """The OpenAI ``usage`` object of a request (all of ``max_tokens`` is generated)."""
+    return orjson.dumps(
+        {
+            "prompt_tokens": gen.prompt_tokens,
+            "total_tokens": gen.prompt_tokens + gen.max_tokens,
+            "completion_tokens": gen.max_tokens,
+        }
+    )
+
+
+async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any], gen: Gen) -> None:
+    """Cancel the request's task as soon as its client disconnects (vLLM aborts it too).
+
+    uvicorn also answers ``http.disconnect`` once the response is complete, so a
+    completed request (``gen.complete``) is left alone.
+    """
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not gen.complete:
+                gen.disconnected = True
+                task.cancel()
+            return
+
+
+class Scheduler:
+    """The simulated engine's scheduler state and the timing of every generation."""
+
+    def __init__(self, cfg: SimConfig, plan: MemoryPlan, log: VllmLog, metrics: SimMetrics) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.log = log
+        self.metrics = metrics
+        self.dead = False
+        """The EngineCore died: requests fail like vLLM's do then."""
+        self.inflight = 0
+        self.running = 0
+        self.waiting = 0
+        self.kv_reserved = 0
+        self.tokens_prompt_window = 0
+        self.tokens_gen_window = 0
+        self.awake = asyncio.Event()
+        self.awake.set()
+
+    async def serve(self, receive: Receive, send: Send, gen: Gen, work: Awaitable[None]) -> None:
+        """Run one generation, aborting it (vLLM-style) if the client disconnects."""
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, task, gen))
+        self.inflight += 1
+        try:
+            await work
+            self.finish(gen, gen.finish_reason)
+        except asyncio.CancelledError:
+            self.finish(gen, "abort")
+            self.log.api("async_llm.py:434", f"Aborted request {gen.rid}.")
+            if gen.disconnected and task.uncancel() == 0:
+                return  # our own cancellation: the client is gone, nothing to re-raise
+            raise
+        finally:
+            gen.complete = True
+            watcher.cancel()
+            self.inflight -= 1
+
+    async def admit(self, gen: Gen) -> None:
+        """Queue while asleep (vLLM keeps requests waiting), then reserve KV and run."""
+        if not self.awake.is_set():
+            self.waiting += 1
+            self.metrics.waiting.set(self.waiting)
+            try:
+                await self.awake.wait()
+            finally:
+                self.waiting -= 1
+                self.metrics.waiting.set(self.waiting)
+        gen.admitted = True
+        gen.admitted_at = asyncio.get_running_loop().time()
+        self.running += 1
+        self.kv_reserved += gen.prompt_tokens + gen.max_tokens
+        self.metrics.running.set(self.running)
+        self.metrics.kv_usage.set(min(1.0, self.kv_reserved / max(1, self.plan.kv_tokens)))
+
+    def finish(self, gen: Gen, reason: str) -> None:
+        if gen.finished:
+            return
+        gen.finished = True
+        m = self.metrics
+        if gen.admitted:
+            self.running -= 1
+            self.kv_reserved -= gen.prompt_tokens + gen.max_tokens
+            m.running.set(self.running)
+            m.kv_usage.set(min(1.0, self.kv_reserved / max(1, self.plan.kv_tokens)))
+            m.prompt_tokens.inc(gen.prompt_tokens)
+            self.tokens_prompt_window += gen.prompt_tokens
+        if gen.emitted:
+            m.generation_tokens.inc(gen.emitted)
+            self.tokens_gen_window += gen.emitted
+        m.success[reason].inc()
+        if reason != "abort":
+            m.e2e.observe(asyncio.get_running_loop().time() - gen.t0)
+
+    async def paused(self) -> float:
+        """Wait out a sleep of the engine; returns how long generation was paused."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await self.awake.wait()
+        return loop.time() - start
+
+    async def stream(
+        self,
+        send: Send,
+        gen: Gen,
+        lead: bytes,
+        prefix: bytes,
+        suffix: bytes,
+        final: bytes,
+        usage_head: bytes | None,
+    ) -> None:
+        """SSE: first chunk after TTFT, then one per ITL, on an absolute schedule.
+
+        Tokens already due are written in one ``send`` (as a busy real server does), so
+        timer jitter or a slow client never makes the stream drift or fall behind.
+        """
+        loop = asyncio.get_running_loop()
+        await send(SSE_START)
+        await self.admit(gen)
+        n = gen.max_tokens
+        tokens = token_bytes(n)
+        itl = self.cfg.itl_s
+        due = gen.admitted_at + self.cfg.ttft_s
+        emitted = 0
+        while True:
+            if not self.awake.is_set():
+                due += await self.paused()
+            delay = due - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            now = loop.time()
+            if emitted:
+                now += _EARLY_TOLERANCE
+            elif due > now:
+                continue
+            parts: list[bytes] = []
+            if not emitted:
+                self.metrics.ttft.observe(now - gen.t0)
+                if lead:
+                    parts.append(lead)
+            while emitted < n and due <= now:
+                parts.append(prefix + tokens[emitted] + suffix)
+                emitted += 1
+                due += itl
+            gen.emitted = emitted
+            if emitted >= n:
+                break
+            if parts:
+                await send(
+                    {"type": "http.response.body", "body": b"".join(parts), "more_body": True}
+                )
+        parts.append(final)
+        if usage_head is not None:
+            parts.append(
+                b"data: " + usage_head + b',"choices":[],"usage":' + usage_json(gen) + b"}\n\n"
+            )
+        parts.append(DONE)
+        gen.complete = True
+        await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
+
+    async def generate(self, gen: Gen) -> None:
+        """A non-streamed generation: ``ttft + itl * (n - 1)`` of awake time.
+
+        On cancellation (client gone) ``gen.emitted`` counts the tokens that would have
+        been generated by then, for the metrics.
+        """
+        loop = asyncio.get_running_loop()
+        await self.admit(gen)
+        n = gen.max_tokens
+        ttft, itl = self.cfg.ttft_s, self.cfg.itl_s
+        start = gen.admitted_at
+        deadline = start + ttft + itl * (n - 1)
+        try:
+            while True:
+                delay = deadline - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if self.awake.is_set():
+                    break
+                paused = await self.paused()
+                deadline += paused
+                start += paused
+        except asyncio.CancelledError:
+            elapsed = loop.time() - start - ttft
+            gen.emitted = 0 if elapsed < 0 else min(n, int(elapsed / itl) + 1 if itl else n)
+            raise
+        gen.emitted = n
+        self.metrics.ttft.observe(gen.admitted_at - gen.t0 + ttft)
+
+    async def stats_loop(self) -> None:
+        """vLLM's 10-second throughput line, only while there is something to report."""
+        while True:
+            await asyncio.sleep(_STATS_INTERVAL_SECONDS)
+            if not (
+                self.tokens_prompt_window or self.tokens_gen_window or self.running or self.waiting
+            ):
+                continue
+            usage = 100 * min(1.0, self.kv_reserved / max(1, self.plan.kv_tokens))
+            self.log.api(
+                "loggers.py:123",
+                f"Engine 000: Avg prompt throughput: "
+                f"{self.tokens_prompt_window / _STATS_INTERVAL_SECONDS:.1f} tokens/s, "
+                f"Avg generation throughput: "
+                f"{self.tokens_gen_window / _STATS_INTERVAL_SECONDS:.1f} tokens/s, "
+                f"Running: {self.running} reqs, Waiting: {self.waiting} reqs, "
+                f"GPU KV cache usage: {usage:.1f}%, Prefix cache hit rate: 0.0%",
+            )
+            self.tokens_prompt_window = 0
+            self.tokens_gen_window = 0

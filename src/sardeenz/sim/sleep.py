@@ -1,0 +1,133 @@
+"""vLLM's sleep mode in the simulated engine: ``/sleep``, ``/wake_up``, ``/is_sleeping``.
+
+Served only with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``, as in vLLM.
+Falling asleep takes 50 ms, a full wake-up ``--wake-ms`` (default ``load-seconds / 10``,
+at most 500 ms; waking one tag of two takes half). Both levels free weights and KV
+cache; CUDA graphs stay. Requests queue while asleep and generation in flight pauses:
+this module clears and sets the scheduler's ``awake`` event. The log lines are vLLM's,
+because the controller reads the freed memory from them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Final
+from urllib.parse import parse_qs
+
+import orjson
+
+from sardeenz.asgi import Receive, Scope, Send
+from sardeenz.sim.args import SimConfig
+from sardeenz.sim.logwriter import VllmLog
+from sardeenz.sim.memory import MemoryPlan
+from sardeenz.sim.metrics import SimMetrics
+from sardeenz.sim.wire import RequestError, respond, respond_empty
+
+__all__ = ["SleepControl"]
+
+_SLEEP_SECONDS: Final = 0.05
+
+
+class SleepControl:
+    """Which memory is asleep, and the endpoints that change it."""
+
+    def __init__(
+        self,
+        cfg: SimConfig,
+        plan: MemoryPlan,
+        log: VllmLog,
+        metrics: SimMetrics,
+        awake: asyncio.Event,
+    ) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.log = log
+        self.metrics = metrics
+        self.awake = awake
+        self.sleeping_tags: set[str] = set()
+        self.sleep_level: int | None = None
+        self.sleep_lock = asyncio.Lock()
+        self.wakeups = 0
+
+    def current_memory_gib(self) -> float:
+        """The simulated footprint now: graphs always, weights and KV unless asleep."""
+        mem = self.plan.graphs_gib
+        if "weights" not in self.sleeping_tags:
+            mem += self.plan.weights_gib
+        if "kv_cache" not in self.sleeping_tags:
+            mem += self.plan.kv_gib
+        return round(mem, 4)
+
+    async def sleep(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /sleep?level=1|2``: free weights and KV cache; requests queue meanwhile."""
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        try:
+            level = int(query.get("level", ["1"])[-1])
+        except ValueError:
+            raise RequestError("level must be 1 or 2", param="level") from None
+        if level not in (1, 2):
+            raise RequestError("level must be 1 or 2", param="level")
+        async with self.sleep_lock:
+            if self.sleeping_tags:
+                self.log.core("executor_base.py:206", "Executor is already sleeping.", "WARNING")
+            else:
+                started = time.perf_counter()
+                self.awake.clear()
+                await asyncio.sleep(_SLEEP_SECONDS)
+                freed = self.plan.weights_gib + self.plan.kv_gib
+                self.sleeping_tags = {"weights", "kv_cache"}
+                self.sleep_level = level
+                self.metrics.set_sleep_state(level)
+                self.metrics.sleeps.inc()
+                self.log.core(
+                    "gpu_worker.py:117",
+                    f"Sleep mode freed {freed:.2f} GiB memory, "
+                    f"{self.current_memory_gib():.2f} GiB memory is still in use.",
+                )
+                self.log.core(
+                    "executor_base.py:211",
+                    f"It took {time.perf_counter() - started:.6f} seconds to fall asleep.",
+                )
+        await respond_empty(send)
+
+    async def wake_up(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /wake_up[?tags=weights&tags=kv_cache]``: restore memory, release requests."""
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        tags: list[str] | None = query.get("tags") or None
+        async with self.sleep_lock:
+            if not self.sleeping_tags:
+                self.log.core("executor_base.py:219", "Executor is not sleeping.", "WARNING")
+            elif tags is not None and any(t not in self.sleeping_tags for t in tags):
+                bad = next(t for t in tags if t not in self.sleeping_tags)
+                self.log.core(
+                    "executor_base.py:225",
+                    f"Tag {bad} is not in sleeping tags {_set_repr(self.sleeping_tags)}",
+                    "WARNING",
+                )
+            else:
+                started = time.perf_counter()
+                waking = set(tags) if tags is not None else set(self.sleeping_tags)
+                share = len(waking) / len(self.sleeping_tags)
+                await asyncio.sleep(self.cfg.wake_s * share)
+                shown = repr(tags) if tags is not None else _set_repr(self.sleeping_tags)
+                self.sleeping_tags -= waking
+                self.log.core(
+                    "executor_base.py:232",
+                    f"It took {time.perf_counter() - started:.6f} seconds to wake up tags {shown}.",
+                )
+                if not self.sleeping_tags:
+                    self.sleep_level = None
+                    self.wakeups += 1
+                    self.metrics.wakeups.inc()
+                    self.metrics.set_sleep_state(None)
+                    self.awake.set()
+        await respond_empty(send)
+
+    async def is_sleeping(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, orjson.dumps({"is_sleeping": bool(self.sleeping_tags)}))
+
+
+def _set_repr(tags: set[str]) -> str:
+    """A set as Python prints it, in a stable order (logs are compared in tests)."""
+    return "{" + ", ".join(repr(t) for t in sorted(tags)) + "}"
