@@ -85,7 +85,11 @@ def serve(
             log_level=log_level,
         )
     except (ConfigError, ValidationError) as exc:
-        err.print(f"[red]sardeenz: invalid configuration:[/red] {exc}")
+        err.print(
+            f"[red]sardeenz: invalid configuration:[/red] {config_error_line(exc)}",
+            soft_wrap=True,
+            highlight=False,
+        )
         raise typer.Exit(2) from exc
     _configure_logging(settings)
     log = logging.getLogger("sardeenz")
@@ -115,6 +119,18 @@ def serve(
             settings.host,
         )
     _run_server(settings)
+
+
+def config_error_line(exc: ConfigError | ValidationError) -> str:
+    """One line per start-up: which setting is wrong and why, without pydantic's banner."""
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    parts = []
+    for e in exc.errors():
+        where = ".".join(str(p) for p in e.get("loc", ())) or "settings"
+        message = str(e.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
 
 
 def _configure_logging(settings: Settings) -> None:

@@ -23,6 +23,8 @@ from pydantic_settings import (
 )
 
 DEMO_SIM_GPUS = "NVIDIA L4:24GiB,Tesla T4:16GiB"
+MIN_HS256_SECRET_BYTES = 32
+"""RFC 7518 section 3.2: an HMAC-SHA256 key is at least as long as its hash output."""
 
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _UNITS |= {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 2**10, "m": 2**20}
@@ -222,6 +224,20 @@ class Settings(BaseSettings):
             or self.jwt_jwks_url
             or self.oidc_issuer
         )
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _check_jwt_secret(cls, v: SecretStr | None) -> SecretStr | None:
+        # RFC 7518 3.2: an HS256 key must be at least as long as the hash (256 bits). A short
+        # secret is brute-forced offline from any one token, and would still count as "auth
+        # configured" for the non-loopback bind check.
+        if v is not None and 0 < len(v.get_secret_value().encode()) < MIN_HS256_SECRET_BYTES:
+            raise ValueError(
+                f"{len(v.get_secret_value().encode())} bytes is too short: an HS256 secret needs "
+                f"at least {MIN_HS256_SECRET_BYTES} bytes (RFC 7518); generate one with "
+                "'openssl rand -hex 32'"
+            )
+        return v
 
     @field_validator("sim_gpus")
     @classmethod

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from sardeenz.app import create_app
 from sardeenz.config import load_settings
-from sardeenz.security.policy import MUTATING_METHODS, iter_api_routes, policy_of
+from sardeenz.security.policy import QUERY_POSTS, is_mutation, iter_api_routes, policy_of
 from tests.support import ServerProcess, free_port, sim_load, wait_for_status
 
 SECRET = "s3cr3t-hs256-key-for-tests-only-0123456789"
@@ -60,8 +60,10 @@ def test_every_api_route_has_a_policy_and_mutations_need_admin(tmp_path: Path) -
             continue
         policies = [p for p in (policy_of(d) for d in route.dependencies) if p is not None]
         assert len(policies) == 1, f"{route.methods} {route.path} declares no policy"
-        if (route.methods or set()) & MUTATING_METHODS:
+        if any(is_mutation(m, route.path) for m in route.methods or ()):
             assert policies == ["admin"], f"{route.methods} {route.path} admits {policies}"
+        elif route.path in QUERY_POSTS:
+            assert policies == ["admin-readonly"], f"{route.path} is a question: {policies}"
         checked += 1
     assert checked >= 12
 
@@ -108,7 +110,7 @@ def _code(srv: ServerProcess, method: str, path: str, bearer: str | None) -> str
 def _assert_matrix(srv: ServerProcess, tokens: dict[str, str]) -> int:
     cases = 0
     for method, path, public in _routes(srv):
-        mutating = method in MUTATING_METHODS
+        mutating = is_mutation(method, path)
         anon = _call(srv, method, path, None)
         if public:
             assert anon.status_code not in (401, 403), (method, path)

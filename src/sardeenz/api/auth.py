@@ -11,6 +11,7 @@ from sardeenz.domain import CamelModel
 from sardeenz.security.auth import Principal
 from sardeenz.security.policy import PUBLIC, READONLY
 from sardeenz.store.audit import AuditEntry
+from sardeenz.store.db import SQL_INT_MAX
 
 router = APIRouter(prefix="/api", tags=["auth"])
 
@@ -66,7 +67,7 @@ async def me(request: Request, services: ServicesDep) -> Me:
 async def audit(
     services: ServicesDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before_id: Annotated[int | None, Query(alias="beforeId", ge=1)] = None,
+    before_id: Annotated[int | None, Query(alias="beforeId", ge=1, le=SQL_INT_MAX)] = None,
 ) -> list[AuditEntry]:
     """State-changing admin operations, newest first (page with ``beforeId``)."""
     return await services.audit.repo.list(limit=limit, before_id=before_id)

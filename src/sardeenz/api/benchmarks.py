@@ -13,6 +13,7 @@ from starlette.status import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sardeenz.api.deps import ServicesDep
 from sardeenz.bench.models import BenchmarkCreate, BenchmarkRun
 from sardeenz.security.policy import ADMIN, READONLY
+from sardeenz.store.db import SQL_INT_MAX
 
 router = APIRouter(prefix="/api/benchmarks", tags=["benchmarks"])
 
@@ -46,7 +47,7 @@ async def create_benchmark(body: BenchmarkCreate, services: ServicesDep) -> Benc
 async def list_benchmarks(
     services: ServicesDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=SQL_INT_MAX)] = 0,
 ) -> list[BenchmarkRun]:
     """Runs, newest first, with their scenarios and metrics."""
     return await services.benchmarks.list_runs(limit, offset)

@@ -56,7 +56,7 @@ async def lookup_profile(
 
 @router.post(
     "/check",
-    dependencies=[ADMIN],
+    dependencies=[READONLY],
     response_model=FitVerdict,
     responses={400: {"description": "`unknown_gpu`, `invalid_gpu_ids`"}},
 )

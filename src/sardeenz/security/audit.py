@@ -3,8 +3,10 @@
 An ASGI wrapper around the admin API: after a POST/PUT/PATCH/DELETE under
 ``/api`` finishes, it writes who (from the principal the route policy put on
 ``request.state``), what (method and path, never the query or body, which may
-carry secrets), when, and the status. Writes run as tasks this object owns,
-so a slow disk never delays a response; ``close()`` waits for them.
+carry secrets), when, and the status. One writer task this object owns takes
+the entries from a queue in the order the requests finished, so a slow disk
+never delays a response and ids follow time (concurrent writes used to land
+out of order); ``close()`` waits for the queue to drain.
 """
 
 from __future__ import annotations
@@ -15,15 +17,10 @@ import logging
 from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
 from sardeenz.domain import utcnow
 from sardeenz.security.auth import Principal
+from sardeenz.security.policy import is_mutation
 from sardeenz.store.audit import AuditEntry, AuditRepository
 
 log = logging.getLogger(__name__)
-
-
-AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-# POSTs that change nothing (a question with a body): the load dialog asks the fit
-# check as the operator types, which would otherwise flood the trail.
-UNAUDITED_PATHS = frozenset({"/api/memory/profiles/check"})
 
 
 def outcome_of(status: int) -> str:
@@ -35,15 +32,12 @@ def outcome_of(status: int) -> str:
 class AuditTrail:
     def __init__(self, repo: AuditRepository) -> None:
         self.repo = repo
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._queue: asyncio.Queue[AuditEntry] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         async def audited(scope: Scope, receive: Receive, send: Send) -> None:
-            if (
-                scope["type"] != "http"
-                or scope["method"] not in AUDITED_METHODS
-                or scope["path"] in UNAUDITED_PATHS
-            ):
+            if scope["type"] != "http" or not is_mutation(scope["method"], scope["path"]):
                 await app(scope, receive, send)
                 return
             status = 500
@@ -74,16 +68,27 @@ class AuditTrail:
             outcome=outcome_of(status),
             remote=client[0] if client else None,
         )
-        task = asyncio.get_running_loop().create_task(self._write(entry))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._queue.put_nowait(entry)
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(
+                self._drain(), name="audit-writer"
+            )
 
-    async def _write(self, entry: AuditEntry) -> None:
-        try:
-            await self.repo.add(entry)
-        except Exception:  # the trail must never break the API it records
-            log.exception("could not write audit entry for %s %s", entry.method, entry.path)
+    async def _drain(self) -> None:
+        while True:
+            entry = await self._queue.get()
+            try:
+                await self.repo.add(entry)
+            except Exception:  # the trail must never break the API it records
+                log.exception("could not write audit entry for %s %s", entry.method, entry.path)
+            finally:
+                self._queue.task_done()
 
     async def close(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Write what is queued, then stop the writer."""
+        if self._writer is None:
+            return
+        await self._queue.join()
+        self._writer.cancel()
+        await asyncio.gather(self._writer, return_exceptions=True)
+        self._writer = None

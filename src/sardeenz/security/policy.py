@@ -5,7 +5,7 @@
     @router.get("/health", dependencies=[PUBLIC])
 
 A test walks ``app.routes`` and fails when an ``/api`` route has no policy or
-when a mutating method admits ``admin-readonly``; a new route cannot slip
+when a mutating method admits ``admin-readonly`` (``QUERY_POSTS`` excepted); a new route cannot slip
 through unguarded. The chosen principal is kept on ``request.state.principal``
 for the audit trail.
 """
@@ -57,6 +57,14 @@ READONLY: DependsParam = Depends(_requiring(Role.READONLY))
 PUBLIC: DependsParam = Depends(_public)
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+QUERY_POSTS = frozenset({"/api/memory/profiles/check"})
+"""POSTs that change nothing (a question with a body, like the fit check the load dialog
+asks as the operator types): read-only callers may ask them, and the audit trail skips
+them."""
+
+
+def is_mutation(method: str, path: str) -> bool:
+    return method in MUTATING_METHODS and path not in QUERY_POSTS
 
 
 def policy_of(dependency: DependsParam) -> str | None:

@@ -17,6 +17,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SQL_INT_MAX = 2**63 - 1
+"""The largest INTEGER SQLite stores: the bound of every id and offset a client may send."""
 
 
 class Database:
