@@ -2,8 +2,8 @@
 
 One ``InstanceRunner`` (``runtime/runner.py``) per instance owns its engine
 process: it spawns it, tails its log, decides when it is ready, watches its
-health, and ends it. The ``Supervisor`` owns the runners, the port range and the registry, and is the
-only way the API changes an instance.
+health, and ends it. The ``Supervisor`` owns the runners, the port range and
+the registry, and is the only way the API changes an instance.
 
 Crash safety comes from three choices: engines run in their own session with
 output to a file, so they outlive the controller; every instance is written
