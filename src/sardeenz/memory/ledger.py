@@ -1,0 +1,465 @@
+"""The memory ledger: the one place that decides whether an engine may take memory.
+
+Every question "may this engine have memory here, now, and how much" goes
+through one :class:`MemoryLedger` under one ``asyncio.Lock``:
+
+* a load (:meth:`MemoryLedger.admit_load`): the profile or estimate verdict
+  (``memory.fit``, refused with 409 ``model_does_not_fit`` unless forced),
+  the GPU choice and memory fraction (``gpu.selection``), the attention
+  backend flag, the kvcached segment, and for an engine that runs on host
+  memory (vLLM's CPU build) the host-RAM check (``runtime.hostmem``);
+* a wake-up (:meth:`MemoryLedger.admit_wake`): can the sleeping engine take
+  its memory back (409 ``insufficient_gpu_memory``);
+* ``POST /api/memory/profiles/check`` (:meth:`MemoryLedger.check`), which
+  is the verdict step of a load, answered alone: the same function
+  (``memory.fit.check_fit``) on the same snapshot, under the same lock.
+
+Why one lock: two loads judged concurrently both see the same free memory and
+both fit; judged one after the other, the second sees the first's promise.
+The lock covers the decision and the booking of its result, not the engine's
+start-up (which takes seconds to minutes).
+
+Promised memory (the Kubernetes scheduler's "assumed pods"). An engine that
+was admitted has not allocated its memory yet: vLLM allocates after loading
+weights and profiling, a waking engine after ``/wake_up``. Until it does, the
+ledger counts its *promise* as used (``gpu.budget.with_pending_reservations``).
+A promise is pending while the engine starts and while it wakes up; it stops
+being pending once the engine is active (:meth:`settle`), sleeping, stopping
+or gone (:meth:`release`). The promise is matched against what the snapshot
+attributes to the engine's processes, so an engine that already took part of
+it counts only for the rest.
+
+One inventory interface. The ledger writes what it decides into the
+inventory's books (``gpu.inventory.GpuBooks``: ``claim``, ``set_usage``,
+``release``) and reads free memory from its snapshot, whatever the inventory
+is. Simulated GPUs are books, so a claim shows in the next snapshot at once
+and the promise is never pending beyond it; a driver (NVML) keeps no books,
+so the promise covers the gap until the engine allocates. A wake-up first
+takes its memory back in the books (simulated GPUs refuse when it is gone),
+then checks the driver's view for the rest. The ledger never asks which
+inventory it has. (One difference remains by construction: a promise on GPUs
+of different sizes grows with each GPU's total, as vLLM's fraction does,
+while simulated books hold the same bytes on each; on such mixed sets the
+simulated GPUs may count a little more as pending while an engine starts.)
+
+Refusals keep one shape: ``Conflict`` (409) with a ``code`` and, for GPU
+memory, the per-GPU free figures of ``gpu.selection``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
+from sardeenz.engines.base import EngineTarget
+from sardeenz.errors import Conflict, InvalidRequest
+from sardeenz.gpu.budget import (
+    Reservation,
+    measure_baseline,
+    pending_bytes_by_gpu,
+    wake_shortfalls,
+    with_pending_reservations,
+)
+from sardeenz.gpu.capability import attention_backend_override
+from sardeenz.gpu.inventory import GpuBooks, GpuInfo, GpuInventory, GpuOutOfMemory, books_for
+from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
+from sardeenz.gpu.selection import gb, plan_placement
+from sardeenz.memory.fit import check_fit, fit_request_for_load, load_refusal
+from sardeenz.memory.models import FitRequest, FitVerdict
+from sardeenz.runtime import hostmem, proctree
+from sardeenz.store.profiles import ProfileRepository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the ledger granted a load (and holds for it until :meth:`MemoryLedger.release`)."""
+
+    gpu_ids: list[int]
+    gpu_memory_utilization: float | None
+    reserved_bytes_per_gpu: int | None
+    """Bytes promised on each GPU (on the smallest one if sizes differ); None without GPUs."""
+    backend_args: list[str]
+    """Flags to append to the engine's argv (the attention backend for old GPUs)."""
+    warnings: list[str]
+    kvcached_ipc_name: str | None
+    host_bytes: int
+    """Host memory promised to an engine that runs on host memory (0: none)."""
+
+
+@dataclass
+class _Holding:
+    """One instance in the books: its promise and the processes that hold it."""
+
+    gpu_ids: tuple[int, ...]
+    bytes_per_gpu: int
+    starting: bool = True
+    waking: bool = False
+    stopping: bool = False
+    pid: int | None = None
+    create_time: float | None = None
+    core_pid: int | None = None
+    before_wake: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> bool:
+        """Whether the driver may not show yet the memory promised (module docstring)."""
+        if not self.gpu_ids or not self.bytes_per_gpu or self.stopping:
+            return False
+        return self.starting or self.waking
+
+
+class MemoryLedger:
+    """Admission for load, wake and fit checks; the books of promised memory."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        inventory: GpuInventory,
+        profiles: ProfileRepository,
+        segments: SegmentTracker | None = None,
+    ) -> None:
+        self.settings = settings
+        self.inventory = inventory
+        self.segments = segments or SegmentTracker()
+        self._books: GpuBooks = books_for(inventory)
+        self._profiles = profiles
+        self._host = hostmem.HostMemoryBook()
+        self._held: dict[str, _Holding] = {}
+        self._lock = asyncio.Lock()
+
+    # --- fit check -----------------------------------------------------------------
+    async def check(self, request: FitRequest) -> FitVerdict:
+        """``POST /api/memory/profiles/check``: the verdict a load would get now."""
+        async with self._lock:
+            return await self._verdict(request, await self.inventory.snapshot())
+
+    async def _verdict(self, request: FitRequest, gpus: Sequence[GpuInfo]) -> FitVerdict:
+        return await check_fit(
+            request, inventory=self.inventory, profiles=self._profiles, gpus=gpus
+        )
+
+    async def _with_promises(self, gpus: list[GpuInfo]) -> tuple[list[GpuInfo], dict[int, int]]:
+        """The GPUs with promised memory counted as used, and the promised bytes per GPU."""
+        if not gpus:
+            return gpus, {}
+        reservations = await self._pending_reservations()
+        return (
+            with_pending_reservations(gpus, reservations),
+            pending_bytes_by_gpu(gpus, reservations),
+        )
+
+    # --- load ----------------------------------------------------------------------
+    async def admit_load(
+        self,
+        instance_id: str,
+        req: LoadRequest,
+        target: EngineTarget,
+        extra_args: list[str],
+        default_bytes: int | None,
+    ) -> Admission:
+        """Decide a load and hold its memory for ``instance_id`` (or raise, holding nothing).
+
+        ``extra_args`` are the validated user flags; ``default_bytes`` the engine's
+        own footprint when the request gives no ``gpuMemoryLimit``
+        (``EngineAdapter.default_footprint_bytes``). Raises ``Conflict`` (409)
+        ``model_does_not_fit`` / ``insufficient_gpu_memory`` /
+        ``insufficient_host_memory`` and ``InvalidRequest`` (400) for impossible GPU
+        requests, as the fit check and the placement define them.
+
+        The verdict judges the model against what the GPUs hold now (as
+        ``check`` answers it); placement then also counts the memory promised to
+        engines still starting or waking up, so its refusal can say so.
+        """
+        async with self._lock:
+            gpus = await self.inventory.snapshot()
+            if not req.force:
+                refusal = load_refusal(await self._verdict(fit_request_for_load(req), gpus))
+                if refusal is not None:
+                    raise refusal
+            if not target.uses_gpus:
+                gpus = []
+            gpus, pending = await self._with_promises(gpus)
+            admission = self._place(req, target, gpus, pending, extra_args, default_bytes)
+            if not target.uses_gpus:
+                admission = dataclasses.replace(
+                    admission, host_bytes=await self._host_bytes(req, extra_args)
+                )
+            self._hold(instance_id, admission)
+            return admission
+
+    def _place(
+        self,
+        req: LoadRequest,
+        target: EngineTarget,
+        gpus: list[GpuInfo],
+        pending: dict[int, int],
+        extra_args: list[str],
+        default_bytes: int | None,
+    ) -> Admission:
+        """GPUs, memory fraction, attention-backend flag, kvcached segment for a load.
+
+        An engine on host memory gets the empty placement whatever GPUs the node
+        has: no ``CUDA_VISIBLE_DEVICES``, no ``--gpu-memory-utilization``, no kvcached.
+        """
+        if not target.uses_gpus and req.gpu_ids:
+            raise InvalidRequest(
+                "gpuIds cannot be used: vLLM runs on CPU here (its CPU build, or "
+                "SARDEENZ_VLLM_DEVICE=cpu)",
+                code="unknown_gpu",
+                unknownGpuIds=list(req.gpu_ids),
+                availableGpuIds=[],
+            )
+        try:
+            placement = plan_placement(
+                gpus,
+                gpu_ids=req.gpu_ids,
+                tensor_parallel_size=req.tensor_parallel_size,
+                gpu_memory_limit_gb=req.gpu_memory_limit,
+                default_limit_bytes=default_bytes,
+            )
+        except Conflict as exc:
+            if exc.code != "insufficient_gpu_memory" or not pending:
+                raise
+            held = ", ".join(f"GPU{i} {gb(b)}" for i, b in sorted(pending.items()))
+            raise Conflict(
+                f"{exc.message} (this counts as used the memory promised to engines that are "
+                f"still starting or waking up and have not taken it yet: {held})",
+                code=exc.code,
+                **exc.extra,
+            ) from exc
+        backend_args, backend_warnings = attention_backend_override(placement.gpus, extra_args)
+        ipc = None
+        if should_enable(
+            self.settings.kvcached_enabled, req.tensor_parallel_size, bool(placement.gpu_ids)
+        ):
+            ipc = ipc_name(placement.gpu_ids)
+        return Admission(
+            gpu_ids=placement.gpu_ids,
+            gpu_memory_utilization=placement.gpu_memory_utilization,
+            reserved_bytes_per_gpu=placement.bytes_per_gpu if placement.gpu_ids else None,
+            backend_args=backend_args,
+            warnings=[*placement.warnings, *backend_warnings],
+            kvcached_ipc_name=ipc,
+            host_bytes=0,
+        )
+
+    async def _host_bytes(self, req: LoadRequest, extra_args: list[str]) -> int:
+        """Refuse (409 ``insufficient_host_memory``) a host-memory engine that cannot fit.
+
+        Returns the estimate to hold while it starts; ``force`` skips the refusal
+        but the estimate is still held, so later loads see it.
+        """
+        estimate, available = await asyncio.to_thread(
+            lambda: (
+                hostmem.estimate_cpu_engine(self.settings, req.model_path.strip(), extra_args),
+                hostmem.available_bytes(),
+            )
+        )
+        if not req.force:
+            self._host.check(estimate, available)
+        return estimate.total
+
+    def _hold(self, instance_id: str, admission: Admission) -> None:
+        holding = _Holding(
+            gpu_ids=tuple(admission.gpu_ids), bytes_per_gpu=admission.reserved_bytes_per_gpu or 0
+        )
+        self._held[instance_id] = holding
+        if admission.kvcached_ipc_name:
+            self.segments.record(admission.kvcached_ipc_name)
+        if admission.host_bytes:
+            self._host.reserve(instance_id, admission.host_bytes)
+        self._claim(instance_id, holding)
+
+    def _claim(self, instance_id: str, holding: _Holding) -> None:
+        if not holding.gpu_ids or not holding.bytes_per_gpu or self._books.usage(instance_id):
+            return
+        try:
+            self._books.claim(instance_id, holding.gpu_ids, holding.bytes_per_gpu, pid=holding.pid)
+        except (GpuOutOfMemory, ValueError) as exc:  # re-adopted over budget
+            log.warning("instance %s: GPU memory not booked: %s", instance_id, exc)
+
+    def commit(self, instance_id: str, pid: int | None, create_time: float | None) -> None:
+        """The admitted engine was spawned as ``pid``: its processes hold the promise."""
+        holding = self._held.get(instance_id)
+        if holding is None:
+            return
+        holding.pid, holding.create_time = pid, create_time
+        if holding.gpu_ids and holding.bytes_per_gpu:
+            with contextlib.suppress(KeyError, GpuOutOfMemory):
+                self._books.set_usage(instance_id, holding.bytes_per_gpu, pid=pid)
+
+    def adopt(self, inst: ModelInstance, create_time: float | None) -> None:
+        """Hold what an engine re-adopted after a controller restart was promised."""
+        holding = _Holding(
+            gpu_ids=tuple(inst.gpu_ids),
+            bytes_per_gpu=inst.reserved_bytes_per_gpu or 0,
+            starting=inst.status == InstanceStatus.STARTING,
+            pid=inst.process_id,
+            create_time=create_time,
+            core_pid=inst.engine_core_pid,
+        )
+        self._held[inst.id] = holding
+        if inst.kvcached_ipc_name:
+            self.segments.record(inst.kvcached_ipc_name)
+        if inst.reserved_bytes_per_gpu is not None:
+            self._claim(inst.id, holding)
+
+    async def settle(self, instance_id: str, pid: int | None) -> dict[int, int] | None:
+        """The engine is active: it holds its memory now, nothing is promised any more.
+
+        Returns its footprint per GPU as the inventory sees it (its baseline), None
+        when the snapshot cannot tell.
+        """
+        self._host.release(instance_id)
+        holding = self._held.get(instance_id)
+        if holding is None:
+            return None
+        holding.starting = False
+        if not holding.gpu_ids:
+            return None
+        pids = [p.pid for p in await asyncio.to_thread(proctree.tree, pid or -1)]
+        return measure_baseline(
+            await self.inventory.snapshot(),
+            gpu_ids=holding.gpu_ids,
+            pids=pids,
+            instance_id=instance_id,
+        )
+
+    def stopping(self, instance_id: str) -> None:
+        """The engine is being stopped: whatever it has not taken, it never will."""
+        holding = self._held.get(instance_id)
+        if holding is not None:
+            holding.stopping = True
+
+    def release(self, instance_id: str) -> None:
+        """The engine is gone: give back everything held for it (idempotent)."""
+        self._held.pop(instance_id, None)
+        self._host.release(instance_id)
+        self._books.release(instance_id)
+
+    # --- sleep / wake --------------------------------------------------------------
+    def note_usage(self, instance_id: str, bytes_per_gpu: int) -> None:
+        """What an engine holds after a sleep or a wake-up, when only it can tell."""
+        try:
+            self._books.set_usage(instance_id, bytes_per_gpu)
+        except (KeyError, GpuOutOfMemory) as exc:
+            log.warning("instance %s: %s", instance_id, exc)
+
+    async def admit_wake(self, inst: ModelInstance) -> None:
+        """Let a sleeping engine take its memory back, or refuse (409
+        ``insufficient_gpu_memory``) before it dies of out-of-memory.
+
+        The books take the memory back first (simulated GPUs refuse when another
+        model took it meanwhile); then the promise must fit in the snapshot's free
+        memory after the other engines' pending promises. Until :meth:`wake_done`
+        the promise is pending, so loads placed meanwhile leave room for it.
+        """
+        holding = self._held.get(inst.id)
+        if holding is None or not holding.gpu_ids or not holding.bytes_per_gpu:
+            return
+        async with self._lock:
+            holding.pid = inst.process_id or holding.pid
+            holding.core_pid = inst.engine_core_pid
+            before = self._books.usage(inst.id)
+            try:
+                self._books.set_usage(inst.id, holding.bytes_per_gpu)
+            except GpuOutOfMemory as exc:
+                raise Conflict(
+                    f"cannot wake {inst.id}: {exc}", code="insufficient_gpu_memory"
+                ) from exc
+            except KeyError:
+                before = {}
+            try:
+                await self._check_wake_fits(inst.id, holding)
+            except BaseException:
+                self._restore_usage(inst.id, before)
+                raise
+            holding.waking = True
+            holding.before_wake = before
+
+    def wake_done(self, instance_id: str, *, woke: bool) -> None:
+        """The wake-up ended; if the engine did not wake, the books get back what it held."""
+        holding = self._held.get(instance_id)
+        if holding is None or not holding.waking:
+            return
+        holding.waking = False
+        if not woke:
+            self._restore_usage(instance_id, holding.before_wake)
+        holding.before_wake = {}
+
+    def _restore_usage(self, instance_id: str, before: dict[int, int]) -> None:
+        if before:
+            with contextlib.suppress(KeyError, GpuOutOfMemory, ValueError):
+                self._books.set_usage(instance_id, before)
+
+    async def _check_wake_fits(self, instance_id: str, holding: _Holding) -> None:
+        gpus = await self.inventory.snapshot()
+        if not gpus:
+            return
+        (waking,) = await self._reservations([(instance_id, holding)])
+        others = await self._pending_reservations(exclude=instance_id)
+        short = wake_shortfalls(gpus, waking, others)
+        if not short:
+            return
+        lacking = ", ".join(
+            f"GPU{s.index} {s.name} needs {gb(s.needed_bytes)} back, {gb(s.free_bytes)} free"
+            for s in short
+        )
+        pending = pending_bytes_by_gpu(gpus, others)
+        held = [f"GPU{s.index} {gb(pending[s.index])}" for s in short if pending.get(s.index)]
+        promised = (
+            f" (counting as used the memory promised to engines still starting or waking up: "
+            f"{', '.join(held)})"
+            if held
+            else ""
+        )
+        raise Conflict(
+            f"cannot wake {instance_id}: not enough free GPU memory to take back its "
+            f"{gb(holding.bytes_per_gpu)} per GPU: {lacking}{promised}; "
+            "unload or sleep another model first",
+            code="insufficient_gpu_memory",
+        )
+
+    # --- promised reservations -----------------------------------------------------
+    async def _pending_reservations(self, *, exclude: str | None = None) -> list[Reservation]:
+        return await self._reservations(
+            (iid, h) for iid, h in self._held.items() if iid != exclude and h.pending
+        )
+
+    @staticmethod
+    async def _reservations(holdings: Iterable[tuple[str, _Holding]]) -> list[Reservation]:
+        """The holdings' reservations with the PIDs of their process trees (walked in a
+        worker thread; the books are read on the event loop)."""
+        items = [
+            (
+                Reservation(instance_id=iid, gpu_ids=h.gpu_ids, bytes_per_gpu=h.bytes_per_gpu),
+                h.pid,
+                h.create_time,
+                h.core_pid,
+            )
+            for iid, h in holdings
+        ]
+        if not items:
+            return []
+
+        def collect() -> list[Reservation]:
+            out = []
+            for res, pid, created, core in items:
+                if pid is None or not proctree.is_alive(pid, created):
+                    out.append(res)  # not spawned yet, or gone (its PID maybe reused)
+                    continue
+                pids = {p.pid for p in proctree.tree(pid)}
+                if core is not None:
+                    pids.add(core)
+                out.append(dataclasses.replace(res, pids=frozenset(pids)))
+            return out
+
+        return await asyncio.to_thread(collect)
