@@ -325,7 +325,8 @@ class MemoryLedger:
         holding.starting = False
         if not holding.gpu_ids:
             return None
-        pids = [p.pid for p in await asyncio.to_thread(proctree.tree, pid or -1)]
+        procs = [] if pid is None else await asyncio.to_thread(proctree.tree, pid)
+        pids = [p.pid for p in procs]
         return measure_baseline(
             await self.inventory.snapshot(),
             gpu_ids=holding.gpu_ids,

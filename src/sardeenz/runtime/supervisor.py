@@ -76,6 +76,7 @@ class Supervisor:
         ledger: MemoryLedger,
         installs: InstallProbe,
         adapters: Callable[[EngineKind], EngineAdapter] = get_adapter,
+        runner_class: type[InstanceRunner] = InstanceRunner,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -83,6 +84,7 @@ class Supervisor:
         self.bus = bus
         self.repo = repo
         self._adapters = adapters
+        self._runner_class = runner_class  # tests run the supervisor with in-process fakes
         self._runners: dict[str, InstanceRunner] = {}
         self._ports = PortAllocator(settings.engine_port_range, settings.engine_host)
         self._http: httpx.AsyncClient | None = None
@@ -443,7 +445,7 @@ class Supervisor:
 
     # --- helpers -------------------------------------------------------------------
     def _new_runner(self, inst: ModelInstance) -> InstanceRunner:
-        return InstanceRunner(
+        return self._runner_class(
             inst,
             self.settings,
             self.bus,
