@@ -19,15 +19,11 @@ both fit; judged one after the other, the second sees the first's promise.
 The lock covers the decision and the booking of its result, not the engine's
 start-up (which takes seconds to minutes).
 
-Promised memory (the Kubernetes scheduler's "assumed pods"). An engine that
-was admitted has not allocated its memory yet: vLLM allocates after loading
-weights and profiling, a waking engine after ``/wake_up``. Until it does, the
-ledger counts its *promise* as used (``gpu.budget.with_pending_reservations``).
-A promise is pending while the engine starts and while it wakes up; it stops
-being pending once the engine is active (:meth:`settle`), sleeping, stopping
-or gone (:meth:`release`). The promise is matched against what the snapshot
-attributes to the engine's processes, so an engine that already took part of
-it counts only for the rest.
+Promised memory (the Kubernetes scheduler's "assumed pods", see
+``memory.promises``): what was granted to an engine that has not allocated it
+yet counts as used. The supervisor reports each step: :meth:`commit` (spawned),
+:meth:`settle` (active), :meth:`stopping`, :meth:`release` (gone), and
+:meth:`admit_wake` / :meth:`wake_done` around a wake-up.
 
 One inventory interface. The ledger writes what it decides into the
 inventory's books (``gpu.inventory.GpuBooks``: ``claim``, ``set_usage``,
@@ -52,8 +48,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
@@ -63,7 +59,6 @@ from sardeenz.gpu.budget import (
     Reservation,
     measure_baseline,
     pending_bytes_by_gpu,
-    wake_shortfalls,
     with_pending_reservations,
 )
 from sardeenz.gpu.capability import attention_backend_override
@@ -72,6 +67,7 @@ from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
 from sardeenz.gpu.selection import gb, plan_placement
 from sardeenz.memory.fit import check_fit, fit_request_for_load, load_refusal
 from sardeenz.memory.models import FitRequest, FitVerdict
+from sardeenz.memory.promises import Promise, reservations, wake_refusal
 from sardeenz.runtime import hostmem, proctree
 from sardeenz.store.profiles import ProfileRepository
 
@@ -94,28 +90,6 @@ class Admission:
     """Host memory promised to an engine that runs on host memory (0: none)."""
 
 
-@dataclass
-class _Holding:
-    """One instance in the books: its promise and the processes that hold it."""
-
-    gpu_ids: tuple[int, ...]
-    bytes_per_gpu: int
-    starting: bool = True
-    waking: bool = False
-    stopping: bool = False
-    pid: int | None = None
-    create_time: float | None = None
-    core_pid: int | None = None
-    before_wake: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def pending(self) -> bool:
-        """Whether the driver may not show yet the memory promised (module docstring)."""
-        if not self.gpu_ids or not self.bytes_per_gpu or self.stopping:
-            return False
-        return self.starting or self.waking
-
-
 class MemoryLedger:
     """Admission for load, wake and fit checks; the books of promised memory."""
 
@@ -132,7 +106,7 @@ class MemoryLedger:
         self._books: GpuBooks = books_for(inventory)
         self._profiles = profiles
         self._host = hostmem.HostMemoryBook()
-        self._held: dict[str, _Holding] = {}
+        self._held: dict[str, Promise] = {}
         self._lock = asyncio.Lock()
 
     # --- fit check -----------------------------------------------------------------
@@ -150,10 +124,10 @@ class MemoryLedger:
         """The GPUs with promised memory counted as used, and the promised bytes per GPU."""
         if not gpus:
             return gpus, {}
-        reservations = await self._pending_reservations()
+        promised = await self._pending()
         return (
-            with_pending_reservations(gpus, reservations),
-            pending_bytes_by_gpu(gpus, reservations),
+            with_pending_reservations(gpus, promised),
+            pending_bytes_by_gpu(gpus, promised),
         )
 
     # --- load ----------------------------------------------------------------------
@@ -165,7 +139,7 @@ class MemoryLedger:
         extra_args: list[str],
         default_bytes: int | None,
     ) -> Admission:
-        """Decide a load and hold its memory for ``instance_id`` (or raise, holding nothing).
+        """Decide a load and hold its memory for ``instance_id`` (or raise, promise nothing).
 
         ``extra_args`` are the validated user flags; ``default_bytes`` the engine's
         own footprint when the request gives no ``gpuMemoryLimit``
@@ -268,37 +242,37 @@ class MemoryLedger:
         return estimate.total
 
     def _hold(self, instance_id: str, admission: Admission) -> None:
-        holding = _Holding(
+        promise = Promise(
             gpu_ids=tuple(admission.gpu_ids), bytes_per_gpu=admission.reserved_bytes_per_gpu or 0
         )
-        self._held[instance_id] = holding
+        self._held[instance_id] = promise
         if admission.kvcached_ipc_name:
             self.segments.record(admission.kvcached_ipc_name)
         if admission.host_bytes:
             self._host.reserve(instance_id, admission.host_bytes)
-        self._claim(instance_id, holding)
+        self._claim(instance_id, promise)
 
-    def _claim(self, instance_id: str, holding: _Holding) -> None:
-        if not holding.gpu_ids or not holding.bytes_per_gpu or self._books.usage(instance_id):
+    def _claim(self, instance_id: str, promise: Promise) -> None:
+        if not promise.gpu_ids or not promise.bytes_per_gpu or self._books.usage(instance_id):
             return
         try:
-            self._books.claim(instance_id, holding.gpu_ids, holding.bytes_per_gpu, pid=holding.pid)
+            self._books.claim(instance_id, promise.gpu_ids, promise.bytes_per_gpu, pid=promise.pid)
         except (GpuOutOfMemory, ValueError) as exc:  # re-adopted over budget
             log.warning("instance %s: GPU memory not booked: %s", instance_id, exc)
 
     def commit(self, instance_id: str, pid: int | None, create_time: float | None) -> None:
         """The admitted engine was spawned as ``pid``: its processes hold the promise."""
-        holding = self._held.get(instance_id)
-        if holding is None:
+        promise = self._held.get(instance_id)
+        if promise is None:
             return
-        holding.pid, holding.create_time = pid, create_time
-        if holding.gpu_ids and holding.bytes_per_gpu:
+        promise.pid, promise.create_time = pid, create_time
+        if promise.gpu_ids and promise.bytes_per_gpu:
             with contextlib.suppress(KeyError, GpuOutOfMemory):
-                self._books.set_usage(instance_id, holding.bytes_per_gpu, pid=pid)
+                self._books.set_usage(instance_id, promise.bytes_per_gpu, pid=pid)
 
     def adopt(self, inst: ModelInstance, create_time: float | None) -> None:
         """Hold what an engine re-adopted after a controller restart was promised."""
-        holding = _Holding(
+        promise = Promise(
             gpu_ids=tuple(inst.gpu_ids),
             bytes_per_gpu=inst.reserved_bytes_per_gpu or 0,
             starting=inst.status == InstanceStatus.STARTING,
@@ -306,11 +280,11 @@ class MemoryLedger:
             create_time=create_time,
             core_pid=inst.engine_core_pid,
         )
-        self._held[inst.id] = holding
+        self._held[inst.id] = promise
         if inst.kvcached_ipc_name:
             self.segments.record(inst.kvcached_ipc_name)
         if inst.reserved_bytes_per_gpu is not None:
-            self._claim(inst.id, holding)
+            self._claim(inst.id, promise)
 
     async def settle(self, instance_id: str, pid: int | None) -> dict[int, int] | None:
         """The engine is active: it holds its memory now, nothing is promised any more.
@@ -319,26 +293,26 @@ class MemoryLedger:
         when the snapshot cannot tell.
         """
         self._host.release(instance_id)
-        holding = self._held.get(instance_id)
-        if holding is None:
+        promise = self._held.get(instance_id)
+        if promise is None:
             return None
-        holding.starting = False
-        if not holding.gpu_ids:
+        promise.starting = False
+        if not promise.gpu_ids:
             return None
         procs = [] if pid is None else await asyncio.to_thread(proctree.tree, pid)
         pids = [p.pid for p in procs]
         return measure_baseline(
             await self.inventory.snapshot(),
-            gpu_ids=holding.gpu_ids,
+            gpu_ids=promise.gpu_ids,
             pids=pids,
             instance_id=instance_id,
         )
 
     def stopping(self, instance_id: str) -> None:
         """The engine is being stopped: whatever it has not taken, it never will."""
-        holding = self._held.get(instance_id)
-        if holding is not None:
-            holding.stopping = True
+        promise = self._held.get(instance_id)
+        if promise is not None:
+            promise.stopping = True
 
     def release(self, instance_id: str) -> None:
         """The engine is gone: give back everything held for it (idempotent)."""
@@ -363,15 +337,15 @@ class MemoryLedger:
         memory after the other engines' pending promises. Until :meth:`wake_done`
         the promise is pending, so loads placed meanwhile leave room for it.
         """
-        holding = self._held.get(inst.id)
-        if holding is None or not holding.gpu_ids or not holding.bytes_per_gpu:
+        promise = self._held.get(inst.id)
+        if promise is None or not promise.gpu_ids or not promise.bytes_per_gpu:
             return
         async with self._lock:
-            holding.pid = inst.process_id or holding.pid
-            holding.core_pid = inst.engine_core_pid
+            promise.pid = inst.process_id or promise.pid
+            promise.core_pid = inst.engine_core_pid
             before = self._books.usage(inst.id)
             try:
-                self._books.set_usage(inst.id, holding.bytes_per_gpu)
+                self._books.set_usage(inst.id, promise.bytes_per_gpu)
             except GpuOutOfMemory as exc:
                 raise Conflict(
                     f"cannot wake {inst.id}: {exc}", code="insufficient_gpu_memory"
@@ -379,88 +353,41 @@ class MemoryLedger:
             except KeyError:
                 before = {}
             try:
-                await self._check_wake_fits(inst.id, holding)
+                await self._check_wake_fits(inst.id, promise)
             except BaseException:
                 self._restore_usage(inst.id, before)
                 raise
-            holding.waking = True
-            holding.before_wake = before
+            promise.waking = True
+            promise.before_wake = before
 
     def wake_done(self, instance_id: str, *, woke: bool) -> None:
         """The wake-up ended; if the engine did not wake, the books get back what it held."""
-        holding = self._held.get(instance_id)
-        if holding is None or not holding.waking:
+        promise = self._held.get(instance_id)
+        if promise is None or not promise.waking:
             return
-        holding.waking = False
+        promise.waking = False
         if not woke:
-            self._restore_usage(instance_id, holding.before_wake)
-        holding.before_wake = {}
+            self._restore_usage(instance_id, promise.before_wake)
+        promise.before_wake = {}
 
     def _restore_usage(self, instance_id: str, before: dict[int, int]) -> None:
         if before:
             with contextlib.suppress(KeyError, GpuOutOfMemory, ValueError):
                 self._books.set_usage(instance_id, before)
 
-    async def _check_wake_fits(self, instance_id: str, holding: _Holding) -> None:
+    async def _check_wake_fits(self, instance_id: str, promise: Promise) -> None:
         gpus = await self.inventory.snapshot()
         if not gpus:
             return
-        (waking,) = await self._reservations([(instance_id, holding)])
-        others = await self._pending_reservations(exclude=instance_id)
-        short = wake_shortfalls(gpus, waking, others)
-        if not short:
-            return
-        lacking = ", ".join(
-            f"GPU{s.index} {s.name} needs {gb(s.needed_bytes)} back, {gb(s.free_bytes)} free"
-            for s in short
+        (waking,) = await reservations([(instance_id, promise)])
+        refusal = wake_refusal(
+            instance_id, promise, gpus, waking, await self._pending(exclude=instance_id)
         )
-        pending = pending_bytes_by_gpu(gpus, others)
-        held = [f"GPU{s.index} {gb(pending[s.index])}" for s in short if pending.get(s.index)]
-        promised = (
-            f" (counting as used the memory promised to engines still starting or waking up: "
-            f"{', '.join(held)})"
-            if held
-            else ""
+        if refusal is not None:
+            raise refusal
+
+    async def _pending(self, *, exclude: str | None = None) -> list[Reservation]:
+        """The reservations of the promises still pending (but ``exclude``'s)."""
+        return await reservations(
+            (iid, p) for iid, p in self._held.items() if iid != exclude and p.pending
         )
-        raise Conflict(
-            f"cannot wake {instance_id}: not enough free GPU memory to take back its "
-            f"{gb(holding.bytes_per_gpu)} per GPU: {lacking}{promised}; "
-            "unload or sleep another model first",
-            code="insufficient_gpu_memory",
-        )
-
-    # --- promised reservations -----------------------------------------------------
-    async def _pending_reservations(self, *, exclude: str | None = None) -> list[Reservation]:
-        return await self._reservations(
-            (iid, h) for iid, h in self._held.items() if iid != exclude and h.pending
-        )
-
-    @staticmethod
-    async def _reservations(holdings: Iterable[tuple[str, _Holding]]) -> list[Reservation]:
-        """The holdings' reservations with the PIDs of their process trees (walked in a
-        worker thread; the books are read on the event loop)."""
-        items = [
-            (
-                Reservation(instance_id=iid, gpu_ids=h.gpu_ids, bytes_per_gpu=h.bytes_per_gpu),
-                h.pid,
-                h.create_time,
-                h.core_pid,
-            )
-            for iid, h in holdings
-        ]
-        if not items:
-            return []
-
-        def collect() -> list[Reservation]:
-            out = []
-            for res, pid, created, core in items:
-                if pid is None or not proctree.is_alive(pid, created):
-                    out.append(res)  # not spawned yet, or gone (its PID maybe reused)
-                    continue
-                pids = {p.pid for p in proctree.tree(pid)}
-                if core is not None:
-                    pids.add(core)
-                out.append(dataclasses.replace(res, pids=frozenset(pids)))
-            return out
-
-        return await asyncio.to_thread(collect)
