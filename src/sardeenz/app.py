@@ -25,11 +25,13 @@ from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.config import Settings
 from sardeenz.demo import load_demo_models
 from sardeenz.domain import InstanceStatus
+from sardeenz.engines.vllm_probe import VllmProbe
 from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus
 from sardeenz.gateway import Gateway
 from sardeenz.gpu.inventory import create_inventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
+from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.metrics import observe_instance
@@ -53,7 +55,12 @@ def build_services(settings: Settings) -> Services:
     db = Database(settings.effective_database_url)
     inventory = create_inventory(settings)
     segments = SegmentTracker()
-    supervisor = Supervisor(settings, bus, InstanceRepository(db), inventory, segments)
+    profiles = ProfileRepository(db)
+    ledger = MemoryLedger(settings, inventory, profiles, segments)
+    vllm_probe = VllmProbe(
+        settings.vllm_python, settings.vllm_device, settings.vllm_probe_timeout_seconds
+    )
+    supervisor = Supervisor(settings, bus, InstanceRepository(db), ledger, vllm_probe)
     api_keys = ApiKeys.from_settings(settings)
     table = RoutingTable(engine_host=settings.engine_host)
     table.add_listener(observe_instance)
@@ -65,6 +72,8 @@ def build_services(settings: Settings) -> Services:
         db=db,
         supervisor=supervisor,
         inventory=inventory,
+        ledger=ledger,
+        vllm_probe=vllm_probe,
         segments=segments,
         kvctl=Kvctl.for_settings(settings),
         routing=table,
@@ -73,7 +82,7 @@ def build_services(settings: Settings) -> Services:
         auth=Authenticator(settings),
         api_keys=api_keys,
         audit=AuditTrail(AuditRepository(db)),
-        profiles=ProfileService(ProfileRepository(db), supervisor, inventory),
+        profiles=ProfileService(profiles, supervisor, inventory),
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
     )
 

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
+from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
 from sardeenz.events import EventBus
 from sardeenz.gpu.inventory import GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
-from sardeenz.memory.fit import fit_request_for_load, load_refusal
+from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.routing import RoutingTable, RoutingUpdater
@@ -27,6 +28,8 @@ class Services:
     db: Database
     supervisor: Supervisor
     inventory: GpuInventory
+    ledger: MemoryLedger
+    vllm_probe: VllmProbe
     segments: SegmentTracker
     kvctl: Kvctl
     routing: RoutingTable
@@ -41,15 +44,11 @@ class Services:
     stopping: bool = False
 
     async def load_model(self, req: LoadRequest) -> ModelInstance:
-        """Load after the same fit check ``POST /api/memory/profiles/check`` answers.
-
-        A verdict of "does not fit" (from a profile, or the estimate from the
-        model directory) refuses with 409 ``model_does_not_fit`` unless
-        ``force`` is set; an unknown verdict (no profile, no readable model
-        directory) never blocks. The supervisor then places the instance.
-        """
-        if not req.force:
-            refusal = load_refusal(await self.profiles.check(fit_request_for_load(req)))
-            if refusal is not None:
-                raise refusal
+        """Load through the supervisor; the memory ledger admits it (the same verdict
+        ``POST /api/memory/profiles/check`` answers, refused with 409
+        ``model_does_not_fit`` unless ``force``; an unknown verdict never blocks)."""
         return await self.supervisor.load(req)
+
+    async def vllm_install(self) -> VllmInstall:
+        """The vLLM install behind ``SARDEENZ_VLLM_PYTHON`` (probed once per controller)."""
+        return await self.vllm_probe.get()

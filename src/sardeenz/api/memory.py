@@ -62,7 +62,7 @@ async def lookup_profile(
 )
 async def check_fit(body: FitRequest, services: ServicesDep) -> FitVerdict:
     """Will the model fit on this node's GPUs now, given what is loaded? Answers per GPU."""
-    return await services.profiles.check(body)
+    return await services.ledger.check(body)
 
 
 @router.get(

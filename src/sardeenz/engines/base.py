@@ -4,18 +4,37 @@ The supervisor knows nothing about vLLM or the simulated engine: it asks an
 adapter for a command line (an argv list, never a shell string) and an
 environment, spawns it, and feeds the engine's log lines to the shared vLLM
 log parser (the simulated engine writes vLLM-format lines on purpose).
+
+Everything else that differs between engine kinds is a hook here, so neither
+the supervisor nor the memory ledger branches on the kind:
+
+* ``validate_args``: which ``extraArgs`` a user may pass;
+* ``default_footprint_bytes``: the GPU memory an engine takes when the load
+  gives no ``gpuMemoryLimit`` and the engine's own flags say it (the
+  simulated engine's ``--memory-gib``), None to let placement decide;
+* ``target``: where an engine of this kind runs on this node (vLLM asks its
+  install: CUDA or its CPU build; the simulated engine uses simulated GPUs),
+  learned through the controller's ``InstallProbe``;
+* ``sleep_refusal`` / ``sleep`` / ``wake`` / ``is_sleeping``: sleep mode;
+* ``held_after_sleep``: what the engine holds after a sleep or a wake-up
+  when no driver can tell (the simulated engine says it on ``/sim/state``);
+  None when the GPU driver shows it.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall
+
+if TYPE_CHECKING:
+    import httpx
 
 MAX_TMPDIR_CHARS = 70
 """Longest engine TMPDIR: vLLM puts ZMQ sockets at ``$TMPDIR/<36-char uuid>``, and a Unix
@@ -61,8 +80,74 @@ class LaunchSpec:
     warnings: list[str] = field(default_factory=list)
 
 
+EngineCall = Callable[[str, str], Awaitable["httpx.Response"]]
+"""``runner.engine_call``: one HTTP request (method, path) to the instance's engine."""
+
+
+class InstallProbe(Protocol):
+    """What the controller learned about the engine installs it can launch (once per
+    controller: ``sardeenz.engines.vllm_probe.VllmProbe``)."""
+
+    def start(self) -> None: ...
+
+    async def get(self) -> VllmInstall: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTarget:
+    """Where a new engine of one kind runs on this node, decided before placement."""
+
+    device: str | None
+    """``ModelInstance.engine_device``: ``cuda``/``cpu`` for vLLM, None for the sim."""
+    uses_gpus: bool
+    """False: the engine runs on host memory (no GPU placement, host RAM is checked)."""
+    no_sleep_reason: str | None = None
+    """Set when the engine cannot sleep here: why (the load's warning)."""
+    own_tmpdir: bool = False
+    """The engine gets a private TMPDIR, removed with the instance (vLLM)."""
+    install: VllmInstall | None = None
+    """For ``LaunchContext.vllm``."""
+
+
 class EngineAdapter(Protocol):
     kind: EngineKind
     simulated: bool
 
     def build_launch(self, instance: ModelInstance, ctx: LaunchContext) -> LaunchSpec: ...
+
+    def validate_args(self, extra_args: list[str]) -> list[str]:
+        """The user's ``extraArgs`` checked (a new list); ``ValueError`` with the reason."""
+        ...
+
+    def default_footprint_bytes(self, extra_args: list[str]) -> int | None: ...
+
+    async def target(self, installs: InstallProbe) -> EngineTarget: ...
+
+    def sleep_refusal(self, instance: ModelInstance) -> str | None:
+        """Why this instance can never sleep (None: ask the engine)."""
+        ...
+
+    async def sleep(self, call: EngineCall, level: int) -> httpx.Response: ...
+
+    async def wake(self, call: EngineCall) -> httpx.Response: ...
+
+    async def is_sleeping(self, call: EngineCall) -> httpx.Response: ...
+
+    async def held_after_sleep(self, call: EngineCall) -> int | None:
+        """Bytes per GPU the engine holds now, when only the engine can tell."""
+        ...
+
+
+class VllmSleepApi:
+    """vLLM's sleep endpoints (``VLLM_SERVER_DEV_MODE=1``), which the sim serves too."""
+
+    async def sleep(self, call: EngineCall, level: int) -> httpx.Response:
+        return await call("POST", f"/sleep?level={level}")
+
+    async def wake(self, call: EngineCall) -> httpx.Response:
+        return await call("POST", "/wake_up")
+
+    async def is_sleeping(self, call: EngineCall) -> httpx.Response:
+        return await call("GET", "/is_sleeping")

@@ -18,7 +18,14 @@ import os
 from collections.abc import Sequence
 
 from sardeenz.domain import EngineKind, ModelInstance
-from sardeenz.engines.base import LaunchContext, LaunchSpec
+from sardeenz.engines.base import (
+    EngineCall,
+    EngineTarget,
+    InstallProbe,
+    LaunchContext,
+    LaunchSpec,
+    VllmSleepApi,
+)
 from sardeenz.engines.logparse import READY_LINE
 from sardeenz.gpu.kvcached import kvcached_env
 from sardeenz.gpu.selection import cuda_env
@@ -187,11 +194,45 @@ def vllm_env(instance: ModelInstance, ctx: LaunchContext, extra_args: list[str])
     return env
 
 
-class VllmAdapter:
+class VllmAdapter(VllmSleepApi):
     """Launches vLLM's OpenAI-compatible server for one model instance."""
 
     kind: EngineKind = EngineKind.VLLM
     simulated: bool = False
+
+    def validate_args(self, extra_args: list[str]) -> list[str]:
+        return validate_extra_args(extra_args)
+
+    def default_footprint_bytes(self, extra_args: list[str]) -> int | None:
+        return None  # vLLM takes a fraction of the GPU: placement decides it
+
+    async def target(self, installs: InstallProbe) -> EngineTarget:
+        """CUDA, or the CPU build (host memory, no sleep mode), as the probe found it."""
+        install = await installs.get()
+        on_cpu = install.device == "cpu"
+        return EngineTarget(
+            device=install.device,
+            uses_gpus=not on_cpu,
+            no_sleep_reason=(
+                "enableSleepMode ignored: vLLM's CPU build has no sleep mode "
+                "(it refuses to start with --enable-sleep-mode)"
+                if on_cpu
+                else None
+            ),
+            own_tmpdir=True,
+            install=install,
+        )
+
+    def sleep_refusal(self, instance: ModelInstance) -> str | None:
+        if instance.engine_device != "cpu":
+            return None
+        return (
+            f"instance {instance.id} runs on vLLM's CPU build, which has no sleep mode: "
+            "sleeping would free no memory. Unload it instead"
+        )
+
+    async def held_after_sleep(self, call: EngineCall) -> int | None:
+        return None  # the driver (NVML) shows what vLLM holds
 
     def build_launch(self, instance: ModelInstance, ctx: LaunchContext) -> LaunchSpec:
         extra = validate_extra_args(instance.extra_args)

@@ -11,6 +11,16 @@ Two sources behind one small protocol:
   keeps books of what simulated engines hold, so the numbers the dashboard
   and the placement logic see add up exactly like on real hardware.
 
+Both also implement :class:`GpuBooks`, the write side the memory ledger
+(``sardeenz.memory.ledger``) uses: ``claim`` memory for an engine being
+placed, ``set_usage`` when it sleeps or wakes, ``release`` when it is gone.
+The simulated GPUs *are* books, so a claim shows in the next snapshot at
+once; a driver shows what processes really hold, so on NVML these calls keep
+nothing and the ledger's promised reservations cover the gap until the
+engine allocates. The ledger calls the same methods either way and never asks
+which inventory it has. An inventory that only reads (a test double, say) is
+given :data:`NO_BOOKS`, the driver's behaviour, by :func:`books_for`.
+
 Translation from NVML's own ctypes structs to :class:`GpuInfo` is a pure
 function (:func:`gpu_info_from_nvml`) so it is tested without a driver.
 """
@@ -103,6 +113,77 @@ class GpuInventory(Protocol):
     async def close(self) -> None: ...
 
 
+class GpuOutOfMemory(RuntimeError):
+    """A claim (or a wake-up taking memory back) does not fit in what a GPU has free."""
+
+
+@runtime_checkable
+class GpuBooks(Protocol):
+    """What the node's books hold per instance (see the module docstring).
+
+    ``bytes_per_gpu`` is one figure for each of the instance's GPUs, or a
+    mapping for single GPUs. ``claim`` and ``set_usage`` raise
+    :class:`GpuOutOfMemory` and change nothing when the books cannot hold it;
+    ``set_usage`` raises ``KeyError`` for an instance that claimed nothing.
+    """
+
+    def claim(
+        self,
+        instance_id: str,
+        gpu_ids: Sequence[int],
+        bytes_per_gpu: int,
+        *,
+        pid: int | None = None,
+    ) -> None: ...
+
+    def set_usage(
+        self, instance_id: str, bytes_per_gpu: int | Mapping[int, int], *, pid: int | None = None
+    ) -> None: ...
+
+    def usage(self, instance_id: str) -> dict[int, int]:
+        """Bytes per GPU the books hold for the instance ({} if none)."""
+        ...
+
+    def release(self, instance_id: str) -> bool: ...
+
+
+class DriverBooks:
+    """Books of a driver-backed inventory: nothing is kept, the driver shows real usage.
+
+    Memory promised to an engine that has not allocated it yet is the ledger's
+    business (its pending reservations), not the inventory's.
+    """
+
+    def claim(
+        self,
+        instance_id: str,
+        gpu_ids: Sequence[int],
+        bytes_per_gpu: int,
+        *,
+        pid: int | None = None,
+    ) -> None:
+        return None
+
+    def set_usage(
+        self, instance_id: str, bytes_per_gpu: int | Mapping[int, int], *, pid: int | None = None
+    ) -> None:
+        return None
+
+    def usage(self, instance_id: str) -> dict[int, int]:
+        return {}
+
+    def release(self, instance_id: str) -> bool:
+        return False
+
+
+NO_BOOKS = DriverBooks()
+
+
+def books_for(inventory: GpuInventory) -> GpuBooks:
+    """The inventory's own books, or :data:`NO_BOOKS` for one that only reads (a driver)."""
+    return inventory if isinstance(inventory, GpuBooks) else NO_BOOKS
+
+
 # --- NVML ------------------------------------------------------------------------
 
 
@@ -181,8 +262,8 @@ def _optional(what: str, index: int, call: Any, *args: Any) -> Any:
         return None
 
 
-class NvmlInventory:
-    """GPUs seen by the NVIDIA driver.
+class NvmlInventory(DriverBooks):
+    """GPUs seen by the NVIDIA driver (its books keep nothing: see ``DriverBooks``).
 
     ``open()`` (or the first ``snapshot()``) runs ``nvmlInit`` in a thread. A
     failure is reported through ``available``/``reason`` and one warning, and
@@ -290,7 +371,7 @@ class NvmlInventory:
 # --- simulated ---------------------------------------------------------------------
 
 
-class SimulatedOutOfMemory(RuntimeError):
+class SimulatedOutOfMemory(GpuOutOfMemory):
     """A simulated engine asked for more than a simulated GPU has free.
 
     Mirrors a real CUDA out-of-memory at start-up, so the caller can fail the
@@ -389,6 +470,17 @@ class SimulatedInventory:
         )
 
     # --- accounting -------------------------------------------------------------------
+    def claim(
+        self,
+        instance_id: str,
+        gpu_ids: Sequence[int],
+        bytes_per_gpu: int,
+        *,
+        pid: int | None = None,
+    ) -> None:
+        """``GpuBooks.claim``: the same as :meth:`allocate`."""
+        self.allocate(instance_id, gpu_ids, bytes_per_gpu, pid=pid)
+
     def allocate(
         self,
         instance_id: str,

@@ -14,8 +14,11 @@ context length (vLLM refuses to start when its KV cache cannot hold one).
 When the load would book a fixed ``gpuMemoryLimit``, that limit is what is
 needed (and a limit below the minimum cannot work at all).
 
-The load path calls :func:`check_fit` with :func:`fit_request_for_load` and
-refuses with :func:`load_refusal` unless the client forces the load.
+The memory ledger (:mod:`sardeenz.memory.ledger`) is the only caller: for
+``POST /api/memory/profiles/check`` and, with :func:`fit_request_for_load`, for
+every load, which it refuses with :func:`load_refusal` unless forced. It passes
+the GPUs as placement sees them (memory promised to engines still starting
+counted as used).
 """
 
 from __future__ import annotations
@@ -179,7 +182,11 @@ def _gpu_fit(gpu: GpuInfo, needed: int | None) -> GpuFit:
 
 
 async def check_fit(
-    request: FitRequest, *, inventory: GpuInventory, profiles: ProfileRepository
+    request: FitRequest,
+    *,
+    inventory: GpuInventory,
+    profiles: ProfileRepository,
+    gpus: Sequence[GpuInfo] | None = None,
 ) -> FitVerdict:
     """Answer "will ``request.model_path`` fit on this node's GPUs right now?".
 
@@ -188,9 +195,10 @@ async def check_fit(
     without GPUs the answer is True: memory is the engine's business there.
     Raises ``InvalidRequest`` (400) ``unknown_gpu``/``invalid_gpu_ids`` for
     impossible ``gpuIds``. Never blocks the event loop (files are read in a
-    worker thread).
+    worker thread). ``gpus``: the snapshot to judge by (default: the inventory's).
     """
-    gpus = await inventory.snapshot()
+    if gpus is None:
+        gpus = await inventory.snapshot()
     pinned = _target_gpus(gpus, request)
     names = [g.name for g in (pinned if pinned is not None else gpus)]
     source, breakdown, tokens, profile, notes, why_unknown = await _source(request, profiles, names)

@@ -19,8 +19,7 @@ from sardeenz.errors import Conflict, InvalidRequest, NotFound
 from sardeenz.gpu.inventory import GpuInventory
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.estimate import GIB
-from sardeenz.memory.fit import check_fit
-from sardeenz.memory.models import FitRequest, FitVerdict, MemoryProfile, ProfileCreate
+from sardeenz.memory.models import MemoryProfile, ProfileCreate
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.profiles import ProfileRepository
 
@@ -77,9 +76,6 @@ class ProfileService:
     async def delete(self, profile_id: str) -> None:
         if not await self.repo.delete(profile_id):
             raise _not_found(profile_id)
-
-    async def check(self, request: FitRequest) -> FitVerdict:
-        return await check_fit(request, inventory=self._inventory, profiles=self.repo)
 
     # --- create ----------------------------------------------------------------------
     async def create(self, body: ProfileCreate) -> MemoryProfile:

@@ -1,0 +1,289 @@
+"""The supervisor with fake runners: registry, status events, ledger, re-adoption.
+
+Pure and in-process: ``FakeRunner`` is an ``InstanceRunner`` whose engine is a few
+fields (no process, no log, no port traffic); the registry is a dict; the GPUs are
+simulated; the adapter is the real simulated-engine adapter, whose sleep/wake calls
+reach the fake engine through ``engine_call``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar, cast
+
+import httpx
+import pytest
+
+from sardeenz.config import Settings, SimGpuSpec
+from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance
+from sardeenz.engines.base import EngineAdapter, LaunchContext
+from sardeenz.engines.vllm_probe import VllmInstall
+from sardeenz.errors import Conflict, InvalidRequest
+from sardeenz.events import Event, EventBus, RemovedEvent, StatusEvent, Subscription
+from sardeenz.gpu.inventory import SimulatedInventory
+from sardeenz.gpu.kvcached import SegmentTracker
+from sardeenz.memory.ledger import MemoryLedger
+from sardeenz.runtime import proctree
+from sardeenz.runtime.runner import InstanceRunner
+from sardeenz.runtime.supervisor import Supervisor
+from sardeenz.store.instances import InstanceRepository, StoredInstance
+from sardeenz.store.profiles import ProfileRepository
+from tests.support import free_port_range
+
+GIB = 2**30
+
+
+class FakeRunner(InstanceRunner):
+    """A runner whose engine lives in memory: ready at once, sleeps when asked."""
+
+    spawned: ClassVar[list[list[str]]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sleeping = False
+        self.killed = 0
+
+    async def spawn(self, adapter: EngineAdapter, ctx: LaunchContext) -> None:
+        spec = adapter.build_launch(self.instance, ctx)
+        if self.instance.model_path == "unstartable":
+            raise OSError("no such program")
+        FakeRunner.spawned.append(spec.argv)
+        self.instance.warnings = [*self.instance.warnings, *spec.warnings]
+
+    def start(self, offset: int = 0) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        if self.instance.status == InstanceStatus.STARTING:
+            await self._become_active()
+        await asyncio.Event().wait()  # "monitoring" until cancelled
+
+    async def kill_tree(self, grace: float) -> list[int]:
+        self.killed += 1  # never signal anything: the PIDs here may be the test's own
+        return []
+
+    async def engine_call(self, method: str, path: str) -> httpx.Response:
+        if path.startswith("/sleep"):
+            self.sleeping = True
+            return httpx.Response(200)
+        if path == "/wake_up":
+            self.sleeping = False
+            return httpx.Response(200)
+        if path == "/is_sleeping":
+            return httpx.Response(200, json={"is_sleeping": self.sleeping})
+        if path == "/sim/state":
+            return httpx.Response(200, json={"memory_gib": 0.5 if self.sleeping else 6.0})
+        return httpx.Response(404)
+
+
+class Registry:
+    """``InstanceRepository`` in a dict."""
+
+    def __init__(self, *stored: StoredInstance) -> None:
+        self.rows = {s.instance.id: s for s in stored}
+
+    async def save(self, instance: ModelInstance, process_create_time: float | None) -> None:
+        self.rows[instance.id] = StoredInstance(instance.model_copy(deep=True), process_create_time)
+
+    async def delete(self, instance_id: str) -> None:
+        self.rows.pop(instance_id, None)
+
+    async def list_all(self) -> list[StoredInstance]:
+        return list(self.rows.values())
+
+
+class Installs:
+    def start(self) -> None:
+        return None
+
+    async def get(self) -> VllmInstall:
+        return VllmInstall("python3", "0.32.0", "vllm", False, "cuda")
+
+    async def close(self) -> None:
+        return None
+
+
+class NoProfiles:
+    async def list_all(self, model_path: str | None = None) -> list[object]:
+        return []
+
+
+class Node:
+    def __init__(self, tmp_path: Path, registry: Registry) -> None:
+        self.settings = Settings(
+            data_dir=tmp_path,
+            vllm_base_port=free_port_range(5),
+            port_range_size=5,
+            default_engine="sim",
+        )
+        self.inventory = SimulatedInventory(
+            [SimGpuSpec(index=0, name="NVIDIA L4", memory_bytes=24 * GIB)]
+        )
+        self.registry = registry
+        self.bus = EventBus()
+        self.events: Subscription = self.bus.subscribe()
+        ledger = MemoryLedger(
+            self.settings,
+            self.inventory,
+            cast(ProfileRepository, NoProfiles()),
+            SegmentTracker(),
+        )
+        self.supervisor = Supervisor(
+            self.settings,
+            self.bus,
+            cast(InstanceRepository, registry),
+            ledger,
+            Installs(),
+            runner_class=FakeRunner,
+        )
+
+    async def next_event(self) -> Event:
+        return await asyncio.wait_for(self.events.get(), 2)
+
+    async def until(self, instance_id: str, status: InstanceStatus) -> ModelInstance:
+        for _ in range(200):
+            inst = self.supervisor.get(instance_id)
+            if inst.status == status:
+                return inst
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{instance_id} is {inst.status}, not {status}")
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    n = Node(tmp_path, Registry())
+    await n.supervisor.start()
+    yield n
+    await n.supervisor.shutdown()
+
+
+def _req(model: str = "m", *args: str, **fields: object) -> LoadRequest:
+    return LoadRequest.model_validate(
+        {"modelPath": model, "extraArgs": ["--memory-gib", "6", *args], **fields}
+    )
+
+
+async def test_load_registers_then_spawns_and_reports_each_status(node: Node) -> None:
+    inst = await node.supervisor.load(_req(enableSleepMode=True))
+    assert inst.status == InstanceStatus.STARTING
+    assert inst.engine == EngineKind.SIM
+    assert inst.gpu_ids == [0]
+    assert inst.reserved_bytes_per_gpu == 6 * GIB
+    assert inst.sleep_mode_enabled
+    assert inst.engine_device is None
+    assert FakeRunner.spawned[-1][-2:] == ["--memory-gib", "6"]
+    assert node.inventory.usage(inst.id) == {0: 6 * GIB}
+
+    first = await node.next_event()
+    assert isinstance(first, StatusEvent)
+    assert (first.previous, first.instance.status) == (None, InstanceStatus.STARTING)
+    active = await node.next_event()
+    assert isinstance(active, StatusEvent)
+    assert (active.previous, active.instance.status) == (
+        InstanceStatus.STARTING,
+        InstanceStatus.ACTIVE,
+    )
+    assert node.registry.rows[inst.id].instance.status == InstanceStatus.ACTIVE
+    assert [i.id for i in node.supervisor.list_instances()] == [inst.id]
+    assert node.supervisor.managed_ports() == frozenset({inst.port})
+
+    gone = await node.supervisor.unload(inst.id)
+    assert gone.status == InstanceStatus.STOPPING
+    events = [await node.next_event(), await node.next_event()]
+    assert isinstance(events[0], StatusEvent)
+    assert events[0].instance.status == InstanceStatus.STOPPING
+    assert isinstance(events[1], RemovedEvent)
+    assert node.registry.rows == {}
+    assert node.supervisor.list_instances() == []
+    assert node.inventory.usage(inst.id) == {}
+    assert node.supervisor.managed_ports() == frozenset()
+
+
+async def test_a_refused_load_leaves_no_trace(node: Node) -> None:
+    with pytest.raises(Conflict) as refused:
+        await node.supervisor.load(_req("huge", "--memory-gib", "30"))
+    assert refused.value.code == "insufficient_gpu_memory"
+    with pytest.raises(InvalidRequest) as bad:
+        await node.supervisor.load(_req("m", "--port", "1"))
+    assert bad.value.code == "invalid_extra_args"
+    with pytest.raises(InvalidRequest) as empty:
+        await node.supervisor.load(_req("  "))
+    assert empty.value.code == "invalid_model_path"
+    assert node.registry.rows == {}
+    assert node.supervisor.list_instances() == []
+    assert node.inventory.snapshot_now()[0].used_bytes == 0
+
+
+async def test_an_engine_that_cannot_start_fails_and_gives_its_memory_back(node: Node) -> None:
+    inst = await node.supervisor.load(_req("unstartable"))
+    assert inst.status == InstanceStatus.FAILED
+    assert inst.error_message == "cannot start engine: no such program"
+    assert node.inventory.usage(inst.id) == {}
+    assert node.supervisor.managed_ports() == frozenset({inst.port})  # kept with the record
+    assert node.registry.rows[inst.id].instance.status == InstanceStatus.FAILED
+
+
+async def test_sleep_and_wake_go_through_the_adapter_and_the_ledger(node: Node) -> None:
+    inst = await node.supervisor.load(_req(enableSleepMode=True))
+    await node.until(inst.id, InstanceStatus.ACTIVE)
+
+    asleep = await node.supervisor.sleep(inst.id, 1)
+    assert (asleep.status, asleep.sleep_level) == (InstanceStatus.SLEEPING, 1)
+    assert node.inventory.usage(inst.id) == {0: GIB // 2}  # what /sim/state said
+
+    # Another model takes the freed memory: the wake-up is refused, the engine sleeps on.
+    other = await node.supervisor.load(_req("other", "--memory-gib", "20"))
+    with pytest.raises(Conflict) as refused:
+        await node.supervisor.wake(inst.id)
+    assert refused.value.code == "insufficient_gpu_memory"
+    assert node.supervisor.get(inst.id).status == InstanceStatus.SLEEPING
+
+    await node.supervisor.unload(other.id)
+    awake = await node.supervisor.wake(inst.id)
+    assert awake.status == InstanceStatus.ACTIVE
+    assert node.inventory.usage(inst.id) == {0: 6 * GIB}
+
+
+async def test_restart_re_adopts_live_engines_and_fails_dead_ones(tmp_path: Path) -> None:
+    me = os.getpid()  # stands in for a live engine; FakeRunner never signals it
+
+    def stored(iid: str, status: InstanceStatus, create_time: float | None) -> StoredInstance:
+        inst = ModelInstance(
+            id=iid,
+            model_path="m",
+            served_model_name=iid,
+            display_name=iid,
+            engine=EngineKind.SIM,
+            status=status,
+            port=40000 + len(iid),
+            process_id=me,
+            gpu_ids=[0],
+            reserved_bytes_per_gpu=4 * GIB,
+        )
+        return StoredInstance(inst, create_time)
+
+    registry = Registry(
+        stored("alive", InstanceStatus.ACTIVE, proctree.create_time(me)),
+        stored("dead", InstanceStatus.ACTIVE, 1.0),  # the PID now belongs to someone else
+        stored("failed-before", InstanceStatus.FAILED, None),
+    )
+    node = Node(tmp_path, registry)
+    await node.supervisor.start()
+    try:
+        alive = node.supervisor.get("alive")
+        assert alive.status == InstanceStatus.ACTIVE
+        assert node.inventory.usage("alive") == {0: 4 * GIB}
+        assert alive.port in node.supervisor.managed_ports()
+
+        dead = node.supervisor.get("dead")
+        assert dead.status == InstanceStatus.FAILED
+        assert dead.error_message == "engine was gone when the controller restarted"
+        assert node.inventory.usage("dead") == {}
+        assert registry.rows["dead"].instance.status == InstanceStatus.FAILED
+
+        assert node.supervisor.get("failed-before").status == InstanceStatus.FAILED
+    finally:
+        await node.supervisor.detach()
