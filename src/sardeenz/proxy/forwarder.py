@@ -103,9 +103,9 @@ class InferenceProxy:
 
     One instance per process. ``start()`` creates the pooled upstream client
     (``upstream.UpstreamClient``, chosen by measurement: benchmarks/README.md);
-    ``close()`` closes
-    it. The table's ``add_listener`` is used to keep the instance-status gauge
-    current, so metrics work however the table is fed.
+    ``close()`` closes it. This is the one place that registers
+    ``metrics.observe_instance`` on the table, so the instance-status gauge
+    follows the table however it is fed (supervisor events or static routes).
     """
 
     def __init__(self, settings: Settings, table: RoutingTable) -> None:
