@@ -27,7 +27,7 @@ from sardeenz.config import Settings
 from sardeenz.proxy import metrics
 from sardeenz.proxy.metrics import LANE
 from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
-from tests.support import free_port
+from tests.support import free_port, read_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,15 +46,6 @@ _BIG = 2_000_000  # over relay.READ_WHOLE_LIMIT: relayed as it comes, not read w
 
 def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-async def read_request(reader: asyncio.StreamReader) -> None:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    await reader.readexactly(length)
 
 
 def engine(*parts: bytes, answers: int | None = None, close: bool = False) -> Engine:

@@ -8,7 +8,8 @@ upstream request on a pooled keep-alive connection, and a relay loop that
 hands each upstream chunk to the client as it arrives (no SSE parsing, no
 re-encoding, no buffering of streams).
 
-Failure handling, in order of when it can happen:
+Failure handling, in order of when it can happen (what the client sees on an
+engine failure is decided in relay.py, shared with the express path):
 
 * client mistakes (bad JSON, no ``model``, body too large, unknown model) are
   answered here with an OpenAI-shaped error, never forwarded;

@@ -23,36 +23,16 @@ from sardeenz.asgi import Send
 
 JSON_CT: Final = (b"content-type", b"application/json")
 
-# Request headers never forwarded upstream: hop-by-hop (RFC 9110 7.6.1), plus
-# the ones the upstream client computes itself (host, content-length) and
-# ``expect`` (the 100-continue dance ends at the proxy).
-_DROP_REQUEST: Final = frozenset(
-    {
-        b"host",
-        b"content-length",
-        b"connection",
-        b"keep-alive",
-        b"transfer-encoding",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"expect",
-    }
+_HOP_BY_HOP: Final = frozenset(
+    {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade"}
 )
-# Response headers never relayed: hop-by-hop, and ``date``/``server`` which the
-# HTTP server adds itself (relaying them would duplicate them).
-_DROP_RESPONSE: Final = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"transfer-encoding",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"date",
-        b"server",
-    }
-)
+"""RFC 9110 7.6.1: headers for one connection, never relayed in either direction."""
+_DROP_REQUEST: Final = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+"""Not forwarded upstream: hop-by-hop, the ones the upstream client computes itself
+(host, content-length) and ``expect`` (the 100-continue dance ends at the proxy)."""
+_DROP_RESPONSE: Final = _HOP_BY_HOP | {b"date", b"server"}
+"""Not relayed to the client: hop-by-hop, and ``date``/``server`` which the HTTP
+server adds itself (relaying them would duplicate them)."""
 
 
 def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
