@@ -3,8 +3,8 @@
 ``python -m sardeenz.proxy.standalone --port 3100 --route NAME=PORT ...``
 serves ``/v1/*``, ``/api/direct/{port}/*`` and ``/metrics`` in front of engines
 that are already running, through the node's own dispatch (``gateway.Gateway``)
-with no admin API behind it. The
-routes are static ``active`` instances; nothing is spawned or health-checked.
+with no admin API behind it. The routes are static ``active`` instances;
+nothing is spawned or health-checked.
 
 ``ThreadedProxyServer`` runs the same thing on a background thread with its
 own event loop, so a test can drive it with blocking clients (the official
