@@ -153,9 +153,7 @@ def _run_server(settings: Settings) -> None:
         port=settings.port,
         loop="uvloop",
         # /v1 connections take the fast lane; everything else is uvicorn's.
-        http=gateway.http_protocol(settings.proxy_max_body_bytes)
-        if settings.proxy_fast_lane
-        else "httptools",
+        http=gateway.http_protocol(settings),
         log_level=settings.log_level,
         access_log=False,
         # Engines and clients keep connections warm across quiet spells; uvicorn's

@@ -6,6 +6,10 @@ dependency injection, no per-request logging. ``/api/direct/*`` goes to the
 same proxy after an admin check. ``/metrics`` is rendered here. Everything
 else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
 ``/api`` so an admin endpoint cannot be fed an unbounded body either.
+
+``sardeenz serve`` puts FastAPI behind it; the proxy without a supervisor
+(proxy/standalone.py) puts a bare 404 app there and no audit trail, so both
+dispatch with this one class.
 """
 
 from __future__ import annotations
@@ -13,21 +17,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send, header
+from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
+from sardeenz.config import Settings
 from sardeenz.errors import PayloadTooLarge, SardeenzError
 from sardeenz.proxy.express import ExpressRelay
 from sardeenz.proxy.fastlane import fast_lane_protocol
-from sardeenz.proxy.forwarder import InferenceProxy, api_error, openai_error, send_json
+from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.metrics import render_metrics
+from sardeenz.proxy.wire import INVALID_API_KEY, api_error, header, send_json
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
-
-_INVALID_KEY = openai_error(
-    "Invalid or missing API key: send 'Authorization: Bearer <key>'",
-    "invalid_request_error",
-    "invalid_api_key",
-)
 
 
 class Gateway:
@@ -38,23 +38,29 @@ class Gateway:
         auth: Authenticator,
         api_keys: ApiKeys,
         api_max_body_bytes: int,
-        audit: AuditTrail,
+        audit: AuditTrail | None,
     ) -> None:
         self._api = api
         self._proxy = proxy
         self._auth = auth
         self._keys = api_keys
         self._api_limit = api_max_body_bytes
-        self._admin = audit.wrap(self._limited)
-        self._direct = audit.wrap(self._direct_proxy)
+        # No audit trail: the standalone proxy, which has no database.
+        self._admin = audit.wrap(self._limited) if audit is not None else self._limited
+        self._direct = audit.wrap(self._direct_proxy) if audit is not None else self._direct_proxy
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
         self.services: Any = None
 
-    def http_protocol(self, max_body_bytes: int) -> type[asyncio.Protocol]:
-        """uvicorn's ``http=``: the fast lane with the express path, in front of this app."""
+    def http_protocol(self, settings: Settings) -> type[asyncio.Protocol] | str:
+        """uvicorn's ``http=``: the fast lane with the express path in front of this app.
+
+        ``SARDEENZ_PROXY_FAST_LANE=false`` gives uvicorn's own protocol instead.
+        """
+        if not settings.proxy_fast_lane:
+            return "httptools"
         return fast_lane_protocol(
             self,
-            max_body_bytes=max_body_bytes,
+            max_body_bytes=settings.proxy_max_body_bytes,
             express=ExpressRelay(self._proxy, self._keys),
         )
 
@@ -67,7 +73,7 @@ class Gateway:
             if self._keys.enabled and not self._keys.check(
                 header(scope["headers"], b"authorization")
             ):
-                await send_json(send, 401, _INVALID_KEY, [(b"www-authenticate", b"Bearer")])
+                await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
                 return
             await self._proxy.handle_v1(scope, receive, send)
         elif path.startswith("/api/direct/"):

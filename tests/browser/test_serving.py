@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from sardeenz.app import mount_dashboard
+from sardeenz.dashboard import mount_dashboard
 
 INDEX = "<!doctype html><title>Sardeenz</title><div id=root></div>"
 

@@ -22,7 +22,7 @@ import pytest
 from sardeenz.config import Settings
 from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
 from sardeenz.sim.text import completion_text
-from tests.support import Sim
+from tests.support import Sim, read_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,12 +82,7 @@ async def _one_answer_per_connection(
     """An engine that answers the first request on a connection and drops the second."""
     try:
         for answered in (True, False):
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            await reader.readexactly(length)
+            await read_request(reader)
             if not answered:
                 break
             writer.write(

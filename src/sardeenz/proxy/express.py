@@ -13,13 +13,15 @@ Anything else goes to the ASGI handler, which is the complete
 implementation: a bad body, an unknown, starting or sleeping model, a failed
 API key, a refused connection, a stale pooled connection. It runs as if the
 express path had never looked, because nothing has been written to the client
-at that point. The express path only decides the outcomes that need no
+at that point. The express path only answers the outcomes that need no
 waiting: success; the engine failing (502 before the response started, an
-SSE ``error`` event or a cut connection after, as the handler does); and the
-client leaving (the engine connection is closed at once, so the engine
-aborts the generation).
+SSE ``error`` event or a cut connection after); and the client leaving (the
+engine connection is closed at once, so the engine aborts the generation).
+What the client sees in each case, and when a failure is a stale pooled
+connection to retry, is decided by relay.py, which the handler uses too.
 
-Metrics are the handler's: the same per-model counters and histograms.
+Metrics are the handler's: the same per-model counters and histograms,
+observed through the same relay.py functions.
 """
 
 from __future__ import annotations
@@ -31,25 +33,27 @@ from typing import Final
 
 import orjson
 
-from sardeenz.asgi import header
 from sardeenz.proxy import metrics
 from sardeenz.proxy.fastlane import Active, FastLaneProtocol
-from sardeenz.proxy.forwarder import (
-    READ_WHOLE_LIMIT,
-    InferenceProxy,
-    openai_error,
-    request_header_block,
-    response_headers,
-)
+from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.metrics import LANE, ModelMetrics
-from sardeenz.proxy.routing import Endpoint
-from sardeenz.proxy.upstream import (
-    STALE_RETRY_WINDOW,
-    ConnectFailed,
-    Connection,
-    UpstreamClient,
-    UpstreamClosed,
+from sardeenz.proxy.relay import (
+    CUT_STATUS,
+    cut_note,
+    engine_failed,
+    failure_note,
+    finished,
+    first_byte,
+    head_sent,
+    may_retry_stale,
+    read_whole,
+    started,
+    stream_end_on_failure,
+    withdrawn,
 )
+from sardeenz.proxy.routing import Endpoint
+from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, UpstreamClosed
+from sardeenz.proxy.wire import JSON_CT, header, request_header_block, response_headers
 from sardeenz.security.auth import ApiKeys
 
 log = logging.getLogger(__name__)
@@ -171,7 +175,7 @@ class _Exchange:
         self._first = True
         self._last = b"\n\n"
         self._done = False
-        mm.in_flight += 1
+        started(mm)
 
     # ------------------------------------------------------------ engine side
     def send(self, conn: Connection, data: bytes) -> None:
@@ -205,12 +209,12 @@ class _Exchange:
         self._head, self._chunked, self.keep_alive = self._lane.response_head(
             status, out, self.keep_alive
         )
-        if length is not None and length <= READ_WHOLE_LIMIT and not self._event_stream:
+        if read_whole(length, self._event_stream):
             self._whole = True  # head and body in one write, once the body is complete
         else:
             self._write(self._head)
             self._head = b""
-        self._mm.overhead.observe((self._t1 - self._t0) + (_perf() - t2))
+        head_sent(self._mm, self._t0, self._t1, t2)
 
     def on_body(self, data: bytes) -> None:
         # Collected until the end of this read (on_flush): one read from the
@@ -223,12 +227,12 @@ class _Exchange:
             self._write(self._take_pending())
             if self._first:
                 self._first = False
-                self._mm.ttfb.observe(_perf() - self._t0)
+                first_byte(self._mm, self._t0)
 
     def on_end(self) -> None:
         if self._whole:
             self._write(self._head + b"".join(self._pending))
-            self._mm.ttfb.observe(_perf() - self._t0)
+            first_byte(self._mm, self._t0)
         else:
             tail = self._take_pending() if self._pending else b""
             if self._chunked:
@@ -236,7 +240,7 @@ class _Exchange:
             if tail:
                 self._write(tail)
             if self._first:
-                self._mm.ttfb.observe(_perf() - self._t0)
+                first_byte(self._mm, self._t0)
         self._end(self._status, reusable=self.keep_alive)
 
     def _take_pending(self) -> bytes:
@@ -252,42 +256,32 @@ class _Exchange:
             return
         ep = self._ep
         if not self._sent:
-            if self._reused and not error.received and _perf() - self._t1 < STALE_RETRY_WINDOW:
+            if may_retry_stale(self._reused, error.received, _perf() - self._t1):
                 # Most likely the engine closed the pooled connection as we
                 # used it; the handler retries on a fresh one (as it would).
                 self._fall_back()
                 return
-            when = "while" if error.received else "before"
-            self._relay.warn(ep, f"engine failed {when} answering: {error}")
-            body = openai_error(
-                f"The engine serving {self._model!r} failed {when} answering",
-                "upstream_error",
-                "engine_failed",
-            )
+            self._relay.warn(ep, failure_note(error, error.received))
+            reply = engine_failed(repr(self._model), error.received)
+            body = reply.render(True)
             head, _, keep = self._lane.response_head(
-                502,
-                [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
+                reply.status,
+                [JSON_CT, (b"content-length", b"%d" % len(body)), *reply.headers],
                 self.keep_alive,
             )
             self._write(head + body)
-            self._end(502, reusable=keep)
+            self._end(reply.status, reusable=keep)
             return
-        self._relay.warn(ep, f"engine failed mid-response: {error}")
-        if not self._event_stream:
-            self._end(502, reusable=False)  # a cut JSON body must not look complete
-            return
-        err = openai_error(
-            f"The engine serving {self._model!r} failed mid-stream",
-            "upstream_error",
-            "engine_failed",
-        )
+        self._relay.warn(ep, cut_note(error))
         before = self._take_pending() if self._pending else b""  # what came before the failure
-        sep = b"" if self._last.endswith(b"\n\n") else b"\n\n"
-        event = sep + b"event: error\ndata: " + err + b"\n\n"
+        end = stream_end_on_failure(repr(self._model), self._event_stream, self._last)
+        if end is None:
+            self._end(CUT_STATUS, reusable=False)  # a cut body must not look complete
+            return
         if self._chunked:
-            event = b"%x\r\n%s\r\n%s" % (len(event), event, _LAST_CHUNK)
-        self._write(before + event)
-        self._end(502, reusable=self._chunked and self.keep_alive)
+            end = b"%x\r\n%s\r\n%s" % (len(end), end, _LAST_CHUNK)
+        self._write(before + end)
+        self._end(CUT_STATUS, reusable=self._chunked and self.keep_alive)
 
     # ------------------------------------------------------------ client side
     def disconnect(self) -> None:
@@ -318,16 +312,13 @@ class _Exchange:
         LANE.express += 1
         self._done = True
         self._conn = None
-        mm = self._mm
-        mm.in_flight -= 1
-        mm.count(status)
-        mm.duration.observe(_perf() - self._t0)
+        finished(self._mm, self._t0, status)
         self._lane.finish(self, reusable)
 
     def _fall_back(self) -> None:
         """Hand the request to the ASGI handler, as if we had never taken it."""
         self._done = True
         self._conn = None
-        self._mm.in_flight -= 1
+        withdrawn(self._mm)
         url, headers, body = self.request
         self._lane.run_app(b"POST", url, headers, body, self.keep_alive)

@@ -44,8 +44,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from sardeenz.asgi import ASGIApp, Message, Scope
-from sardeenz.proxy.forwarder import openai_error
 from sardeenz.proxy.metrics import LANE
+from sardeenz.proxy.wire import openai_error
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ upstream request on a pooled keep-alive connection, and a relay loop that
 hands each upstream chunk to the client as it arrives (no SSE parsing, no
 re-encoding, no buffering of streams).
 
-Failure handling, in order of when it can happen:
+Failure handling, in order of when it can happen (what the client sees on an
+engine failure is decided in relay.py, shared with the express path):
 
 * client mistakes (bad JSON, no ``model``, body too large, unknown model) are
   answered here with an OpenAI-shaped error, never forwarded;
@@ -33,7 +34,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
@@ -42,66 +42,42 @@ from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.proxy import metrics
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL, ModelMetrics
+from sardeenz.proxy.relay import (
+    CUT_STATUS,
+    cut_note,
+    engine_failed,
+    engine_unreachable,
+    failure_note,
+    finished,
+    first_byte,
+    head_sent,
+    label,
+    read_whole,
+    started,
+    stream_end_on_failure,
+)
 from sardeenz.proxy.routing import Endpoint, RoutingTable, WakeFailed
 from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, UpstreamClosed
+from sardeenz.proxy.wire import (
+    ErrorReply,
+    api_error,
+    openai_error,
+    request_header_block,
+    response_headers,
+    send_json,
+)
 
 log = logging.getLogger(__name__)
 
 
 _perf = time.perf_counter
 
-# Request headers never forwarded upstream: hop-by-hop (RFC 9110 7.6.1), plus
-# the ones the upstream client computes itself (host, content-length) and
-# ``expect`` (the 100-continue dance ends at the proxy).
-_DROP_REQUEST: Final = frozenset(
-    {
-        b"host",
-        b"content-length",
-        b"connection",
-        b"keep-alive",
-        b"transfer-encoding",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"expect",
-    }
-)
-# Response headers never relayed: hop-by-hop, and ``date``/``server`` which the
-# ASGI server adds itself (relaying them would duplicate them).
-_DROP_RESPONSE: Final = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"transfer-encoding",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"date",
-        b"server",
-    }
-)
-_JSON_CT: Final = (b"content-type", b"application/json")
 _METHODS: Final = {
     m: m.encode() for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 }
-READ_WHOLE_LIMIT: Final = 1 << 20
-"""Non-stream bodies up to this size (with a Content-Length) are read whole
-and sent in one message: fewer sends, and an engine death while reading them
-still becomes a clean 502 instead of a cut connection."""
-
 _LOG_EVERY: Final = 5.0
 _WATCH_AFTER: Final = 0.05
 """Seconds before a request gets a disconnect watcher (see ``_guarded``)."""
-
-
-def openai_error(message: str, type_: str, code: str, param: str | None = None) -> bytes:
-    return orjson.dumps(
-        {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    )
-
-
-def api_error(message: str, code: str) -> bytes:
-    return orjson.dumps({"detail": message, "code": code})
 
 
 class _Disconnected(Exception):
@@ -110,40 +86,6 @@ class _Disconnected(Exception):
 
 class _TooLarge(Exception):
     """The body is over ``proxy_max_body_bytes``."""
-
-
-class _Reply(Exception):
-    """Answer the client with this error instead of (or after failing at) forwarding.
-
-    Rendered in the OpenAI shape on ``/v1/*`` and as ``{"detail", "code"}`` on
-    ``/api/direct``.
-    """
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str,
-        code: str,
-        param: str | None = None,
-        headers: list[tuple[bytes, bytes]] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.code = code
-        self.param = param
-        self.headers = headers or []
-
-    def render(self, openai: bool) -> bytes:
-        if openai:
-            return openai_error(self.message, self.type, self.code, self.param)
-        return api_error(self.message, self.code)
-
-    async def send(self, send: Send, openai: bool) -> int:
-        await send_json(send, self.status, self.render(openai), self.headers)
-        return self.status
 
 
 class _State:
@@ -162,9 +104,9 @@ class InferenceProxy:
 
     One instance per process. ``start()`` creates the pooled upstream client
     (``upstream.UpstreamClient``, chosen by measurement: benchmarks/README.md);
-    ``close()`` closes
-    it. The table's ``add_listener`` is used to keep the instance-status gauge
-    current, so metrics work however the table is fed.
+    ``close()`` closes it. This is the one place that registers
+    ``metrics.observe_instance`` on the table, so the instance-status gauge
+    follows the table however it is fed (supervisor events or static routes).
     """
 
     def __init__(self, settings: Settings, table: RoutingTable) -> None:
@@ -230,7 +172,7 @@ class InferenceProxy:
             payload = _parse_json(body)
             model = payload.get("model")
             if not isinstance(model, str) or not model:
-                raise _Reply(
+                raise ErrorReply(
                     400,
                     "you must provide a model parameter"
                     if model is None
@@ -242,7 +184,7 @@ class InferenceProxy:
             ep = table.pick(model)
             if ep is None and not table.is_known(model):
                 raise self._unknown_model(model)
-        except _Reply as r:
+        except ErrorReply as r:
             metrics.for_model(UNKNOWN_MODEL).count(await r.send(send, True))
             return
         except _Disconnected:
@@ -254,10 +196,10 @@ class InferenceProxy:
             scope, receive, send, t0, mm, ep, model, url_path, body, headers, openai=True
         )
 
-    def _unknown_model(self, model: str) -> _Reply:
+    def _unknown_model(self, model: str) -> ErrorReply:
         names = self._table.names()
         shown = ", ".join(names[:50]) + (" ..." if len(names) > 50 else "")
-        return _Reply(
+        return ErrorReply(
             404,
             f"The model {model[:200]!r} does not exist. Available models: {shown or '(none)'}",
             "invalid_request_error",
@@ -317,7 +259,7 @@ class InferenceProxy:
         try:
             headers = self._request_headers(scope, json_default=False)
             body = await self._read_body(receive, scope)
-        except _Reply as r:
+        except ErrorReply as r:
             mm.count(await r.send(send, False))
             return
         except _Disconnected:
@@ -363,7 +305,7 @@ class InferenceProxy:
         timer = asyncio.get_running_loop().call_later(
             _WATCH_AFTER, _start_watch, receive, state, task
         )
-        mm.in_flight += 1
+        started(mm)
         status = 499
         try:
             status = await self._forward(
@@ -379,17 +321,15 @@ class InferenceProxy:
             log.exception("proxy failed on %s %s", scope["method"], scope["path"])
             status = 500
             with contextlib.suppress(Exception):  # fails if the response had started
-                await _Reply(500, "internal proxy error", "server_error", "internal_error").send(
-                    send, openai
-                )
+                await ErrorReply(
+                    500, "internal proxy error", "server_error", "internal_error"
+                ).send(send, openai)
         finally:
             state.finished = True
             timer.cancel()
             if state.watcher is not None:
                 state.watcher.cancel()
-            mm.in_flight -= 1
-            mm.count(status)
-            mm.duration.observe(_perf() - t0)
+            finished(mm, t0, status)
 
     async def _forward(
         self,
@@ -413,7 +353,7 @@ class InferenceProxy:
         if ep is None:
             assert model is not None
             waited = await self._wait_for(model)
-            if isinstance(waited, _Reply):
+            if isinstance(waited, ErrorReply):
                 return await waited.send(send, openai)
             ep = waited
         method: bytes = _METHODS.get(scope["method"]) or scope["method"].encode("latin-1")
@@ -432,21 +372,10 @@ class InferenceProxy:
                 if alt is not None and alt.instance_id != ep.instance_id:
                     tried, ep = True, alt
                     continue
-                return await _Reply(
-                    503,
-                    f"The engine serving {_label(model, ep)} is not reachable; retry shortly",
-                    "service_unavailable_error",
-                    "engine_unavailable",
-                    headers=[(b"retry-after", b"1")],
-                ).send(send, openai)
+                return await engine_unreachable(label(model, ep.port)).send(send, openai)
             except UpstreamClosed as exc:
-                self.warn(ep, f"engine failed before answering: {exc}")
-                return await _Reply(
-                    502,
-                    f"The engine serving {_label(model, ep)} failed before answering",
-                    "upstream_error",
-                    "engine_failed",
-                ).send(send, openai)
+                self.warn(ep, failure_note(exc, exc.received))
+                return await engine_failed(label(model, ep.port), exc.received).send(send, openai)
         try:
             return await self._relay(send, t0, t1, mm, ep, model, resp, state, openai)
         finally:
@@ -470,28 +399,21 @@ class InferenceProxy:
         out, length, event_stream = response_headers(resp.headers)
         status = resp.status
 
-        if length is not None and length <= READ_WHOLE_LIMIT and not event_stream:
+        if read_whole(length, event_stream):
             try:
                 data = await resp.read_all()
-            except UpstreamClosed as exc:
-                self.warn(ep, f"engine failed while answering: {exc!r}")
-                return await _Reply(
-                    502,
-                    f"The engine serving {_label(model, ep)} failed while answering",
-                    "upstream_error",
-                    "engine_failed",
-                ).send(send, openai)
+            except UpstreamClosed as exc:  # the head had come: part of a reply was received
+                self.warn(ep, failure_note(exc, True))
+                return await engine_failed(label(model, ep.port), True).send(send, openai)
             await send({"type": "http.response.start", "status": status, "headers": out})
-            t3 = _perf()
-            mm.overhead.observe((t1 - t0) + (t3 - t2))
+            head_sent(mm, t0, t1, t2)
             state.finished = True
             await send({"type": "http.response.body", "body": data, "more_body": False})
-            mm.ttfb.observe(_perf() - t0)
+            first_byte(mm, t0)
             return status
 
         await send({"type": "http.response.start", "status": status, "headers": out})
-        t3 = _perf()
-        mm.overhead.observe((t1 - t0) + (t3 - t2))
+        head_sent(mm, t0, t1, t2)
         read = resp.read
         first = True
         last = b"\n\n"
@@ -504,44 +426,31 @@ class InferenceProxy:
                 last = chunk
                 if first:
                     first = False
-                    mm.ttfb.observe(_perf() - t0)
+                    first_byte(mm, t0)
         except UpstreamClosed as exc:
-            self.warn(ep, f"engine failed mid-response: {exc}")
-            if not event_stream:
-                # A cut JSON body must not look complete: close the connection
-                # (the ASGI server does when we return without finishing).
-                state.finished = True
-                return 502
-            err = openai_error(
-                f"The engine serving {_label(model, ep)} failed mid-stream",
-                "upstream_error",
-                "engine_failed",
-            )
-            sep = b"" if last.endswith(b"\n\n") else b"\n\n"
+            self.warn(ep, cut_note(exc))
             state.finished = True
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": sep + b"event: error\ndata: " + err + b"\n\n",
-                    "more_body": False,
-                }
-            )
-            return 502
+            end = stream_end_on_failure(label(model, ep.port), event_stream, last)
+            if end is not None:
+                await send({"type": "http.response.body", "body": end, "more_body": False})
+            # else: returning without finishing makes the server close the
+            # connection, so the cut body cannot look complete.
+            return CUT_STATUS
         state.finished = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         if first:
-            mm.ttfb.observe(_perf() - t0)
+            first_byte(mm, t0)
         return status
 
     # --------------------------------------------------------------- helpers
-    async def _wait_for(self, model: str) -> Endpoint | _Reply:
+    async def _wait_for(self, model: str) -> Endpoint | ErrorReply:
         """Hold a request for a known-but-not-active model; see module doc."""
         table = self._table
         if table.pending(model):
             try:
                 ep = await table.wait_until_routable(model, self._ready_wait)
             except WakeFailed as exc:
-                return _Reply(
+                return ErrorReply(
                     503,
                     f"Model {model!r} is asleep and could not be woken: {exc}",
                     "service_unavailable_error",
@@ -552,7 +461,7 @@ class InferenceProxy:
                 return ep
             if table.pending(model):
                 retry = str(max(1, min(30, math.ceil(self._ready_wait / 4) or 1))).encode()
-                return _Reply(
+                return ErrorReply(
                     503,
                     f"Model {model!r} is not ready yet (still starting after "
                     f"{self._ready_wait:g} s); retry later",
@@ -562,7 +471,7 @@ class InferenceProxy:
                 )
         statuses = sorted({i.status.value for i in table.instances(model)})
         if "sleeping" in statuses:  # auto-wake is off: say so, and when to retry
-            return _Reply(
+            return ErrorReply(
                 503,
                 f"Model {model!r} is asleep and auto-wake is off (SARDEENZ_PROXY_AUTO_WAKE); "
                 "wake it with POST /api/v1/models/{id}/wake",
@@ -570,7 +479,7 @@ class InferenceProxy:
                 "model_sleeping",
                 headers=[(b"retry-after", b"10")],
             )
-        return _Reply(
+        return ErrorReply(
             503,
             f"Model {model!r} has no healthy instance (status: {', '.join(statuses) or 'none'})",
             "service_unavailable_error",
@@ -587,7 +496,7 @@ class InferenceProxy:
         except ValueError:
             n = -1
         if n < 0:
-            raise _Reply(
+            raise ErrorReply(
                 400,
                 "invalid Content-Length header",
                 "invalid_request_error",
@@ -596,8 +505,8 @@ class InferenceProxy:
         if n > self._max_body:
             raise self._too_large()
 
-    def _too_large(self) -> _Reply:
-        return _Reply(
+    def _too_large(self) -> ErrorReply:
+        return ErrorReply(
             413,
             f"request body is larger than the limit of {self._max_body} bytes",
             "invalid_request_error",
@@ -641,61 +550,6 @@ class InferenceProxy:
             log.debug("instance %s (%s): %s", ep.instance_id, ep.served_name, message)
 
 
-def request_header_block(
-    headers: list[tuple[bytes, bytes]],
-    json_default: bool,
-    check_length: Callable[[bytes], None] | None = None,
-) -> bytes:
-    """The ``name: value\r\n`` block to forward upstream from a client's headers.
-
-    Names and values are relayed as received (the HTTP server has already
-    rejected anything that is not valid HTTP), minus hop-by-hop headers and
-    those named in ``Connection``. ``check_length`` sees the Content-Length.
-    """
-    out: list[bytes] = []
-    has_ct = False
-    connection: bytes | None = None
-    for k, v in headers:
-        if k in _DROP_REQUEST or k.startswith(b"proxy-"):
-            if k == b"content-length":
-                if check_length is not None:
-                    check_length(v)
-            elif k == b"connection":
-                connection = v if connection is None else connection + b"," + v
-            continue
-        if k == b"content-type":
-            has_ct = True
-        out.append(k + b": " + v + b"\r\n")
-    if connection is not None:
-        # RFC 9110 7.6.1: headers named in Connection are hop-by-hop too.
-        drop = {t.strip().lower() + b":" for t in connection.split(b",")}
-        out = [h for h in out if h[: h.index(b":") + 1].lower() not in drop]
-    if json_default and not has_ct:
-        out.append(b"content-type: application/json\r\n")
-    return b"".join(out)
-
-
-def response_headers(
-    headers: list[tuple[bytes, bytes]],
-) -> tuple[list[tuple[bytes, bytes]], int | None, bool]:
-    """An engine's response headers to relay, its Content-Length, and whether it is SSE."""
-    out: list[tuple[bytes, bytes]] = []
-    length: int | None = None
-    event_stream = False
-    for k, v in headers:
-        if k in _DROP_RESPONSE or k.startswith(b"proxy-"):
-            continue
-        if k == b"content-length":
-            try:
-                length = int(v)
-            except ValueError:
-                continue
-        elif k == b"content-type":
-            event_stream = v.startswith(b"text/event-stream")
-        out.append((k, v))
-    return out, length, event_stream
-
-
 def _start_watch(receive: Receive, state: _State, task: asyncio.Task[Any]) -> None:
     if not state.finished:
         state.watcher = task.get_loop().create_task(_watch(receive, state, task))
@@ -722,34 +576,14 @@ def _parse_json(body: bytes) -> dict[str, Any]:
         try:
             payload = json.loads(body)
         except (ValueError, RecursionError):
-            raise _Reply(
+            raise ErrorReply(
                 400,
                 "We could not parse the JSON body of your request.",
                 "invalid_request_error",
                 "invalid_json",
             ) from None
     if not isinstance(payload, dict):
-        raise _Reply(
+        raise ErrorReply(
             400, "The request body must be a JSON object.", "invalid_request_error", "invalid_body"
         )
     return payload
-
-
-def _label(model: str | None, ep: Endpoint) -> str:
-    return repr(model) if model is not None else f"port {ep.port}"
-
-
-async def send_json(
-    send: Send,
-    status: int,
-    body: bytes,
-    extra: list[tuple[bytes, bytes]] | None = None,
-    *,
-    content_length: int | None = None,
-) -> None:
-    n = len(body) if content_length is None else content_length
-    headers = [_JSON_CT, (b"content-length", str(n).encode())]
-    if extra:
-        headers.extend(extra)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

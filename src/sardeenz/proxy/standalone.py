@@ -2,8 +2,9 @@
 
 ``python -m sardeenz.proxy.standalone --port 3100 --route NAME=PORT ...``
 serves ``/v1/*``, ``/api/direct/{port}/*`` and ``/metrics`` in front of engines
-that are already running, with the same ASGI dispatch the full app uses. The
-routes are static ``active`` instances; nothing is spawned or health-checked.
+that are already running, through the node's own dispatch (``gateway.Gateway``)
+with no admin API behind it. The routes are static ``active`` instances;
+nothing is spawned or health-checked.
 
 ``ThreadedProxyServer`` runs the same thing on a background thread with its
 own event loop, so a test can drive it with blocking clients (the official
@@ -26,11 +27,11 @@ import uvicorn
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
-from sardeenz.proxy.express import ExpressRelay
-from sardeenz.proxy.fastlane import fast_lane_protocol
-from sardeenz.proxy.forwarder import InferenceProxy, send_json
-from sardeenz.proxy.metrics import render_metrics
+from sardeenz.gateway import Gateway
+from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.routing import RoutingTable
+from sardeenz.proxy.wire import api_error, send_json
+from sardeenz.security.auth import ApiKeys, Authenticator
 
 T = TypeVar("T")
 
@@ -53,8 +54,29 @@ def make_instance(
     )
 
 
-def build_asgi(proxy: InferenceProxy) -> ASGIApp:
-    """The dispatch the full app does at the ASGI level, minus FastAPI."""
+def build_gateway(proxy: InferenceProxy, settings: Settings) -> Gateway:
+    """The node's own dispatch (gateway.Gateway) with no admin API behind it.
+
+    ``/v1``, ``/api/direct`` and ``/metrics`` behave as in ``sardeenz serve``;
+    every other path is 404. Admin auth is off (every caller is the local
+    admin, as on a node without auth) and nothing is audited: there is no
+    database. Inference API keys apply as configured.
+    """
+    no_admin_auth = settings.model_copy(
+        update={"jwt_secret": None, "jwt_jwks_url": None, "oidc_issuer": None}
+    )
+    return Gateway(
+        _no_api(proxy),
+        proxy,
+        Authenticator(no_admin_auth),
+        ApiKeys.from_settings(settings),
+        settings.api_max_body_bytes,
+        audit=None,
+    )
+
+
+def _no_api(proxy: InferenceProxy) -> ASGIApp:
+    """What stands where FastAPI stands in the node: the proxy's lifespan, then 404s."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -67,43 +89,10 @@ def build_asgi(proxy: InferenceProxy) -> ASGIApp:
                     await proxy.close()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
-        if scope["type"] != "http":
-            return
-        path: str = scope["path"]
-        if path.startswith("/v1/"):
-            await proxy.handle_v1(scope, receive, send)
-        elif path.startswith("/api/direct/"):
-            port_text, _, rest = path[len("/api/direct/") :].partition("/")
-            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-                body = b'{"detail":"not a port","code":"unknown_port"}'
-                await send_json(send, 404, body)
-                return
-            await proxy.handle_direct(scope, receive, send, int(port_text), rest)
-        elif path == "/metrics":
-            body, content_type = render_metrics()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [(b"content-type", content_type.encode())],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-        else:
-            await send_json(send, 404, b'{"detail":"not found","code":"not_found"}')
+        if scope["type"] == "http":
+            await send_json(send, 404, api_error("not found", "not_found"))
 
     return app
-
-
-def _http_protocol(
-    app: ASGIApp, proxy: InferenceProxy, settings: Settings
-) -> type[asyncio.Protocol] | str:
-    """The same choice ``sardeenz serve`` makes: the fast lane unless turned off."""
-    if not settings.proxy_fast_lane:
-        return "httptools"
-    return fast_lane_protocol(
-        app, max_body_bytes=settings.proxy_max_body_bytes, express=ExpressRelay(proxy)
-    )
 
 
 class ThreadedProxyServer:
@@ -161,13 +150,13 @@ class ThreadedProxyServer:
     async def _serve(self) -> None:
         self.table = RoutingTable()
         self.proxy = InferenceProxy(self.settings, self.table)
-        app = build_asgi(self.proxy)
+        gateway = build_gateway(self.proxy, self.settings)
         config = uvicorn.Config(
-            app,
+            gateway,
             host=self.host,
             port=0,
             loop="none",
-            http=_http_protocol(app, self.proxy, self.settings),
+            http=gateway.http_protocol(self.settings),
             lifespan="on",
             access_log=False,
             log_level="warning",
@@ -236,14 +225,14 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--route {route!r}: expected NAME=PORT")
         table.apply(make_instance(f"static-{i}", name, int(port)))
     proxy = InferenceProxy(settings, table)
-    app = build_asgi(proxy)
+    gateway = build_gateway(proxy, settings)
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.run(
-            app,
+            gateway,
             host=args.host,
             port=args.port,
             loop="uvloop",
-            http=_http_protocol(app, proxy, settings),
+            http=gateway.http_protocol(settings),
             lifespan="on",
             access_log=False,
             log_level="warning",

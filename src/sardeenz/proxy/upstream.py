@@ -16,8 +16,9 @@ already in memory: the proxy must read them to find ``model``), HTTP/2.
 Connections are kept per (host, port) in a LIFO stack and retired after
 ``keepalive_timeout`` seconds idle, below uvicorn's (hence vLLM's) 5 s, so we
 do not send a request on a connection the engine is closing. If that still
-happens (no byte of response, failure within a second, on a reused
-connection), the request is retried once on a fresh connection.
+happens (``relay.may_retry_stale``: no byte of response, failure within a
+second, on a reused connection), the request is retried once on a fresh
+connection.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from typing import Final, Protocol
 
 import httptools
 
+from sardeenz.proxy.relay import may_retry_stale
+
 _HIGH_WATER: Final = 1 << 20
 """Stop reading from the engine while this much body is waiting for the client."""
 _LOW_WATER: Final = 1 << 18
-STALE_RETRY_WINDOW: Final = 1.0
 _BODYLESS_METHODS: Final = frozenset({b"GET", b"HEAD", b"DELETE", b"OPTIONS"})
 
 
@@ -415,12 +417,7 @@ class UpstreamClient:
         try:
             return await conn.exchange(data, head_request)
         except UpstreamClosed as exc:
-            if not (
-                reused
-                and not exc.received
-                and loop.time() - started < STALE_RETRY_WINDOW
-                and not self._closed
-            ):
+            if self._closed or not may_retry_stale(reused, exc.received, loop.time() - started):
                 raise
         except BaseException:
             conn.abort_exchange()

@@ -1,0 +1,150 @@
+"""The relay's semantics: what a client sees when an engine fails, decided once.
+
+Two code paths relay an engine's response: the express path (express.py,
+protocol callbacks, no task) and the general handler (forwarder.py, ASGI).
+A client must not be able to tell which one answered, so every decision
+that shapes what it sees is taken here and both paths call it:
+
+* **before the first byte** reached the client: a connection that could not
+  be made is 503 ``engine_unavailable`` with ``Retry-After`` (nothing reached
+  the engine: the handler first tries another instance once); an engine
+  that failed while or before answering is 502 ``engine_failed``;
+* **after the first byte**: an SSE stream gets a final ``event: error`` in
+  OpenAI's error shape and ends cleanly; any other body is cut (the client
+  connection is closed) because a truncated JSON document must not look
+  complete. Either way the request counts as 502;
+* **a stale pooled connection** (the engine closed an idle keep-alive
+  connection as we used it) is retried on a fresh one, but only when that is
+  what happened: the connection was reused, no response byte arrived, and it
+  failed within ``STALE_RETRY_WINDOW``; anything else may have reached the
+  engine and is not repeated;
+* **small bodies are read whole** (``READ_WHOLE_LIMIT``) and sent in one
+  write, so an engine dying while sending one is still a clean 502;
+* **the metrics** of a request (in flight, overhead, time to first byte,
+  duration, count by status) are observed by the functions at the bottom.
+
+These are plain functions on plain values: the express path calls them on
+every request and they allocate nothing beyond the error bytes of a failure.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Final
+
+from sardeenz.proxy.wire import ErrorReply, openai_error
+
+if TYPE_CHECKING:
+    from sardeenz.proxy.metrics import ModelMetrics
+
+_perf = time.perf_counter
+
+STALE_RETRY_WINDOW: Final = 1.0
+"""Seconds within which a reused connection that failed with no reply is retried."""
+READ_WHOLE_LIMIT: Final = 1 << 20
+"""Non-stream bodies up to this size (with a Content-Length) are read whole
+and sent in one message: fewer sends, and an engine death while reading them
+still becomes a clean 502 instead of a cut connection."""
+CUT_STATUS: Final = 502
+"""The status a request counts as when the engine failed after its first byte."""
+
+
+def label(model: str | None, port: int) -> str:
+    """How an error message names what failed: the model, or the port on ``/api/direct``."""
+    return repr(model) if model is not None else f"port {port}"
+
+
+# ----------------------------------------------------------- before the first byte
+def may_retry_stale(reused: bool, received: bool, elapsed: float) -> bool:
+    """Was this failure the engine closing an idle pooled connection under us?
+
+    Only then is resending safe: the request cannot have been processed.
+    """
+    return reused and not received and elapsed < STALE_RETRY_WINDOW
+
+
+def engine_unreachable(what: str) -> ErrorReply:
+    """No connection to the engine (after the handler tried another instance)."""
+    return ErrorReply(
+        503,
+        f"The engine serving {what} is not reachable; retry shortly",
+        "service_unavailable_error",
+        "engine_unavailable",
+        headers=[(b"retry-after", b"1")],
+    )
+
+
+def engine_failed(what: str, received: bool) -> ErrorReply:
+    """The engine failed before the client got a byte; ``received``: part of a reply came."""
+    return ErrorReply(
+        502,
+        f"The engine serving {what} failed {_when(received)} answering",
+        "upstream_error",
+        "engine_failed",
+    )
+
+
+def failure_note(error: Exception, received: bool) -> str:
+    """The operator's log line for an engine failure before the first byte."""
+    return f"engine failed {_when(received)} answering: {error}"
+
+
+def _when(received: bool) -> str:
+    return "while" if received else "before"
+
+
+def read_whole(length: int | None, event_stream: bool) -> bool:
+    """Buffer this response and send head and body in one write? (See READ_WHOLE_LIMIT.)"""
+    return length is not None and length <= READ_WHOLE_LIMIT and not event_stream
+
+
+# ------------------------------------------------------------ after the first byte
+def cut_note(error: Exception) -> str:
+    """The operator's log line for an engine failure after the response started."""
+    return f"engine failed mid-response: {error}"
+
+
+def stream_end_on_failure(what: str, event_stream: bool, last: bytes) -> bytes | None:
+    """The bytes that end a started response after an engine failure, or None: cut it.
+
+    ``last`` is the last body data relayed, to know whether the error event
+    needs a blank line to start on an event boundary.
+    """
+    if not event_stream:
+        return None
+    err = openai_error(
+        f"The engine serving {what} failed mid-stream", "upstream_error", "engine_failed"
+    )
+    sep = b"" if last.endswith(b"\n\n") else b"\n\n"
+    return sep + b"event: error\ndata: " + err + b"\n\n"
+
+
+# ---------------------------------------------------------------------- metrics
+def started(mm: ModelMetrics) -> None:
+    """The request is being relayed (in flight until ``finished`` or ``withdrawn``)."""
+    mm.in_flight += 1
+
+
+def head_sent(mm: ModelMetrics, t0: float, t1: float, t2: float) -> None:
+    """The response head went out: the proxy's overhead is (t0 -> t1) + (t2 -> now).
+
+    t0: request received; t1: upstream request sent; t2: upstream head received.
+    """
+    mm.overhead.observe((t1 - t0) + (_perf() - t2))
+
+
+def first_byte(mm: ModelMetrics, t0: float) -> None:
+    """The first body bytes went out (or the response ended without any)."""
+    mm.ttfb.observe(_perf() - t0)
+
+
+def finished(mm: ModelMetrics, t0: float, status: int) -> None:
+    """The request is over with ``status`` (499: the client left first)."""
+    mm.in_flight -= 1
+    mm.count(status)
+    mm.duration.observe(_perf() - t0)
+
+
+def withdrawn(mm: ModelMetrics) -> None:
+    """The express path gave the request to the handler, which counts it itself."""
+    mm.in_flight -= 1
