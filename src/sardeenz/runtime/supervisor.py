@@ -51,7 +51,7 @@ from sardeenz.gpu.inventory import GpuInventory, SimulatedInventory, SimulatedOu
 from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
 from sardeenz.gpu.selection import GB, Placement, gb, plan_placement
 from sardeenz.runtime import hostmem, proctree
-from sardeenz.runtime.ports import PortAllocator
+from sardeenz.runtime.ports import PortAllocator, prepare_lock_dir
 from sardeenz.runtime.runner import (
     ENV_DATA_DIR,
     ENV_INSTANCE_ID,
@@ -91,7 +91,8 @@ class Supervisor:
         self.repo = repo
         self._adapters = adapters
         self._runners: dict[str, InstanceRunner] = {}
-        self._ports = PortAllocator(settings.engine_port_range, settings.engine_host)
+        lock_dir = prepare_lock_dir(settings.port_lock_dir, must_own=settings.runtime_dir is None)
+        self._ports = PortAllocator(settings.engine_port_range, settings.engine_host, lock_dir)
         self._lock = asyncio.Lock()
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
@@ -157,8 +158,12 @@ class Supervisor:
         if inst.status == InstanceStatus.STOPPING:  # we died mid-unload: finish it
             await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
             return
-        self._ports.reserve(inst.port)
+        if not self._ports.reserve(inst.port):
+            log.warning("instance %s: port %d is claimed by another server", inst.id, inst.port)
         self._book(runner)
+        if not await runner.verify_adopted():  # its port may be someone else's by now
+            runner.prime_from_file()
+            return
         if inst.status == InstanceStatus.SLEEPING:
             await self._sync_simulated_memory(runner)
         offset = runner.prime_from_file()
@@ -189,7 +194,7 @@ class Supervisor:
                     "(it refuses to start with --enable-sleep-mode)"
                 )
             extra_args = [*extra_args, *backend_args]
-            port = self._ports.allocate()
+            port = await self._ports.allocate_async()
             instance_id = uuid.uuid4().hex[:12]
             instance_dir = self.instances_dir / instance_id
             served = req.served_model_name or model_path
@@ -662,6 +667,7 @@ class Supervisor:
             self._client(),
             on_active=self._measure_baseline,
             on_ended=self._unbook,
+            ports=self._ports,
         )
 
     def _client(self) -> httpx.AsyncClient:
