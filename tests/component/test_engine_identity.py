@@ -35,7 +35,7 @@ def _foreign_listener(port: int) -> socket.socket:
 
 def _requests_received(sock: socket.socket) -> list[bytes]:
     """Accept what queued on ``sock`` and return what each connection sent."""
-    got = []
+    got: list[bytes] = []
     while True:
         try:
             conn, _ = sock.accept()
