@@ -7,6 +7,7 @@ take the port.
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from sardeenz.runtime import identity
+from sardeenz.runtime.ports import PortAllocator, port_is_free
 from tests.support import ServerProcess, free_port_range, sim_load, wait_for_status
 
 
@@ -174,3 +176,48 @@ def _wait_all_active_never_shared(clients: list[httpx.Client], expected: int) ->
             return
         assert time.monotonic() < deadline, [(i["servedModelName"], i["status"]) for i in insts]
         time.sleep(0.2)
+
+
+def test_readoption_retakes_the_port_claims_and_checks_identity(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    runtime = tmp_path / "runtime"
+    srv: ServerProcess = server_factory(extra_env={"SARDEENZ_RUNTIME_DIR": str(runtime)}).start()
+    with srv.client() as api:
+        keep = wait_for_status(api, sim_load(api, "keeps-its-port")["id"], "active")
+        loading = sim_load(api, "loses-its-port", "--load-seconds", "30")
+    deadline = time.monotonic() + 30
+    while port_is_free("127.0.0.1", loading["port"]):  # until the loading engine has bound it
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    srv.stop(signal.SIGKILL)
+    # The controller is gone, and its claims with it; while it is down another process
+    # joins the port of the engine that is still loading.
+    claims = PortAllocator(range(srv.base_port, srv.base_port + 20), lock_dir=runtime / "ports")
+    assert claims.reserve(keep["port"]) is True
+    claims.release(keep["port"])
+    foreign = _foreign_listener(loading["port"])
+    srv2 = ServerProcess(srv.data_dir)
+    srv2.port, srv2.url, srv2.env = srv.port, srv.url, srv.env
+    try:
+        srv2.start()
+        with srv2.client() as api:
+            kept = api.get(f"/api/v1/models/{keep['id']}").json()
+            assert kept["status"] == "active"
+            assert (kept["port"], kept["processId"]) == (keep["port"], keep["processId"])
+            assert _chat(srv2.url, "keeps-its-port")["model"] == "keeps-its-port"
+            lost = api.get(f"/api/v1/models/{loading['id']}").json()
+            assert lost["status"] == "failed"
+            assert (
+                f"port {loading['port']} is also listened on by another process"
+                in (lost["errorMessage"])
+            )
+            assert "not re-adopted" in lost["errorMessage"]
+            assert not psutil.pid_exists(loading["processId"]) or (
+                psutil.Process(loading["processId"]).status() == psutil.STATUS_ZOMBIE
+            )
+            # The restarted controller holds the claim of the engine it kept.
+            assert claims.reserve(keep["port"]) is False
+    finally:
+        srv2.stop(signal.SIGTERM)
+        foreign.close()
