@@ -101,6 +101,21 @@ def test_a_foreign_listener_on_the_port_while_loading_moves_the_engine(
             foreign.close()
 
 
+def test_with_no_port_retries_a_taken_port_fails_the_instance(server_factory: Any) -> None:
+    srv: ServerProcess = server_factory(extra_env={"SARDEENZ_PORT_RETRIES": "0"}).start()
+    with srv.client() as api:
+        inst = sim_load(api, "nowhere-to-go", "--load-seconds", "3")
+        with _foreign_listener(inst["port"]):
+            failed = wait_for_status(api, inst["id"], {"active", "failed"}, timeout=60)
+        assert failed["status"] == "failed"
+        assert (
+            f"port {inst['port']} is also listened on by another process"
+            in (failed["errorMessage"])
+        )
+        assert "gave up after 0 port restart(s)" in failed["errorMessage"]
+        assert failed["port"] == inst["port"]
+
+
 ROUNDS = 3
 MODELS = 10
 

@@ -20,6 +20,7 @@ import pytest
 from sardeenz.runtime import ports as ports_mod
 from sardeenz.runtime.ports import (
     PortAllocator,
+    PortClaimFailed,
     PortLockDirError,
     PortRangeExhausted,
     port_is_free,
@@ -190,3 +191,19 @@ def test_lock_dir_is_private_and_checked(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "target")
     with pytest.raises(PortLockDirError):
         prepare_lock_dir(tmp_path / "link", must_own=True)
+
+
+def test_an_unusable_lock_dir_is_a_clear_error_not_a_crash(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    ports = _range(1)
+    alloc = PortAllocator(ports, lock_dir=not_a_dir)
+    with pytest.raises(PortClaimFailed) as exc:
+        alloc.allocate()
+    assert exc.value.code == "port_claim_failed"
+    assert exc.value.status == 503
+    assert str(not_a_dir) in exc.value.message
+    assert alloc.taken == frozenset()
+    # An adopted engine keeps its port all the same, without a claim.
+    assert alloc.reserve(ports[0]) is False
+    assert alloc.taken == {ports[0]}

@@ -33,12 +33,18 @@ import threading
 from collections.abc import Collection
 from pathlib import Path
 
-from sardeenz.errors import Conflict
+from sardeenz.errors import Conflict, Unavailable
 from sardeenz.runtime import identity
 
 
 class PortRangeExhausted(Conflict):
     code = "port_range_exhausted"
+
+
+class PortClaimFailed(Unavailable):
+    """The lock file of a port cannot be opened (full disk, read-only dir, ...)."""
+
+    code = "port_claim_failed"
 
 
 class PortLockDirError(RuntimeError):
@@ -102,6 +108,7 @@ class PortAllocator:
         self._lock_dir = lock_dir
         # port -> the open lock file holding its claim (None: held without a claim).
         self._held: dict[int, int | None] = {}
+        self._probing: set[int] = set()  # being claimed and probed by a thread now
         self._mutex = threading.Lock()
 
     @property
@@ -113,7 +120,18 @@ class PortAllocator:
         if self._lock_dir is None:
             return -1  # no host-wide claims (a private allocator): nothing to hold
         path = self._lock_dir / f"{port}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        flags = os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            try:
+                fd = os.open(path, flags | os.O_RDWR | os.O_CREAT, 0o644)
+            except PermissionError:  # another user's file in a shared dir: flock works read-only
+                fd = os.open(path, flags | os.O_RDONLY)
+        except OSError as exc:
+            raise PortClaimFailed(
+                f"cannot claim engine port {port}: {exc.strerror} ({path}); "
+                "check SARDEENZ_RUNTIME_DIR",
+                port=port,
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -141,7 +159,10 @@ class PortAllocator:
         with self._mutex:
             if port in self._held:
                 return self._held[port] is not None
-            fd = self._claim(port)
+            try:
+                fd = self._claim(port)
+            except PortClaimFailed:
+                fd = None  # the engine is there all the same; the caller warns
             self._held[port] = fd
             return fd is not None
 
@@ -154,29 +175,40 @@ class PortAllocator:
 
         ``exclude``: ports not to use even if they look free (an instance restarting
         elsewhere skips the ports it already found taken). Blocking: run it in a thread.
+        The mutex is held only around the bookkeeping, never across a probe, so a
+        ``release`` on the event loop never waits for one.
         """
         claimed_elsewhere = 0
         busy = 0
-        with self._mutex:
-            for port in self._ports:
-                if port in self._held or port in exclude:
+        for port in self._ports:
+            with self._mutex:
+                if port in self._held or port in self._probing or port in exclude:
                     continue
+                self._probing.add(port)
+            fd: int | None = None
+            try:
                 fd = self._claim(port)
                 if fd is None:
                     claimed_elsewhere += 1
-                    continue
-                if not port_is_free(self._host, port):
+                elif not port_is_free(self._host, port):
                     self._unclaim(fd)
+                    fd = None
                     busy += 1
-                    continue
-                self._held[port] = fd
+            except BaseException:
+                self._unclaim(fd)
+                raise
+            finally:
+                with self._mutex:
+                    self._probing.discard(port)
+                    if fd is not None:
+                        self._held[port] = fd
+            if fd is not None:
                 return port
-            held = len(self._held)
         raise PortRangeExhausted(
             f"no free engine port in {self._ports.start}-{self._ports.stop - 1}: "
-            f"{held} held by instances of this server, {claimed_elsewhere} claimed by "
-            f"other Sardeenz servers on this host, {busy} in use by other processes; "
-            "unload one or widen SARDEENZ_PORT_RANGE_SIZE / VLLM_BASE_PORT",
+            f"{len(self.taken)} held by instances of this server, {claimed_elsewhere} "
+            f"claimed by other Sardeenz servers on this host, {busy} in use by other "
+            "processes; unload one or widen SARDEENZ_PORT_RANGE_SIZE / VLLM_BASE_PORT",
             range_start=self._ports.start,
             range_end=self._ports.stop - 1,
         )

@@ -39,7 +39,7 @@ from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus, LogEvent, StatusEvent
 from sardeenz.runtime import identity, proctree
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
-from sardeenz.runtime.ports import PortAllocator, PortRangeExhausted
+from sardeenz.runtime.ports import PortAllocator
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ class InstanceRunner:
             await asyncio.gather(self._watch, return_exceptions=True)
         try:
             new = await self._ports.allocate_async(self._tried_ports)
-        except PortRangeExhausted as exc:
+        except SardeenzError as exc:  # range exhausted, or the claim failed
             await self.fail(f"{reason}; no other port to restart on: {exc.message}")
             return False
         old, inst.port = inst.port, new
