@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sardeenz.config import ConfigError
 from sardeenz.runtime import ports as ports_mod
 from sardeenz.runtime.ports import (
     PortAllocator,
@@ -207,3 +208,10 @@ def test_an_unusable_lock_dir_is_a_clear_error_not_a_crash(tmp_path: Path) -> No
     # An adopted engine keeps its port all the same, without a claim.
     assert alloc.reserve(ports[0]) is False
     assert alloc.taken == {ports[0]}
+
+
+def test_a_lock_dir_that_cannot_be_created_is_a_config_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="cannot create the port lock dir"):
+        prepare_lock_dir(blocker / "ports", must_own=False)

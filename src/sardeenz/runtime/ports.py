@@ -33,6 +33,7 @@ import threading
 from collections.abc import Collection
 from pathlib import Path
 
+from sardeenz.config import ConfigError
 from sardeenz.errors import Conflict, Unavailable
 from sardeenz.runtime import identity
 
@@ -47,8 +48,8 @@ class PortClaimFailed(Unavailable):
     code = "port_claim_failed"
 
 
-class PortLockDirError(RuntimeError):
-    """The lock dir cannot be used safely (not ours, not a directory)."""
+class PortLockDirError(ConfigError):
+    """The lock dir cannot be used (not creatable, not ours, not a directory)."""
 
 
 def _binds(host: str, port: int, *, reuse_addr: bool) -> bool:
@@ -83,8 +84,13 @@ def port_is_free(host: str, port: int) -> bool:
 def prepare_lock_dir(path: Path, *, must_own: bool) -> Path:
     """Create the lock dir (0700) and refuse one that is a symlink or, when
     ``must_own`` (the default dir in the shared /tmp), owned by another user."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.lstat()
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.lstat()
+    except OSError as exc:
+        raise PortLockDirError(
+            f"cannot create the port lock dir {path}: {exc.strerror}; set SARDEENZ_RUNTIME_DIR"
+        ) from exc
     if not stat.S_ISDIR(info.st_mode):
         raise PortLockDirError(f"port lock dir {path} is not a directory (or is a symlink)")
     if must_own and info.st_uid != os.getuid():
