@@ -10,18 +10,20 @@ and ``/proc/net/tcp6``) must be an open file of the engine's process tree (the
 socket inodes in ``/proc/<pid>/fd``). A listener of any other process is a
 conflict, whatever address it is bound to.
 
-Everything here reads ``/proc`` and blocks: call it in a worker thread
-(``asyncio.to_thread``).
+The ``/proc`` readers block: ``identify`` runs them in a worker thread
+(``asyncio.to_thread``); call the others from a thread too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
+import httpx
 import psutil
 
 from sardeenz.runtime import proctree
@@ -170,3 +172,73 @@ def engine_port_ownership(port: int, root_pid: int | None) -> PortOwnership:
     """``port_ownership`` for the process tree of the engine whose main PID is ``root_pid``."""
     pids = [p.pid for p in proctree.tree(root_pid)] if root_pid is not None else []
     return port_ownership(port, pids)
+
+
+async def served_names(
+    http: httpx.AsyncClient, host: str, port: int, served_name: str
+) -> set[str] | None:
+    """The model ids ``GET /v1/models`` lists on ``port``; None while it cannot tell.
+
+    An engine started with ``--api-key`` answers 401: then the sockets are the proof
+    and ``served_name`` is taken as listed.
+    """
+    try:
+        resp = await http.get(f"http://{host}:{port}/v1/models")
+        if resp.status_code in (401, 403):
+            return {served_name}
+        if resp.status_code != 200:
+            return None
+        return {str(m["id"]) for m in resp.json()["data"]}
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One look at an engine's port: who listens, and what ``/v1/models`` says."""
+
+    ownership: PortOwnership
+    served_name: str
+    names: frozenset[str] | None = None
+    """What ``/v1/models`` listed; None when not asked (no listener of the engine's own,
+    or a foreign one) or when it did not answer."""
+
+    @property
+    def conflict(self) -> str | None:
+        """Why another process is on the port, if one is."""
+        return self.ownership.describe_foreign() if self.ownership.foreign else None
+
+    @property
+    def wrong_engine(self) -> str | None:
+        """Why the engine's own listener is not serving this model, if it is not."""
+        if self.names is None or self.served_name in self.names:
+            return None
+        return (
+            f"the server on port {self.ownership.port} lists {sorted(self.names)}, "
+            f"not {self.served_name!r}"
+        )
+
+    @property
+    def confirmed(self) -> bool:
+        return (
+            self.ownership.served_by_own_tree
+            and self.names is not None
+            and self.served_name in self.names
+        )
+
+
+async def identify(
+    http: httpx.AsyncClient, host: str, port: int, root_pid: int | None, served_name: str
+) -> Verdict:
+    """Is ``port`` served by the engine of ``root_pid`` alone, as ``served_name``?
+
+    The listeners are checked again after ``/v1/models`` answered, so a process that
+    joined the port meanwhile is not missed.
+    """
+    owner = await asyncio.to_thread(engine_port_ownership, port, root_pid)
+    if owner.foreign or not owner.own:
+        return Verdict(owner, served_name)
+    names = await served_names(http, host, port, served_name)
+    if names is not None and served_name in names:
+        owner = await asyncio.to_thread(engine_port_ownership, port, root_pid)
+    return Verdict(owner, served_name, None if names is None else frozenset(names))

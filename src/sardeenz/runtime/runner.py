@@ -190,7 +190,7 @@ class InstanceRunner:
         if self.proc is not None:
             self.exit_code = await self.proc.wait()
         elif self.pid is not None:
-            await wait_foreign_exit(self.pid, self.create_time)
+            await proctree.wait_foreign_exit(self.pid, self.create_time)
         self._exited.set()
         self._changed.set()
 
@@ -243,15 +243,18 @@ class InstanceRunner:
                 if not await self._restart_elsewhere(str(taken)):
                     return False
 
-    async def _ownership(self) -> identity.PortOwnership:
+    async def _identify(self) -> identity.Verdict:
         # An exited engine owns nothing (and its PID may already be someone else's).
         pid = None if self._exited.is_set() else self.pid
-        return await asyncio.to_thread(identity.engine_port_ownership, self.instance.port, pid)
+        inst = self.instance
+        return await identity.identify(
+            self._http, self.settings.engine_host, inst.port, pid, inst.served_model_name
+        )
 
     async def _raise_if_port_taken(self) -> None:
         """After the engine exited: was it the port? (a listener of another process, or
         the engine's own ``Address already in use``)."""
-        owner = await self._ownership()
+        owner = await asyncio.to_thread(identity.engine_port_ownership, self.instance.port, None)
         if owner.foreign:
             raise PortTaken(owner.describe_foreign())
         if self.tailer is not None:
@@ -262,22 +265,9 @@ class InstanceRunner:
                 f"the engine could not use port {self.instance.port}: Address already in use"
             )
 
-    async def _served_names(self) -> set[str] | None:
-        """The ids ``/v1/models`` lists; None while it cannot tell (not answering yet)."""
-        url = f"http://{self.settings.engine_host}:{self.instance.port}/v1/models"
-        try:
-            resp = await self._http.get(url)
-            if resp.status_code != 200:
-                # An engine started with --api-key guards /v1: the sockets are the proof.
-                return {self.instance.served_model_name} if resp.status_code in (401, 403) else None
-            return {str(m["id"]) for m in resp.json()["data"]}
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            return None
-
     async def _verify_identity(self) -> bool:
         """Ready is not enough: every listener on the port must be the engine's own and
         ``/v1/models`` must list its served name (a 200 may come from another server)."""
-        inst = self.instance
         loop = asyncio.get_running_loop()
         delay = 0.02
         while True:
@@ -285,24 +275,17 @@ class InstanceRunner:
                 await self._raise_if_port_taken()
                 await self._fail_from_log("engine exited before it was ready")
                 return False
-            owner = await self._ownership()
-            if owner.foreign:
-                raise PortTaken(owner.describe_foreign())
-            names = await self._served_names() if owner.own else None
-            if names is not None and inst.served_model_name not in names:
-                await self.fail(
-                    f"the server on port {inst.port} lists {sorted(names)}, "
-                    f"not {inst.served_model_name!r}"
-                )
+            verdict = await self._identify()
+            if verdict.conflict:
+                raise PortTaken(verdict.conflict)
+            if verdict.wrong_engine:
+                await self.fail(verdict.wrong_engine)
                 return False
-            if names is not None:
-                again = await self._ownership()  # nobody joined while we asked
-                if again.foreign:
-                    raise PortTaken(again.describe_foreign())
+            if verdict.confirmed:
                 return True
-            if loop.time() >= self._ready_deadline:
+            if loop.time() >= self._ready_deadline:  # ready, yet not listening on its port
                 await self.fail(
-                    f"engine ready but not serving its port {inst.port} after "
+                    f"engine ready but not serving its port {self.instance.port} after "
                     f"{self.settings.ready_timeout_seconds:g} s"
                 )
                 return False
@@ -319,16 +302,10 @@ class InstanceRunner:
         checked when it becomes ready.
         """
         inst = self.instance
-        owner = await self._ownership()
-        problem = None
-        if owner.foreign:
-            problem = owner.describe_foreign()
-        elif inst.status != InstanceStatus.STARTING:
-            names = await self._served_names() if owner.own else None
-            if not owner.own:
-                problem = f"port {inst.port} has no listener of the engine (pid {self.pid})"
-            elif names is not None and inst.served_model_name not in names:
-                problem = f"the server on port {inst.port} lists {sorted(names)}"
+        verdict = await self._identify()
+        problem = verdict.conflict or verdict.wrong_engine
+        if problem is None and inst.status != InstanceStatus.STARTING and not verdict.ownership.own:
+            problem = f"port {inst.port} has no listener of the engine (pid {self.pid})"
         if problem is None:
             return True
         await self.fail(f"{problem}: not re-adopted after the controller restart")
@@ -393,7 +370,7 @@ class InstanceRunner:
     async def _become_active(self) -> None:
         inst = self.instance
         inst.engine_core_pid = self.parser.engine_core_pid or await asyncio.to_thread(
-            find_engine_core_pid, self.pid
+            proctree.find_engine_core_pid, self.pid
         )
         inst.memory_metrics = self.parser.memory.model_copy()
         inst.started_at = utcnow()
@@ -489,54 +466,3 @@ class InstanceRunner:
 def _append(path: Path, text: str) -> None:
     with path.open("a") as f:
         f.write(text)
-
-
-async def wait_foreign_exit(pid: int, create_time: float | None) -> None:
-    """Wait for a process that is not our child (adopted after a restart) to end.
-
-    A pidfd becomes readable when the process exits, so no polling is needed;
-    where pidfds are unavailable we fall back to checking every half second.
-    """
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        pidfd = None
-    if pidfd is not None:
-        loop = asyncio.get_running_loop()
-        gone: asyncio.Future[None] = loop.create_future()
-
-        def on_exit() -> None:
-            if not gone.done():
-                gone.set_result(None)
-
-        loop.add_reader(pidfd, on_exit)
-        try:
-            if proctree.is_alive(pid, create_time):
-                await gone
-        finally:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-        return
-    while True:
-        if not await asyncio.to_thread(proctree.is_alive, pid, create_time):
-            return
-        await asyncio.sleep(0.5)
-
-
-def find_engine_core_pid(pid: int | None) -> int | None:
-    """The EngineCore child: by title (vLLM >= 0.11), else the first real child."""
-    if pid is None:
-        return None
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return None
-    fallback = None
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            title = child.name() + " " + " ".join(child.cmdline()[:2])
-            if "EngineCor" in title:
-                return child.pid
-            if fallback is None and "resource_tracker" not in title:
-                fallback = child.pid
-    return fallback
