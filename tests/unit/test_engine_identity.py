@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from sardeenz.runtime import identity
@@ -109,3 +110,50 @@ def test_engine_port_ownership_covers_the_whole_tree(
     # The engine is our child: from our PID, its listener is within the tree.
     assert identity.engine_port_ownership(port, os.getpid()).served_by_own_tree
     assert not identity.engine_port_ownership(port, None).served_by_own_tree
+
+
+def _models_client(status: int, ids: list[str], asked: list[str]) -> httpx.AsyncClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(status, json={"object": "list", "data": [{"id": i} for i in ids]})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+
+async def test_identify_confirms_only_the_own_listener_serving_the_name() -> None:
+    port = free_port()
+    asked: list[str] = []
+    with _reuseport_listener(port):
+        async with _models_client(200, ["mine"], asked) as http:
+            ok = await identity.identify(http, "127.0.0.1", port, os.getpid(), "mine")
+            other = await identity.identify(http, "127.0.0.1", port, os.getpid(), "theirs")
+    assert ok.confirmed
+    assert ok.conflict is None
+    assert ok.wrong_engine is None
+    assert not other.confirmed
+    assert other.wrong_engine == f"the server on port {port} lists ['mine'], not 'theirs'"
+    assert asked == ["/v1/models", "/v1/models"]
+
+
+async def test_identify_never_asks_a_foreign_listener(
+    engine: tuple[subprocess.Popen[str], int],
+) -> None:
+    proc, port = engine
+    asked: list[str] = []
+    async with _models_client(200, ["mine"], asked) as http:
+        verdict = await identity.identify(http, "127.0.0.1", port, None, "mine")
+        loading = await identity.identify(http, "127.0.0.1", free_port(), os.getpid(), "mine")
+    assert not verdict.confirmed
+    assert verdict.conflict is not None
+    assert f"pid {proc.pid}" in verdict.conflict
+    assert not loading.confirmed  # nobody listens yet: not confirmed, no conflict either
+    assert loading.conflict is None
+    assert asked == []
+
+
+async def test_an_engine_guarding_v1_with_an_api_key_is_identified_by_its_sockets() -> None:
+    port = free_port()
+    with _reuseport_listener(port):
+        async with _models_client(401, [], []) as http:
+            verdict = await identity.identify(http, "127.0.0.1", port, os.getpid(), "mine")
+    assert verdict.confirmed
