@@ -39,7 +39,7 @@ from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus, LogEvent, StatusEvent
 from sardeenz.runtime import identity, proctree
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
-from sardeenz.runtime.ports import PortAllocator
+from sardeenz.runtime.ports import PortAllocator, port_is_free
 
 log = logging.getLogger(__name__)
 
@@ -260,10 +260,13 @@ class InstanceRunner:
         if self.tailer is not None:
             self.tailer.poll()
             self.tailer.flush_partial()
-        if any("address already in use" in line.lower() for line in self._attempt_lines):
-            raise PortTaken(
-                f"the engine could not use port {self.instance.port}: Address already in use"
-            )
+        port = self.instance.port
+        if any("address already in use" in line.lower() for line in self._attempt_lines) and (
+            # Still held (an engine loading there binds without listening)? Else the clash
+            # was about some other port of the engine, which another port cannot cure.
+            not await asyncio.to_thread(port_is_free, self.settings.engine_host, port)
+        ):
+            raise PortTaken(f"the engine could not use port {port}: Address already in use")
 
     async def _verify_identity(self) -> bool:
         """Ready is not enough: every listener on the port must be the engine's own and
