@@ -205,7 +205,10 @@ class InstanceRunner:
         return False, f"GET /health answered {resp.status_code}"
 
     async def _await_ready(self) -> bool:
-        """Ready = readiness log line or /health 200, whichever comes first."""
+        """Ready = readiness log line or /health 200, whichever comes first.
+
+        Raises ``PortTaken`` when another process listens on the port meanwhile, or the
+        engine died of its port being held."""
         loop = asyncio.get_running_loop()
         deadline = self._ready_deadline = loop.time() + self.settings.ready_timeout_seconds
         next_health = loop.time()
@@ -218,6 +221,13 @@ class InstanceRunner:
                 return False
             now = loop.time()
             if now >= next_health:
+                # A listener of another process on our port while we load: move now rather
+                # than after a load that may take minutes (vLLM binds with SO_REUSEPORT).
+                owner = await asyncio.to_thread(
+                    identity.engine_port_ownership, self.instance.port, self.pid
+                )
+                if owner.foreign:
+                    raise PortTaken(owner.describe_foreign())
                 ok, _ = await self._health_ok()
                 if ok:
                     return True
