@@ -8,6 +8,7 @@ ours are prefixed ``SARDEENZ_``. YAML keys are the snake_case field names.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -108,6 +109,17 @@ class Settings(BaseSettings):
     port_range_size: int = Field(
         200, ge=1, le=10000, validation_alias=_env("SARDEENZ_PORT_RANGE_SIZE", "port_range_size")
     )
+    runtime_dir: Path | None = Field(
+        None, validation_alias=_env("SARDEENZ_RUNTIME_DIR", "runtime_dir")
+    )
+    """Host-wide state shared by every Sardeenz of this user: the engine-port claims
+    (``<runtime_dir>/ports``). Default ``/tmp/sardeenz-<uid>``; servers that must not
+    hand out the same port have to use the same directory."""
+    port_retries: int = Field(
+        3, ge=0, le=20, validation_alias=_env("SARDEENZ_PORT_RETRIES", "port_retries")
+    )
+    """How many times a starting engine whose port turns out taken or shared by another
+    process is restarted on another port before the instance fails."""
     health_interval_seconds: float = Field(
         2.0,
         gt=0,
@@ -266,6 +278,17 @@ class Settings(BaseSettings):
     @property
     def effective_database_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'sardeenz.db'}"
+
+    @property
+    def effective_runtime_dir(self) -> Path:
+        """``runtime_dir``, else ``/tmp/sardeenz-<uid>``: the same for every Sardeenz this
+        user runs on the host. Not ``$XDG_RUNTIME_DIR``: a login shell has it and a system
+        service does not, so two servers of one user would not see each other's claims."""
+        return self.runtime_dir or Path(f"/tmp/sardeenz-{os.getuid()}")
+
+    @property
+    def port_lock_dir(self) -> Path:
+        return self.effective_runtime_dir / "ports"
 
     @property
     def engine_port_range(self) -> range:

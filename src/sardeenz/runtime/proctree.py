@@ -8,6 +8,7 @@ on the whole group plus the psutil tree, and verifies that it is gone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -159,3 +160,54 @@ def terminate_group(pgid: int, snapshot: list[psutil.Process], grace: float) -> 
         kill_all(late)
         survivors = [*survivors, *wait_gone(late, 5.0)]
     return [p.pid for p in alive(survivors)]
+
+
+async def wait_foreign_exit(pid: int, create_time: float | None) -> None:
+    """Wait for a process that is not our child (adopted after a restart) to end.
+
+    A pidfd becomes readable when the process exits, so no polling is needed;
+    where pidfds are unavailable we fall back to checking every half second.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        pidfd = None
+    if pidfd is not None:
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def on_exit() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(pidfd, on_exit)
+        try:
+            if is_alive(pid, create_time):
+                await gone
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        return
+    while True:
+        if not await asyncio.to_thread(is_alive, pid, create_time):
+            return
+        await asyncio.sleep(0.5)
+
+
+def find_engine_core_pid(pid: int | None) -> int | None:
+    """The EngineCore child: by title (vLLM >= 0.11), else the first real child."""
+    if pid is None:
+        return None
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    fallback = None
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            title = child.name() + " " + " ".join(child.cmdline()[:2])
+            if "EngineCor" in title:
+                return child.pid
+            if fallback is None and "resource_tracker" not in title:
+                fallback = child.pid
+    return fallback

@@ -7,14 +7,23 @@ writes vLLM-format lines on purpose), decides readiness (the readiness line
 or ``/health`` 200, whichever first), counts failed health checks and ends
 the whole process tree. The supervisor decides *what* runs; the runner makes
 one engine run.
+
+Ready is not yet ``active``: the runner then checks the engine's identity (its port
+is listened on by its own process tree only, and ``/v1/models`` lists its served
+name; see ``runtime/identity.py``). An engine whose port turns out taken or shared
+by another process, or that cannot bind it, is restarted on another claimed port,
+at most ``port_retries`` times, each noted in its log and in the instance's
+``warnings``: never routed to the wrong engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+from collections import deque
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -28,8 +37,9 @@ from sardeenz.engines.base import EngineAdapter, LaunchContext
 from sardeenz.engines.logparse import VllmLogParser, extract_error
 from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus, LogEvent, StatusEvent
-from sardeenz.runtime import proctree
+from sardeenz.runtime import identity, proctree
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
+from sardeenz.runtime.ports import PortAllocator, port_is_free
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +58,11 @@ class EngineCallFailed(SardeenzError):
     code = "engine_error"
 
 
+class PortTaken(Exception):
+    """The engine's port is (also) served by another process, or the engine could not
+    bind it: the reason, for the log and the instance's warnings."""
+
+
 class InstanceRunner:
     """Owns one engine: its process, log, readiness and health."""
 
@@ -60,6 +75,7 @@ class InstanceRunner:
         http: httpx.AsyncClient,
         on_active: Callable[[InstanceRunner], Coroutine[Any, Any, None]] | None = None,
         on_ended: Callable[[InstanceRunner], None] | None = None,
+        ports: PortAllocator | None = None,
     ) -> None:
         self.instance = instance
         self.settings = settings
@@ -82,10 +98,21 @@ class InstanceRunner:
         self._on_ended = on_ended
         self.sleep_lock = asyncio.Lock()
         self.wake_task: asyncio.Task[ModelInstance] | None = None
+        # Restarting on another port needs what the first spawn got; an adopted
+        # engine has neither, so it fails instead.
+        self._ports = ports
+        self._adapter: EngineAdapter | None = None
+        self._ctx: LaunchContext | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._ready_deadline = 0.0
+        self._port_restarts = 0
+        self._tried_ports: set[int] = set()
+        self._attempt_lines: deque[str] = deque(maxlen=ERROR_TAIL_LINES)
 
     # --- log ---------------------------------------------------------------
     def _on_line(self, line: str) -> None:
         self.buffer.append(line)
+        self._attempt_lines.append(line)
         was_ready = self.parser.ready
         self.parser.feed(line)
         self.bus.publish(LogEvent(self.instance.id, line))
@@ -106,6 +133,7 @@ class InstanceRunner:
 
     # --- lifecycle -----------------------------------------------------------
     async def spawn(self, adapter: EngineAdapter, ctx: LaunchContext) -> None:
+        self._adapter, self._ctx = adapter, ctx
         spec = adapter.build_launch(self.instance, ctx)
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
         env.update(spec.env)
@@ -128,7 +156,8 @@ class InstanceRunner:
         self.pid = self.proc.pid
         self.create_time = proctree.create_time(self.pid)
         self.instance.process_id = self.pid
-        self.instance.warnings = [*self.instance.warnings, *spec.warnings]
+        new_warnings = [w for w in spec.warnings if w not in self.instance.warnings]
+        self.instance.warnings = [*self.instance.warnings, *new_warnings]
 
     def start(self, offset: int = 0) -> None:
         assert self._log_path is not None
@@ -139,9 +168,9 @@ class InstanceRunner:
     async def _supervise(self) -> None:
         assert self.tailer is not None
         tail = asyncio.create_task(self.tailer.run(), name=f"tail-{self.instance.id}")
-        watch = asyncio.create_task(self._watch_exit(), name=f"exit-{self.instance.id}")
+        self._watch = asyncio.create_task(self._watch_exit(), name=f"exit-{self.instance.id}")
         try:
-            if self.instance.status == InstanceStatus.STARTING and not await self._await_ready():
+            if self.instance.status == InstanceStatus.STARTING and not await self._start_verified():
                 return
             if self.instance.status == InstanceStatus.STARTING:
                 await self._become_active()
@@ -152,15 +181,16 @@ class InstanceRunner:
             log.exception("supervision of %s crashed", self.instance.id)
             await self.fail(f"supervisor error: {exc}")
         finally:
-            for task in (tail, watch):
+            tasks = [tail, *([self._watch] if self._watch is not None else [])]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(tail, watch, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch_exit(self) -> None:
         if self.proc is not None:
             self.exit_code = await self.proc.wait()
         elif self.pid is not None:
-            await wait_foreign_exit(self.pid, self.create_time)
+            await proctree.wait_foreign_exit(self.pid, self.create_time)
         self._exited.set()
         self._changed.set()
 
@@ -175,18 +205,29 @@ class InstanceRunner:
         return False, f"GET /health answered {resp.status_code}"
 
     async def _await_ready(self) -> bool:
-        """Ready = readiness log line or /health 200, whichever comes first."""
+        """Ready = readiness log line or /health 200, whichever comes first.
+
+        Raises ``PortTaken`` when another process listens on the port meanwhile, or the
+        engine died of its port being held."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.ready_timeout_seconds
+        deadline = self._ready_deadline = loop.time() + self.settings.ready_timeout_seconds
         next_health = loop.time()
         while True:
             if self.parser.ready:
                 return True
             if self._exited.is_set():
+                await self._raise_if_port_taken()
                 await self._fail_from_log("engine exited before it was ready")
                 return False
             now = loop.time()
             if now >= next_health:
+                # A listener of another process on our port while we load: move now rather
+                # than after a load that may take minutes (vLLM binds with SO_REUSEPORT).
+                owner = await asyncio.to_thread(
+                    identity.engine_port_ownership, self.instance.port, self.pid
+                )
+                if owner.foreign:
+                    raise PortTaken(owner.describe_foreign())
                 ok, _ = await self._health_ok()
                 if ok:
                     return True
@@ -202,10 +243,147 @@ class InstanceRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
+    # --- identity: the port is served by this engine alone ---------------------------
+    async def _start_verified(self) -> bool:
+        """Ready and identified, restarting on another port while the port is taken."""
+        while True:
+            try:
+                return await self._await_ready() and await self._verify_identity()
+            except PortTaken as taken:
+                if not await self._restart_elsewhere(str(taken)):
+                    return False
+
+    async def _identify(self) -> identity.Verdict:
+        # An exited engine owns nothing (and its PID may already be someone else's).
+        pid = None if self._exited.is_set() else self.pid
+        inst = self.instance
+        return await identity.identify(
+            self._http, self.settings.engine_host, inst.port, pid, inst.served_model_name
+        )
+
+    async def _raise_if_port_taken(self) -> None:
+        """After the engine exited: was it the port? (a listener of another process, or
+        the engine's own ``Address already in use``)."""
+        owner = await asyncio.to_thread(identity.engine_port_ownership, self.instance.port, None)
+        if owner.foreign:
+            raise PortTaken(owner.describe_foreign())
+        if self.tailer is not None:
+            self.tailer.poll()
+            self.tailer.flush_partial()
+        port = self.instance.port
+        if any("address already in use" in line.lower() for line in self._attempt_lines) and (
+            # Still held (an engine loading there binds without listening)? Else the clash
+            # was about some other port of the engine, which another port cannot cure.
+            not await asyncio.to_thread(port_is_free, self.settings.engine_host, port)
+        ):
+            raise PortTaken(f"the engine could not use port {port}: Address already in use")
+
+    async def _verify_identity(self) -> bool:
+        """Ready is not enough: every listener on the port must be the engine's own and
+        ``/v1/models`` must list its served name (a 200 may come from another server)."""
+        loop = asyncio.get_running_loop()
+        delay = 0.02
+        while True:
+            if self._exited.is_set():
+                await self._raise_if_port_taken()
+                await self._fail_from_log("engine exited before it was ready")
+                return False
+            verdict = await self._identify()
+            if verdict.conflict:
+                raise PortTaken(verdict.conflict)
+            if verdict.wrong_engine:
+                await self.fail(verdict.wrong_engine)
+                return False
+            if verdict.confirmed:
+                return True
+            if loop.time() >= self._ready_deadline:  # ready, yet not listening on its port
+                await self.fail(
+                    f"engine ready but not serving its port {self.instance.port} after "
+                    f"{self.settings.ready_timeout_seconds:g} s"
+                )
+                return False
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), delay)
+            delay = min(delay * 2, self.settings.health_interval_seconds)
+
+    async def verify_adopted(self) -> bool:
+        """After a controller restart: keep an engine only if its port is still its own.
+
+        A foreign listener, or no listener of its own for an engine that was serving,
+        fails the instance instead of letting it be routed. An engine still loading is
+        checked when it becomes ready.
+        """
+        inst = self.instance
+        verdict = await self._identify()
+        problem = verdict.conflict or verdict.wrong_engine
+        if problem is None and inst.status != InstanceStatus.STARTING and not verdict.ownership.own:
+            problem = f"port {inst.port} has no listener of the engine (pid {self.pid})"
+        if problem is None:
+            return True
+        await self.fail(f"{problem}: not re-adopted after the controller restart")
+        return False
+
+    async def _restart_elsewhere(self, reason: str) -> bool:
+        """Stop this attempt and start the engine again on another claimed port."""
+        inst = self.instance
+        self._tried_ports.add(inst.port)
+        limit = self.settings.port_retries
+        if self._ports is None or self._adapter is None or self._ctx is None:
+            await self.fail(f"{reason} (an adopted engine cannot be restarted elsewhere)")
+            return False
+        if self._port_restarts >= limit:
+            tried = ", ".join(str(p) for p in sorted(self._tried_ports))
+            await self.fail(f"{reason}; gave up after {limit} port restart(s) (ports {tried})")
+            return False
+        await self.kill_tree(grace=0.0)
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        try:
+            new = await self._ports.allocate_async(self._tried_ports)
+        except SardeenzError as exc:  # range exhausted, or the claim failed
+            await self.fail(f"{reason}; no other port to restart on: {exc.message}")
+            return False
+        old, inst.port = inst.port, new
+        self._ports.release(old)
+        self._port_restarts += 1
+        note = f"{reason}: restarted the engine on port {new}"
+        inst.warnings = [*inst.warnings, note]
+        log.warning(
+            "instance %s: %s (port restart %d of %d)", inst.id, note, self._port_restarts, limit
+        )
+        if self.tailer is not None:  # what the old engine wrote, before the new one starts
+            self.tailer.poll()
+            self.tailer.flush_partial()
+        if self._log_path is not None:
+            line = f"[sardeenz] {note} (port restart {self._port_restarts} of {limit})\n"
+            await asyncio.to_thread(_append, self._log_path, line)
+        self.parser = VllmLogParser()
+        self._attempt_lines.clear()
+        self._exited.clear()
+        self.exit_code = None
+        inst.engine_core_pid = None
+        ctx = dataclasses.replace(self._ctx, port=new)
+        spawn = asyncio.ensure_future(self.spawn(self._adapter, ctx))
+        try:
+            await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # An unload came: let the spawn finish so the stop sees (and ends) the new PID.
+            with contextlib.suppress(Exception):
+                await spawn
+            raise
+        except (OSError, ValueError) as exc:
+            await self.fail(f"cannot restart engine on port {new}: {exc}")
+            return False
+        self._watch = asyncio.create_task(self._watch_exit(), name=f"exit-{inst.id}")
+        await self.set_status(InstanceStatus.STARTING)  # saves the new port and PID
+        return True
+
     async def _become_active(self) -> None:
         inst = self.instance
         inst.engine_core_pid = self.parser.engine_core_pid or await asyncio.to_thread(
-            find_engine_core_pid, self.pid
+            proctree.find_engine_core_pid, self.pid
         )
         inst.memory_metrics = self.parser.memory.model_copy()
         inst.started_at = utcnow()
@@ -298,52 +476,6 @@ class InstanceRunner:
             self._task = None
 
 
-async def wait_foreign_exit(pid: int, create_time: float | None) -> None:
-    """Wait for a process that is not our child (adopted after a restart) to end.
-
-    A pidfd becomes readable when the process exits, so no polling is needed;
-    where pidfds are unavailable we fall back to checking every half second.
-    """
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        pidfd = None
-    if pidfd is not None:
-        loop = asyncio.get_running_loop()
-        gone: asyncio.Future[None] = loop.create_future()
-
-        def on_exit() -> None:
-            if not gone.done():
-                gone.set_result(None)
-
-        loop.add_reader(pidfd, on_exit)
-        try:
-            if proctree.is_alive(pid, create_time):
-                await gone
-        finally:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-        return
-    while True:
-        if not await asyncio.to_thread(proctree.is_alive, pid, create_time):
-            return
-        await asyncio.sleep(0.5)
-
-
-def find_engine_core_pid(pid: int | None) -> int | None:
-    """The EngineCore child: by title (vLLM >= 0.11), else the first real child."""
-    if pid is None:
-        return None
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return None
-    fallback = None
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            title = child.name() + " " + " ".join(child.cmdline()[:2])
-            if "EngineCor" in title:
-                return child.pid
-            if fallback is None and "resource_tracker" not in title:
-                fallback = child.pid
-    return fallback
+def _append(path: Path, text: str) -> None:
+    with path.open("a") as f:
+        f.write(text)

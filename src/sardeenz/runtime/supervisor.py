@@ -44,7 +44,7 @@ from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.runtime import proctree
-from sardeenz.runtime.ports import PortAllocator
+from sardeenz.runtime.ports import PortAllocator, prepare_lock_dir
 from sardeenz.runtime.runner import (
     ENV_DATA_DIR,
     ENV_INSTANCE_ID,
@@ -86,7 +86,8 @@ class Supervisor:
         self._adapters = adapters
         self._runner_class = runner_class  # tests run the supervisor with in-process fakes
         self._runners: dict[str, InstanceRunner] = {}
-        self._ports = PortAllocator(settings.engine_port_range, settings.engine_host)
+        lock_dir = prepare_lock_dir(settings.port_lock_dir, must_own=settings.runtime_dir is None)
+        self._ports = PortAllocator(settings.engine_port_range, settings.engine_host, lock_dir)
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
         self.instances_dir = settings.data_dir / "instances"
@@ -152,8 +153,12 @@ class Supervisor:
         if inst.status == InstanceStatus.STOPPING:  # we died mid-unload: finish it
             await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
             return
-        self._ports.reserve(inst.port)
+        if not self._ports.reserve(inst.port):
+            log.warning("instance %s: port %d is claimed by another server", inst.id, inst.port)
         self.ledger.adopt(inst, create_time)
+        if not await runner.verify_adopted():  # its port may be someone else's by now
+            runner.prime_from_file()
+            return
         if inst.status == InstanceStatus.SLEEPING:
             await self._sync_memory(runner)
         offset = runner.prime_from_file()
@@ -182,7 +187,7 @@ class Supervisor:
             warnings.append(target.no_sleep_reason)
         extra_args = [*extra_args, *grant.backend_args]
         try:
-            port = self._ports.allocate()
+            port = await self._ports.allocate_async()
         except BaseException:
             self.ledger.release(instance_id)
             raise
@@ -453,6 +458,7 @@ class Supervisor:
             self._client(),
             on_active=self._measure_baseline,
             on_ended=self._unbook,
+            ports=self._ports,
         )
 
     def _client(self) -> httpx.AsyncClient:
