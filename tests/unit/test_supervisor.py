@@ -61,6 +61,9 @@ class FakeRunner(InstanceRunner):
             await self._become_active()
         await asyncio.Event().wait()  # "monitoring" until cancelled
 
+    async def verify_adopted(self) -> bool:
+        return True  # no socket to inspect: the identity check has its own tests
+
     async def kill_tree(self, grace: float) -> list[int]:
         self.killed += 1  # never signal anything: the PIDs here may be the test's own
         return []
@@ -118,6 +121,7 @@ class Node:
             vllm_base_port=free_port_range(5),
             port_range_size=5,
             default_engine="sim",
+            runtime_dir=tmp_path / "run",
         )
         self.inventory = SimulatedInventory(
             [SimGpuSpec(index=0, name="NVIDIA L4", memory_bytes=24 * GIB)]
