@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
+from sardeenz.engines.vllm_probe import VllmInstall
 from sardeenz.events import EventBus
 from sardeenz.gpu.inventory import GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
@@ -53,3 +54,11 @@ class Services:
             if refusal is not None:
                 raise refusal
         return await self.supervisor.load(req)
+
+    async def vllm_install(self) -> VllmInstall:
+        """The vLLM install this node would launch (probed once at start-up).
+
+        A narrow method so the API never reaches into the supervisor's parts;
+        where the probe lives is this object's business.
+        """
+        return await self.supervisor.vllm_probe.get()

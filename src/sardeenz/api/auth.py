@@ -69,4 +69,4 @@ async def audit(
     before_id: Annotated[int | None, Query(alias="beforeId", ge=1)] = None,
 ) -> list[AuditEntry]:
     """State-changing admin operations, newest first (page with ``beforeId``)."""
-    return await services.audit.repo.list(limit=limit, before_id=before_id)
+    return await services.audit.entries(limit=limit, before_id=before_id)

@@ -78,6 +78,10 @@ class AuditTrail:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def entries(self, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
+        """The trail, newest first: what ``GET /api/audit`` pages through."""
+        return await self.repo.list(limit=limit, before_id=before_id)
+
     async def _write(self, entry: AuditEntry) -> None:
         try:
             await self.repo.add(entry)
