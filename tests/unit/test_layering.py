@@ -96,15 +96,31 @@ def chain(node: ast.expr) -> tuple[str, list[str]] | None:
 
 
 def deep_service_chains(tree: ast.Module) -> list[tuple[int, str]]:
-    """``services.<a>.<b>.<c>...`` chains, and ``alias.<b>.<c>`` for ``alias = services.<a>``."""
+    """Where a router reaches past a service into its parts.
+
+    ``services.<a>.<b>.<c>...`` chains (``services.supervisor.vllm_probe.get()``),
+    the same through an alias (``sup = services.supervisor; sup.vllm_probe.get()``),
+    and a part pulled out into a name (``probe = services.supervisor.vllm_probe``).
+    ``services.<a>.<b>`` used in place (a method call, a value read) is the narrow
+    way in and passes; so does anything under ``services.settings`` (plain values).
+    """
     aliases = {"services": 0}  # name -> how many attributes below ``services`` it already is
+    assigned: list[tuple[int, str, int]] = []  # (line, chain, depth) of values bound to names
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             found = chain(node.value)
+            if found and found[1][:1] == ["settings"]:
+                continue
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if found and found[0] == "services" and len(found[1]) == 1:
                 aliases.update({t.id: 1 for t in targets if isinstance(t, ast.Name)})
-    hits = []
+            if found and found[1]:
+                assigned.append((node.lineno, ".".join([found[0], *found[1]]), len(found[1])))
+    hits = [
+        (line, text)
+        for line, text, depth in assigned
+        if text.split(".")[0] in aliases and aliases[text.split(".")[0]] + depth >= 2
+    ]
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute):
             continue
@@ -112,6 +128,8 @@ def deep_service_chains(tree: ast.Module) -> list[tuple[int, str]]:
         if found is None or found[0] not in aliases:
             continue
         root, attrs = found
+        if root == "services" and attrs[:1] == ["settings"]:
+            continue
         if aliases[root] + len(attrs) >= 3:
             hits.append((node.lineno, ".".join([root, *attrs])))
     # keep only the longest chain per line: ``a.b.c.d`` also contains ``a.b.c``
@@ -150,6 +168,11 @@ def test_api_reaches_services_through_narrow_methods() -> None:
         ("sup = services.supervisor\nsup.vllm_probe.get()", [(2, "sup.vllm_probe.get")]),
         ("sup = services.supervisor\nsup.list_instances()", []),
         ("other.a.b.c", []),
+        ("probe = services.supervisor.vllm_probe", [(1, "services.supervisor.vllm_probe")]),
+        ("sup = services.supervisor\nprobe = sup.vllm_probe", [(2, "sup.vllm_probe")]),
+        ("s = services.settings\nx = s.demo", []),
+        ("x = services.settings.cluster.peers", []),
+        ("reply = Reply(enabled=services.auth.enabled)", []),
     ],
 )
 def test_the_chain_check_itself(source: str, expected: list[tuple[int, str]]) -> None:
