@@ -9,7 +9,8 @@ from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall
 from sardeenz.events import EventBus
-from sardeenz.gpu.inventory import GpuInventory
+from sardeenz.gpu.budget import GpuBudget, compute_budget
+from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.fit import fit_request_for_load, load_refusal
 from sardeenz.memory.profiles import ProfileService
@@ -62,3 +63,8 @@ class Services:
         where the probe lives is this object's business.
         """
         return await self.supervisor.vllm_probe.get()
+
+    def gpu_budgets(self, gpus: list[GpuInfo]) -> list[GpuBudget]:
+        """Per-GPU budget of a snapshot: model baselines, other processes, KV cache total."""
+        sup = self.supervisor
+        return compute_budget(gpus, sup.baselines_bytes(), instance_pids=sup.instance_pids())
