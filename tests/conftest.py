@@ -1,34 +1,37 @@
-"""Shared fixtures: real `sardeenz serve` processes, torn down with all their engines."""
+"""Shared fixtures: real `sardeenz serve` processes, torn down with all their engines.
+
+``server``/``server_factory`` give a test servers of its own: for tests that
+restart, crash or count what a server runs. ``module_server_factory`` starts
+servers a whole module shares: for tests that only read state or check
+refusals, so each module pays for one server start instead of one per test.
+"""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.support import ServerProcess, kill_engines
+from tests.support import ServerPool, ServerProcess
 
 
 @pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator[Any]:
+def server_factory(tmp_path: Path) -> Iterator[ServerPool]:
     """Start servers on demand; everything they started is killed at teardown."""
-    servers: list[ServerProcess] = []
-
-    def make(**kw: Any) -> ServerProcess:
-        srv = ServerProcess(kw.pop("data_dir", tmp_path / f"node{len(servers)}"), **kw)
-        servers.append(srv)
-        return srv
-
-    yield make
-    for srv in servers:
-        srv.stop(signal.SIGKILL)
-        kill_engines(srv.data_dir)
+    pool = ServerPool(tmp_path)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
-def server(server_factory: Any) -> ServerProcess:
-    srv: ServerProcess = server_factory().start()
-    return srv
+def server(server_factory: ServerPool) -> ServerProcess:
+    return server_factory().start()
+
+
+@pytest.fixture(scope="module")
+def module_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    """Like ``server_factory``, but the servers live until the module's last test."""
+    pool = ServerPool(tmp_path_factory.mktemp("module-servers"))
+    yield pool
+    pool.close()

@@ -125,6 +125,28 @@ class ServerProcess:
             return self.proc.wait(5)
 
 
+class ServerPool:
+    """Servers started on demand under one directory; ``close()`` kills them and their engines.
+
+    The fixtures of every scope use it: a test's own servers (``server_factory``)
+    and the one a whole module shares (``module_server_factory``).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.servers: list[ServerProcess] = []
+
+    def __call__(self, **kw: Any) -> ServerProcess:
+        srv = ServerProcess(kw.pop("data_dir", self.root / f"node{len(self.servers)}"), **kw)
+        self.servers.append(srv)
+        return srv
+
+    def close(self) -> None:
+        for srv in self.servers:
+            srv.stop(signal.SIGKILL)
+            kill_engines(srv.data_dir)
+
+
 def engine_processes(data_dir: Path) -> list[psutil.Process]:
     """Every live process started by the server of ``data_dir`` (by its env marker)."""
     ours = str(data_dir.resolve())
@@ -175,6 +197,36 @@ def sim_load(client: httpx.Client, name: str, *extra: str, **body: Any) -> dict[
     assert resp.status_code == 202, resp.text
     data: dict[str, Any] = resp.json()
     return data
+
+
+def load_active(
+    client: httpx.Client, name: str, *extra: str, timeout: float = 60.0, **body: Any
+) -> dict[str, Any]:
+    """Load a sim model and wait until it is active: the instance as it is then."""
+    return wait_for_status(client, sim_load(client, name, *extra, **body)["id"], "active", timeout)
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and every descendant (an engine's API server and its EngineCore)."""
+    proc = psutil.Process(pid)
+    return [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+
+
+def not_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    """Wait for ``pids`` to end (zombies count as ended); the ones still alive."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p) and not_zombie(p)]
+        time.sleep(0.05)
+    return alive
 
 
 class Sim:

@@ -9,7 +9,8 @@ from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
 from sardeenz.events import EventBus
-from sardeenz.gpu.inventory import GpuInventory
+from sardeenz.gpu.budget import GpuBudget, compute_budget
+from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
@@ -50,5 +51,14 @@ class Services:
         return await self.supervisor.load(req)
 
     async def vllm_install(self) -> VllmInstall:
-        """The vLLM install behind ``SARDEENZ_VLLM_PYTHON`` (probed once per controller)."""
+        """The vLLM install this node would launch (probed once per controller).
+
+        A narrow method so the API never reaches into the supervisor's parts;
+        where the probe lives is this object's business.
+        """
         return await self.vllm_probe.get()
+
+    def gpu_budgets(self, gpus: list[GpuInfo]) -> list[GpuBudget]:
+        """Per-GPU budget of a snapshot: model baselines, other processes, KV cache total."""
+        sup = self.supervisor
+        return compute_budget(gpus, sup.baselines_bytes(), instance_pids=sup.instance_pids())

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.support import ServerProcess, engine_processes, sim_load, wait_for_status
+from tests.support import ServerProcess, engine_processes, load_active, sim_load, wait_for_status
 
 GIB = 2**30
 
@@ -31,8 +31,8 @@ def _env(pid: int) -> dict[str, str]:
     return psutil.Process(pid).environ()
 
 
-def test_no_gpus_is_reported_cleanly_by_real_nvml(server: ServerProcess) -> None:
-    with server.client() as api:
+def test_no_gpus_is_reported_cleanly_by_real_nvml(module_server: ServerProcess) -> None:
+    with module_server.client() as api:
         report = _gpus(api)
     assert report["available"] is False
     assert report["simulated"] is False
@@ -160,9 +160,9 @@ def test_sleep_frees_simulated_memory_and_wake_restores_it(server_factory: Any) 
         assert api.post(f"/api/v1/models/{inst['id']}/sleep?level=3").status_code == 422
 
 
-def test_sleep_without_sleep_mode_is_a_409(server: ServerProcess) -> None:
-    with server.client() as api:
-        inst = wait_for_status(api, sim_load(api, "awake")["id"], "active")
+def test_sleep_without_sleep_mode_is_a_409(module_server: ServerProcess) -> None:
+    with module_server.client() as api:
+        inst = load_active(api, "awake")
         resp = api.post(f"/api/v1/models/{inst['id']}/sleep")
         assert resp.status_code == 409
         assert resp.json()["code"] == "sleep_mode_disabled"
@@ -170,8 +170,8 @@ def test_sleep_without_sleep_mode_is_a_409(server: ServerProcess) -> None:
         assert api.get(f"/api/v1/models/{inst['id']}").json()["status"] == "active"
 
 
-def test_kvcached_segments_view_answers_without_kvctl(server: ServerProcess) -> None:
-    with server.client() as api:
+def test_kvcached_segments_view_answers_without_kvctl(module_server: ServerProcess) -> None:
+    with module_server.client() as api:
         resp = api.get("/api/v1/kvcached/segments")
         assert resp.status_code == 200
         body = resp.json()

@@ -16,30 +16,12 @@ import pytest
 from tests.support import (
     ServerProcess,
     engine_processes,
+    load_active,
     sim_load,
+    tree_pids,
     wait_for_status,
+    wait_gone,
 )
-
-
-def _tree_pids(pid: int) -> list[int]:
-    proc = psutil.Process(pid)
-    return [proc.pid, *(c.pid for c in proc.children(recursive=True))]
-
-
-def _gone(pids: list[int], timeout: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p) and _not_zombie(p)]
-        time.sleep(0.05)
-    return alive
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class EventCollector:
@@ -92,12 +74,12 @@ def test_three_models_load_stream_events_and_unload_cleanly(server: ServerProces
         listed = api.get("/api/v1/models").json()
         assert {i["id"] for i in listed} == {i["id"] for i in insts}
 
-        pids = _tree_pids(active[0]["processId"])
+        pids = tree_pids(active[0]["processId"])
         assert active[0]["engineCorePid"] in pids
         resp = api.post(f"/api/v1/models/{insts[0]['id']}/unload")
         assert resp.status_code == 200, resp.text
         assert resp.json()["stoppedAt"] is not None
-        assert _gone(pids, 1.0) == []
+        assert wait_gone(pids, 1.0) == []
         collector.join()
         assert collector.statuses() == ["starting", "active", "stopping", "removed"]
         lines = collector.log_lines()
@@ -109,8 +91,8 @@ def test_three_models_load_stream_events_and_unload_cleanly(server: ServerProces
 
 def test_sigkill_of_engine_turns_it_failed_and_leaves_nothing(server: ServerProcess) -> None:
     with server.client() as api:
-        inst = wait_for_status(api, sim_load(api, "victim")["id"], "active")
-        pids = _tree_pids(inst["processId"])
+        inst = load_active(api, "victim")
+        pids = tree_pids(inst["processId"])
         assert len(pids) >= 2  # the API server and its EngineCore child
         t0 = time.monotonic()
         os.kill(inst["processId"], signal.SIGKILL)
@@ -119,7 +101,7 @@ def test_sigkill_of_engine_turns_it_failed_and_leaves_nothing(server: ServerProc
         assert "exit" in failed["errorMessage"]
         assert "-9" in failed["errorMessage"]
         # The orphaned EngineCore is killed too: nothing of the tree survives.
-        assert _gone(pids) == []
+        assert wait_gone(pids) == []
         assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
 
 
@@ -137,8 +119,8 @@ def test_fail_after_load_reports_the_root_cause(server: ServerProcess) -> None:
 def test_restart_after_sigkill_readopts_running_engines(server_factory: Any) -> None:
     srv: ServerProcess = server_factory().start()
     with srv.client() as api:
-        a = wait_for_status(api, sim_load(api, "keep-a")["id"], "active")
-        b = wait_for_status(api, sim_load(api, "keep-b")["id"], "active")
+        a = load_active(api, "keep-a")
+        b = load_active(api, "keep-b")
     srv.stop(signal.SIGKILL)
     # Engines survive the controller's death.
     assert psutil.pid_exists(a["processId"])
@@ -194,13 +176,13 @@ def test_sigterm_of_server_leaves_no_engine(server: ServerProcess) -> None:
     assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
     assert "stopping 2 engine(s)" in server.log()
     assert "Traceback" not in server.log()
-    assert _gone(pids) == []
+    assert wait_gone(pids) == []
 
 
 def test_readoption_fails_engines_that_died_meanwhile(server_factory: Any) -> None:
     srv: ServerProcess = server_factory().start()
     with srv.client() as api:
-        a = wait_for_status(api, sim_load(api, "dies-while-down")["id"], "active")
+        a = load_active(api, "dies-while-down")
     srv.stop(signal.SIGKILL)
     os.killpg(a["processId"], signal.SIGKILL)
     srv2 = ServerProcess(srv.data_dir)
@@ -233,19 +215,20 @@ def test_readoption_fails_engines_that_died_meanwhile(server_factory: Any) -> No
     ],
 )
 def test_bad_load_requests_are_rejected_with_a_code(
-    server: ServerProcess, body: dict[str, Any], status: int, code: str
+    module_server: ServerProcess, body: dict[str, Any], status: int, code: str
 ) -> None:
-    with server.client() as api:
+    # One server for every case: each refusal must leave it exactly as empty as it was.
+    with module_server.client() as api:
         resp = api.post("/api/v1/models/load", json=body)
         assert resp.status_code == status, resp.text
         assert resp.json()["code"] == code
         assert isinstance(resp.json()["detail"], str)
         assert api.get("/api/v1/models").json() == []
-    assert engine_processes(server.data_dir) == []
+    assert engine_processes(module_server.data_dir) == []
 
 
-def test_malformed_json_and_unknown_ids(server: ServerProcess) -> None:
-    with server.client() as api:
+def test_malformed_json_and_unknown_ids(module_server: ServerProcess) -> None:
+    with module_server.client() as api:
         resp = api.post(
             "/api/v1/models/load", content=b"{nope", headers={"content-type": "application/json"}
         )

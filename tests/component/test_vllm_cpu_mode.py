@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
-from tests.support import ServerProcess, engine_processes, wait_for_status
+import pytest
+
+from tests.support import ServerPool, ServerProcess, engine_processes, wait_for_status
 
 CPU_ENV = {
     "SARDEENZ_VLLM_PYTHON": sys.executable,
@@ -23,9 +24,19 @@ CPU_ENV = {
 }
 
 
-def test_cpu_mode_load_is_refused_when_host_memory_is_short(server_factory: Any) -> None:
-    srv: ServerProcess = server_factory(extra_env=CPU_ENV).start()
-    with srv.client() as api:
+@pytest.fixture(scope="module")
+def cpu_server(module_server_factory: ServerPool) -> ServerProcess:
+    """One CPU-mode server for the module.
+
+    The refusal starts and records nothing; the forced load unloads what it
+    started: neither test sees a trace of the other, in either order.
+    """
+    srv: ServerProcess = module_server_factory(extra_env=CPU_ENV)
+    return srv.start()
+
+
+def test_cpu_mode_load_is_refused_when_host_memory_is_short(cpu_server: ServerProcess) -> None:
+    with cpu_server.client() as api:
         resp = api.post("/api/v1/models/load", json={"modelPath": "org/model", "engine": "vllm"})
         assert resp.status_code == 409, resp.text
         body = resp.json()
@@ -36,8 +47,8 @@ def test_cpu_mode_load_is_refused_when_host_memory_is_short(server_factory: Any)
         assert api.get("/api/v1/models").json() == []  # nothing was started or recorded
 
 
-def test_forced_cpu_load_runs_without_gpu_settings_and_cleans_up(server_factory: Any) -> None:
-    srv: ServerProcess = server_factory(extra_env=CPU_ENV).start()
+def test_forced_cpu_load_runs_without_gpu_settings_and_cleans_up(cpu_server: ServerProcess) -> None:
+    srv = cpu_server
     with srv.client() as api:
         resp = api.post(
             "/api/v1/models/load",

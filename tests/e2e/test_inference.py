@@ -10,15 +10,20 @@ import httpx
 import openai
 import pytest
 
-from tests.support import ServerProcess, sim_load, wait_for_status
+from tests.support import ServerPool, ServerProcess, sim_load, wait_for_status
 
 
 def _expected(n: int) -> str:
     return " ".join(f"tok{i}" for i in range(n))
 
 
-@pytest.fixture
-def two_models(server: ServerProcess) -> ServerProcess:
+@pytest.fixture(scope="module")
+def two_models(module_server_factory: ServerPool) -> ServerProcess:
+    """One server with alpha and beta, shared by the tests that only send traffic to them.
+
+    Nothing else is loaded on it: tests that load models of their own take ``server``.
+    """
+    server = module_server_factory().start()
     with server.client() as api:
         a = sim_load(api, "alpha", "--ttft-ms", "5", "--itl-ms", "1")
         b = sim_load(api, "beta", "--ttft-ms", "5", "--itl-ms", "1")

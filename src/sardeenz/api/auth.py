@@ -70,4 +70,4 @@ async def audit(
     before_id: Annotated[int | None, Query(alias="beforeId", ge=1, le=SQL_INT_MAX)] = None,
 ) -> list[AuditEntry]:
     """State-changing admin operations, newest first (page with ``beforeId``)."""
-    return await services.audit.repo.list(limit=limit, before_id=before_id)
+    return await services.audit.entries(limit=limit, before_id=before_id)

@@ -11,9 +11,10 @@ from sse_starlette import EventSourceResponse
 from starlette.status import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from sardeenz.api.deps import ServicesDep
-from sardeenz.bench.models import BenchmarkCreate, BenchmarkRun
+from sardeenz.bench.models import BenchmarkCreate
 from sardeenz.security.policy import ADMIN, READONLY
 from sardeenz.store.db import SQL_INT_MAX
+from sardeenz.store.records import BenchmarkRun
 
 router = APIRouter(prefix="/api/benchmarks", tags=["benchmarks"])
 

@@ -58,5 +58,5 @@ async def list_engines(services: ServicesDep) -> EnginesReport:
     Answers what the first vLLM load would be launched with; the probe runs
     once at start-up (restart the node after upgrading vLLM).
     """
-    install = await services.supervisor.vllm_probe.get()
+    install = await services.vllm_install()
     return EnginesReport(vllm=VllmReport.of(install), sim=SimReport())

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import CamelModel
-from sardeenz.gpu.budget import GpuBudget, compute_budget
+from sardeenz.gpu.budget import GpuBudget
 from sardeenz.gpu.inventory import GpuInfo
 from sardeenz.gpu.kvcached import KvctlError, scan_segment_files
 from sardeenz.security.policy import READONLY
@@ -43,8 +43,7 @@ async def list_gpus(services: ServicesDep) -> GpuReport:
     """
     inv = services.inventory
     gpus = await inv.snapshot()
-    sup = services.supervisor
-    budgets = compute_budget(gpus, sup.baselines_bytes(), instance_pids=sup.instance_pids())
+    budgets = services.gpu_budgets(gpus)
     return GpuReport(
         available=inv.available,
         simulated=inv.simulated,

@@ -22,7 +22,7 @@ import random
 import aiohttp
 
 from sardeenz.bench.client import tokenize_count
-from sardeenz.bench.models import PromptSource
+from sardeenz.store.records import PromptSource
 
 POOL_SIZE = 32
 MAX_CALIBRATION_STEPS = 8

@@ -44,13 +44,7 @@ from sardeenz.bench.models import (
     MAX_RUN_CONCURRENCY,
     MAX_RUN_REQUESTS,
     BenchmarkCreate,
-    BenchmarkRun,
-    BenchmarkScenario,
-    RoutingMode,
-    RunMode,
-    RunStatus,
     ScenarioSpec,
-    ScenarioStatus,
 )
 from sardeenz.bench.stats import RequestSample, scenario_metrics
 from sardeenz.config import Settings
@@ -59,6 +53,14 @@ from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError, U
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.auth import ApiKeys
 from sardeenz.store.benchmarks import BenchmarkRepository
+from sardeenz.store.records import (
+    BenchmarkRun,
+    BenchmarkScenario,
+    RoutingMode,
+    RunMode,
+    RunStatus,
+    ScenarioStatus,
+)
 
 if TYPE_CHECKING:  # aiohttp is imported on first use: it adds to every server start-up
     import aiohttp

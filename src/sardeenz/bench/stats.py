@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sardeenz.bench.models import BenchmarkMetrics
+from sardeenz.store.records import BenchmarkMetrics
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 

@@ -1,44 +1,33 @@
-"""Memory profiles and fit checks: the seed's MemoryProfile and what the API exchanges.
+"""Memory profiles and fit checks: what the API exchanges about them.
 
-``MemoryProfile`` keeps the seed's JSON names exactly (note the seed spells
-them ``...Gib``/``...Mib``: ``totalGpuMemoryGib``, ``kvCachePerRequestMib``).
+The persisted ``MemoryProfile`` lives in ``sardeenz.store.records`` (store
+imports no service package); it is re-exported here for the service's callers.
 Memory in profiles is GiB (vLLM's log unit); fit verdicts are in bytes, so
 nobody has to guess between GB and GiB when comparing against free memory.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from sardeenz.domain import CamelModel, StrictCamelModel
+from sardeenz.store.records import MemoryProfile
+
+__all__ = [
+    "FitRequest",
+    "FitSource",
+    "FitVerdict",
+    "GpuFit",
+    "MemoryBreakdown",
+    "MemoryProfile",
+    "ProfileCreate",
+]
 
 _GIB_MAX = 1_000_000.0  # a petabyte of GPU memory per profile is a typo, not a model
 
 Gib = Annotated[float, Field(ge=0, le=_GIB_MAX)]
-
-
-class MemoryProfile(CamelModel):
-    """MemoryProfile of the seed: what a model took on one GPU at one context length."""
-
-    id: str
-    profile_name: str
-    model_path: str
-    max_tokens: int
-    total_gpu_memory_gib: float
-    weights_memory_gib: float
-    cuda_graphs_gib: float
-    overhead_memory_gib: float
-    kv_cache_available_gib: float
-    kv_cache_per_request_mib: float | None = None
-    gpu_name: str | None = None
-    gpu_total_memory_gib: float | None = None
-    comments: str | None = None
-    created_by: str | None = None
-    created_at: datetime
-    updated_at: datetime | None = None
 
 
 class ProfileCreate(StrictCamelModel):

@@ -92,11 +92,6 @@ class Supervisor:
         self._ops: set[asyncio.Task[Any]] = set()
         self.instances_dir = settings.data_dir / "instances"
 
-    @property
-    def vllm_probe(self) -> InstallProbe:
-        """What ``GET /api/v1/engines`` reports (kept for ``api/engines.py``)."""
-        return self.installs
-
     # --- queries -------------------------------------------------------------
     def list_instances(self) -> list[ModelInstance]:
         return [r.snapshot() for r in self._runners.values()]

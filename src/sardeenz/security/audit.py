@@ -74,6 +74,10 @@ class AuditTrail:
                 self._drain(), name="audit-writer"
             )
 
+    async def entries(self, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
+        """The trail, newest first: what ``GET /api/audit`` pages through."""
+        return await self.repo.list(limit=limit, before_id=before_id)
+
     async def _drain(self) -> None:
         while True:
             entry = await self._queue.get()

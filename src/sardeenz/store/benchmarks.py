@@ -16,16 +16,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
-from sardeenz.bench.models import (
+from sardeenz.domain import utcnow
+from sardeenz.store.db import Database
+from sardeenz.store.profiles import as_utc
+from sardeenz.store.records import (
     BenchmarkMetrics,
     BenchmarkRun,
     BenchmarkScenario,
     RunStatus,
     ScenarioStatus,
 )
-from sardeenz.domain import utcnow
-from sardeenz.store.db import Database
-from sardeenz.store.profiles import as_utc
 from sardeenz.store.schema import benchmark_metrics, benchmark_runs, benchmark_scenarios
 
 _RUN_COLUMNS = tuple(c.name for c in benchmark_runs.columns)

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
-from sardeenz.memory.models import MemoryProfile
 from sardeenz.store.db import Database
+from sardeenz.store.records import MemoryProfile
 from sardeenz.store.schema import memory_profiles
 
 _COLUMNS = (

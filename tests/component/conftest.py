@@ -1,0 +1,27 @@
+"""Fixtures of the component tier: one server per module for tests that only read or refuse.
+
+A server start costs about a second of CPU on a shared machine; most checks
+of validation (400/404/409/422 answers) and of read-only endpoints do not
+need a server of their own. They take ``module_server``: started with the
+default test settings at the module's first use, killed (with every engine it
+started) after its last test. A test that restarts, crashes or counts what a
+server runs keeps its own ``server``/``server_factory`` (tests/conftest.py).
+A module that needs other settings builds its shared server from
+``module_server_factory`` the same way.
+
+The helpers the component tests share (``load_active``, ``tree_pids``,
+``wait_gone``, ...) live in ``tests.support`` with the rest, so e2e tests can
+use them too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import ServerPool, ServerProcess
+
+
+@pytest.fixture(scope="module")
+def module_server(module_server_factory: ServerPool) -> ServerProcess:
+    """A server with the default test settings, shared by the module's tests."""
+    return module_server_factory().start()
