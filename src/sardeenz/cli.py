@@ -93,6 +93,14 @@ def serve(
         raise typer.Exit(2) from exc
     _configure_logging(settings)
     log = logging.getLogger("sardeenz")
+    from sardeenz.store.preflight import EXIT_STORAGE, StorageError, preflight
+
+    try:
+        for warning in preflight(settings.data_dir, settings.effective_database_url):
+            log.warning("%s", warning)
+    except StorageError as exc:
+        err.print(f"sardeenz: {exc}", soft_wrap=True, highlight=False, markup=False, style="red")
+        raise typer.Exit(EXIT_STORAGE) from None
     if settings.demo:
         gpus = ", ".join(g.name for g in settings.effective_sim_gpus)
         log.warning(
