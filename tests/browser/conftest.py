@@ -40,7 +40,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+# Module, not session: Playwright's sync API keeps an event loop running on the main
+# thread while it is open, and every async test that a worker runs after a browser
+# module would then fail with "cannot be called from a running event loop".
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed: run `make browser-deps`")
@@ -50,7 +53,7 @@ def playwright() -> Iterator[Playwright]:
         yield pw
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     b = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
     yield b
