@@ -44,6 +44,7 @@ from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.runtime import proctree
+from sardeenz.runtime.names import check_names
 from sardeenz.runtime.ports import PortAllocator
 from sardeenz.runtime.runner import (
     ENV_DATA_DIR,
@@ -166,6 +167,7 @@ class Supervisor:
         model_path = req.model_path.strip()
         if not model_path:
             raise InvalidRequest("modelPath must not be empty", code="invalid_model_path")
+        check_names(model_path, req.served_model_name, req.display_name)
         engine = req.engine or EngineKind(self.settings.effective_default_engine)
         adapter = self._adapters(engine)
         try:
