@@ -143,15 +143,17 @@ class Supervisor:
             self._remove_engine_tmp(inst.id)  # the controller may have died before it could
             return
         alive = inst.process_id is not None and proctree.is_alive(inst.process_id, create_time)
+        if inst.status == InstanceStatus.STOPPING:
+            # We died mid-unload: finish it, whether or not the engine outlived us (its
+            # orphans, if any, still get the grace). Failing it would ask for a second unload.
+            await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
+            return
         if not alive:
             runner.prime_from_file()
             cause = extract_error(runner.buffer.lines(ERROR_TAIL_LINES))
             await runner.fail(
                 "engine was gone when the controller restarted" + (f": {cause}" if cause else "")
             )
-            return
-        if inst.status == InstanceStatus.STOPPING:  # we died mid-unload: finish it
-            await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
             return
         self._ports.reserve(inst.port)
         self.ledger.adopt(inst, create_time)
