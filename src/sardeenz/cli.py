@@ -19,6 +19,7 @@ from rich.table import Table
 
 from sardeenz import __version__
 from sardeenz.config import ConfigError, Settings, load_settings
+from sardeenz.safetext import OneLineFormatter
 
 app = typer.Typer(
     help="Sardeenz: many LLM engines on shared GPUs behind one OpenAI-compatible endpoint.",
@@ -142,11 +143,10 @@ def config_error_line(exc: ConfigError | ValidationError) -> str:
 
 
 def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    """One record per line: user text in a message cannot forge a record (``safetext``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
 
 
 def _run_server(settings: Settings) -> None:

@@ -66,6 +66,10 @@ class MemoryMetrics(CamelModel):
 
 ExtraArg = Annotated[str, Field(max_length=4096)]
 
+GpuId = Annotated[int, Field(strict=True, ge=0, le=1023)]
+"""A GPU index in a request: a JSON integer. Strict, because lax mode turns ``false``
+into GPU 0 and ``"1"`` into GPU 1, and a GPU id is never a boolean or a string."""
+
 
 class LoadRequest(StrictCamelModel):
     """Body of ``POST /api/v1/models/load``."""
@@ -74,7 +78,7 @@ class LoadRequest(StrictCamelModel):
     engine: EngineKind | None = None
     served_model_name: str | None = Field(None, min_length=1, max_length=512)
     display_name: str | None = Field(None, max_length=512)
-    gpu_ids: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(None, max_length=64)
+    gpu_ids: list[GpuId] | None = Field(None, max_length=64)
     gpu_memory_limit: float | None = Field(None, gt=0, le=4096, description="GB per GPU")
     tensor_parallel_size: int = Field(1, ge=1, le=64)
     enable_sleep_mode: bool = False

@@ -301,6 +301,17 @@ def test_nul_and_line_breaks_are_rejected(token: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "token",
+    ["\x1b[1GCRITICAL forged", "a\u2028b", "a\u2029b", "a\x85b", "a\x0cb", "a\tb", "\x7f", "\x9b"],
+    ids=lambda t: repr(t),
+)
+def test_every_control_character_is_rejected(token: str) -> None:
+    """ANSI escapes and the Unicode line separators forge log lines as well as a newline."""
+    with pytest.raises(ValueError, match=r"extraArgs\[1\] contains a control character"):
+        validate_extra_args(["--ok", token])
+
+
+@pytest.mark.parametrize(
     "args",
     [
         [],

@@ -6,13 +6,20 @@ session like an engine.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import httpx
 import psutil
 
+from sardeenz.config import Settings
+from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.events import EventBus
 from sardeenz.runtime import proctree
+from sardeenz.runtime.runner import InstanceRunner
 
 LEADER = """
 import signal, subprocess, sys, time
@@ -61,3 +68,41 @@ def test_a_group_that_stops_promptly_is_not_held_up() -> None:
     assert proctree.terminate_group(proc.pid, [psutil.Process(proc.pid)], grace=30.0) == []
     assert time.monotonic() - started < 2
     proc.wait(5)
+
+
+def test_a_pid_reused_by_another_process_group_is_never_signalled(tmp_path: Path) -> None:
+    # After a controller restart the recorded engine PID may belong to a newcomer that
+    # leads its own group (any daemon started with setsid does): stopping "our" engine
+    # must not signal that group.
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        inst = ModelInstance(
+            id="gone",
+            model_path="m",
+            served_model_name="m",
+            display_name="m",
+            engine=EngineKind.SIM,
+            status=InstanceStatus.STOPPING,
+            port=1,
+            process_id=stranger.pid,
+        )
+
+        async def persist(_: InstanceRunner) -> None:
+            return None
+
+        async def stop_the_recorded_engine() -> list[int]:
+            async with httpx.AsyncClient() as http:
+                runner = InstanceRunner(inst, Settings(data_dir=tmp_path), EventBus(), persist, http)
+                started = proctree.create_time(stranger.pid)
+                assert started is not None
+                runner.create_time = started - 100  # our engine started earlier: not this one
+                return await runner.kill_tree(grace=1.0)
+
+        assert asyncio.run(stop_the_recorded_engine()) == []
+        time.sleep(0.2)
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()

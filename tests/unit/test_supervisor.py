@@ -291,3 +291,37 @@ async def test_restart_re_adopts_live_engines_and_fails_dead_ones(tmp_path: Path
         assert node.supervisor.get("failed-before").status == InstanceStatus.FAILED
     finally:
         await node.supervisor.detach()
+
+
+@pytest.mark.parametrize("engine_alive", [False, True], ids=["engine-gone", "engine-running"])
+async def test_restart_finishes_an_unload_the_controller_died_in(
+    tmp_path: Path, engine_alive: bool
+) -> None:
+    """A record left ``stopping`` is an unload to complete, whether or not its engine ended."""
+    me = os.getpid()
+    inst = ModelInstance(
+        id="mid-unload",
+        model_path="m",
+        served_model_name="m",
+        display_name="m",
+        engine=EngineKind.SIM,
+        status=InstanceStatus.STOPPING,
+        port=40000,
+        process_id=me,
+        gpu_ids=[0],
+        reserved_bytes_per_gpu=4 * GIB,
+    )
+    create_time = proctree.create_time(me) if engine_alive else 1.0  # 1.0: the PID was reused
+    registry = Registry(StoredInstance(inst, create_time))
+    node = Node(tmp_path, registry)
+    await node.supervisor.start()
+    try:
+        assert node.supervisor.list_instances() == []
+        assert registry.rows == {}
+        removed = await node.next_event()
+        assert isinstance(removed, RemovedEvent)
+        assert removed.instance.id == "mid-unload"
+        assert node.inventory.usage("mid-unload") == {}
+        assert node.supervisor.managed_ports() == frozenset()
+    finally:
+        await node.supervisor.detach()

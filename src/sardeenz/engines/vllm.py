@@ -29,6 +29,7 @@ from sardeenz.engines.base import (
 from sardeenz.engines.logparse import READY_LINE
 from sardeenz.gpu.kvcached import kvcached_env
 from sardeenz.gpu.selection import cuda_env
+from sardeenz.safetext import first_unsafe
 
 __all__ = [
     "OWNED_FLAGS",
@@ -78,15 +79,17 @@ def validate_extra_args(args: list[str]) -> list[str]:
 
     Tokens go to the engine as separate argv entries, never through a shell, so shell
     metacharacters (``;``, ``|``, ``$(...)``) are harmless and passed literally. What is
-    refused: NUL bytes (cannot be in an argv entry), line breaks (would forge log lines) and
-    the flags the supervisor owns. Raises ``ValueError`` with a message fit for the user.
+    refused: control characters (``safetext.UNSAFE_CHARS``: NUL cannot be in an argv entry;
+    line breaks, ANSI escapes and the Unicode line separators would forge lines in the
+    engine's and the controller's logs, which echo bad flags; no vLLM flag or value needs
+    one) and the flags the supervisor owns. Raises ``ValueError`` with a message fit for the
+    user.
     """
     checked: list[str] = []
     for position, token in enumerate(args):
-        if "\x00" in token:
-            raise ValueError(f"extraArgs[{position}] contains a NUL byte")
-        if "\n" in token or "\r" in token:
-            raise ValueError(f"extraArgs[{position}] contains a line break")
+        bad = first_unsafe(token)
+        if bad is not None:
+            raise ValueError(f"extraArgs[{position}] contains a control character ({bad})")
         name = _flag_name(token)
         if name is not None:
             for owned in OWNED_FLAGS:

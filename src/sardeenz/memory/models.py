@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from sardeenz.domain import CamelModel, StrictCamelModel
+from sardeenz.domain import CamelModel, GpuId, StrictCamelModel
 from sardeenz.store.records import MemoryProfile
 
 __all__ = [
@@ -46,8 +46,8 @@ class ProfileCreate(StrictCamelModel):
     """
 
     instance_id: str | None = Field(None, min_length=1, max_length=64)
-    gpu_index: int | None = Field(
-        None, ge=0, le=1023, description="which of the instance's GPUs names the profile"
+    gpu_index: GpuId | None = Field(
+        None, description="which of the instance's GPUs names the profile"
     )
     profile_name: str | None = Field(None, min_length=1, max_length=512)
     model_path: str | None = Field(None, min_length=1, max_length=4096)
@@ -71,7 +71,7 @@ class FitRequest(StrictCamelModel):
     max_tokens: int | None = Field(
         None, ge=1, le=100_000_000, description="context length (vLLM --max-model-len)"
     )
-    gpu_ids: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(None, max_length=64)
+    gpu_ids: list[GpuId] | None = Field(None, max_length=64)
     tensor_parallel_size: int = Field(1, ge=1, le=64)
     gpu_memory_limit: float | None = Field(
         None, gt=0, le=4096, description="GB per GPU the load would book, as in a load request"

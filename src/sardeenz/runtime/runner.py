@@ -438,7 +438,10 @@ class InstanceRunner:
         if self.create_time is not None and snapshot:
             with contextlib.suppress(psutil.Error):
                 if abs(snapshot[0].create_time() - self.create_time) > 0.5:
-                    snapshot = []  # the PID was reused by someone else: not ours
+                    # The PID was reused by someone else. Linux never hands out a number
+                    # still used as a process group id, so our engine's group is empty:
+                    # signalling "its" group would hit the newcomer's group instead.
+                    return []
         survivors = await asyncio.to_thread(proctree.terminate_group, self.pid, snapshot, grace)
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):

@@ -44,6 +44,7 @@ from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.runtime import proctree
+from sardeenz.runtime.names import check_names
 from sardeenz.runtime.ports import PortAllocator, prepare_lock_dir
 from sardeenz.runtime.runner import (
     ENV_DATA_DIR,
@@ -138,15 +139,17 @@ class Supervisor:
             self._remove_engine_tmp(inst.id)  # the controller may have died before it could
             return
         alive = inst.process_id is not None and proctree.is_alive(inst.process_id, create_time)
+        if inst.status == InstanceStatus.STOPPING:
+            # We died mid-unload: finish it, whether or not the engine outlived us (its
+            # orphans, if any, still get the grace). Failing it would ask for a second unload.
+            await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
+            return
         if not alive:
             runner.prime_from_file()
             cause = extract_error(runner.buffer.lines(ERROR_TAIL_LINES))
             await runner.fail(
                 "engine was gone when the controller restarted" + (f": {cause}" if cause else "")
             )
-            return
-        if inst.status == InstanceStatus.STOPPING:  # we died mid-unload: finish it
-            await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
             return
         if not self._ports.reserve(inst.port):
             log.warning("instance %s: port %d is claimed by another server", inst.id, inst.port)
@@ -166,6 +169,7 @@ class Supervisor:
         model_path = req.model_path.strip()
         if not model_path:
             raise InvalidRequest("modelPath must not be empty", code="invalid_model_path")
+        check_names(model_path, req.served_model_name, req.display_name)
         engine = req.engine or EngineKind(self.settings.effective_default_engine)
         adapter = self._adapters(engine)
         try:
