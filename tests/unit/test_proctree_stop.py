@@ -94,7 +94,8 @@ def test_a_pid_reused_by_another_process_group_is_never_signalled(tmp_path: Path
 
         async def stop_the_recorded_engine() -> list[int]:
             async with httpx.AsyncClient() as http:
-                runner = InstanceRunner(inst, Settings(data_dir=tmp_path), EventBus(), persist, http)
+                settings = Settings(data_dir=tmp_path)
+                runner = InstanceRunner(inst, settings, EventBus(), persist, http)
                 started = proctree.create_time(stranger.pid)
                 assert started is not None
                 runner.create_time = started - 100  # our engine started earlier: not this one
