@@ -12,7 +12,7 @@
 # Why outside the repo with a marker file (as scripts/vllm-cpu-env.sh): the build takes
 # ~7 minutes, so it must survive `make clean` and fresh clones; the marker is written last,
 # so a folder without it is a half-done build and is removed and redone, never trusted.
-# Only the four binaries are kept (~100 MB): the source tree and Go caches (~3 GB) go.
+# Only the four binaries are kept (179 MB): the source tree and Go caches are removed.
 #
 # Apt runs with a PRIVATE configuration (its own source list, lists and cache under the
 # scratch folder), so /etc/apt and the machine's package lists are left untouched. The
@@ -53,7 +53,7 @@ if [[ -e "$dir" || -e "$work" ]]; then
   rm -rf "$dir" "$work"
 fi
 echo "kube-env: building kube-apiserver v$version and unpacking etcd into $dir" \
-  "(6-8 minutes once per machine; log: $log)" >&2
+  "(about 10 minutes once per machine; log: $log)" >&2
 : >"$log"
 
 fail() {
@@ -105,7 +105,7 @@ apt_opts=(
   -o "APT::Sandbox::User=root"
 )
 step "reading $suite's package lists (private apt configuration)"
-run 300 apt-get "${apt_opts[@]}" update
+run 300 apt-get "${apt_opts[@]}" --error-on=any update
 
 # --- Downloads ------------------------------------------------------------------------
 step "downloading the kubernetes $deb_version source package and etcd, kubectl, reflect2"

@@ -18,6 +18,7 @@ async tests.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -300,6 +301,26 @@ class KubeApiServer:
         )
         token: str = data["status"]["token"]
         return token
+
+    def write_kubeconfig(self, target: Path, token: str | None = None) -> Path:
+        """A kubeconfig for ``$SARDEENZ_KUBECTL --kubeconfig FILE`` (debugging a test)."""
+        user = {"token": token or self.admin_token}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {"server": self.url, "certificate-authority": str(self.ca_path)},
+                }
+            ],
+            "users": [{"name": "test", "user": user}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+            "current-context": "test",
+        }
+        # JSON is valid YAML, and kubectl reads either.
+        target.write_text(json.dumps(config, indent=2))
+        return target
 
     def write_service_account_dir(self, target: Path, namespace: str, token: str) -> Path:
         """The files a pod sees under /var/run/secrets/kubernetes.io/serviceaccount/."""

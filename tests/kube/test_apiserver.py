@@ -12,14 +12,19 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
-from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
+from tests.kube.apiserver import KUBECTL_ENV, SARDEENZ_RULES, KubeApiServer
+
+pytestmark = pytest.mark.kube
 
 LEASE = "sardeenz-leader"
 
@@ -203,3 +208,20 @@ async def test_unknown_token_is_unauthorized(kube: KubeApiServer) -> None:
         with pytest.raises(ApiException) as unauthorized:
             await client.CoreV1Api(api).list_namespaced_pod("default")
     assert unauthorized.value.status == 401
+
+
+def test_kubectl_reads_the_server(kube: KubeApiServer, tmp_path: Path) -> None:
+    """``write_kubeconfig`` + Debian's kubectl: how to look inside a failing test's server."""
+    kubectl = os.environ.get(KUBECTL_ENV)
+    if not kubectl:
+        pytest.skip(f"{KUBECTL_ENV} is not set (make test sets it)")
+    ns = kube.create_namespace()
+    config = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    done = subprocess.run(
+        [kubectl, "--kubeconfig", str(config), "get", "namespace", ns, "-o", "name"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, f"namespace/{ns}"), done.stderr
