@@ -15,13 +15,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from sardeenz import __version__
-from sardeenz.api import auth, benchmarks, engines, gpus, health, memory, models
+from sardeenz.api import auth, benchmarks, catalog, engines, gpus, health, memory, models
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
+from sardeenz.catalog.registry import Catalog
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
-from sardeenz.domain import InstanceStatus
+from sardeenz.domain import EngineKind, InstanceStatus
 from sardeenz.engines.vllm_probe import VllmProbe
 from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus
@@ -38,6 +39,7 @@ from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.services import Services
 from sardeenz.store.audit import AuditRepository
 from sardeenz.store.benchmarks import BenchmarkRepository
+from sardeenz.store.catalog import CatalogRepository
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.profiles import ProfileRepository
@@ -79,6 +81,12 @@ def build_services(settings: Settings) -> Services:
         audit=AuditTrail(AuditRepository(db)),
         profiles=ProfileService(profiles, supervisor, inventory),
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
+        catalog=Catalog(
+            settings.catalog,
+            EngineKind(settings.effective_default_engine),
+            CatalogRepository(db),
+            supervisor.list_instances,
+        ),
     )
 
 
@@ -119,6 +127,7 @@ def create_app(settings: Settings) -> Gateway:
         await services.supervisor.start()
         await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
+        await services.catalog.start()
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -156,6 +165,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(auth.router)
     app.include_router(memory.router)
     app.include_router(benchmarks.router)
+    app.include_router(catalog.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
