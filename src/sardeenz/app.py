@@ -18,6 +18,8 @@ from sardeenz import __version__
 from sardeenz.api import auth, benchmarks, catalog, engines, gpus, health, memory, models
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
+from sardeenz.catalog.demand import OnDemand
+from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
@@ -63,6 +65,15 @@ def build_services(settings: Settings) -> Services:
     table = RoutingTable(engine_host=settings.engine_host)
     if settings.proxy_auto_wake:
         table.waker = _waker(supervisor)
+    catalog = Catalog(
+        settings.catalog,
+        EngineKind(settings.effective_default_engine),
+        CatalogRepository(db),
+        supervisor.list_instances,
+    )
+    ondemand = OnDemand(settings, catalog, table, supervisor)
+    proxy = InferenceProxy(settings, table)
+    proxy.demand = ondemand
     return Services(
         settings=settings,
         bus=bus,
@@ -74,19 +85,16 @@ def build_services(settings: Settings) -> Services:
         segments=segments,
         kvctl=Kvctl.for_settings(settings),
         routing=table,
-        proxy=InferenceProxy(settings, table),
+        proxy=proxy,
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
         auth=Authenticator(settings),
         api_keys=api_keys,
         audit=AuditTrail(AuditRepository(db)),
         profiles=ProfileService(profiles, supervisor, inventory),
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
-        catalog=Catalog(
-            settings.catalog,
-            EngineKind(settings.effective_default_engine),
-            CatalogRepository(db),
-            supervisor.list_instances,
-        ),
+        catalog=catalog,
+        ondemand=ondemand,
+        reaper=IdleReaper(settings, catalog, supervisor),
     )
 
 
@@ -128,6 +136,8 @@ def create_app(settings: Settings) -> Gateway:
         await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
         await services.catalog.start()
+        await services.ondemand.preload()
+        services.reaper.start()
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -138,6 +148,8 @@ def create_app(settings: Settings) -> Gateway:
             count = len(services.supervisor.list_instances())
             log.info("shutting down: stopping %d engine(s)", count)
             await services.benchmarks.shutdown()  # cancel runs before their engines go
+            await services.reaper.stop()
+            await services.ondemand.close()
             await services.supervisor.shutdown()
             await services.routing_updater.stop()
             await services.proxy.close()

@@ -1,0 +1,259 @@
+"""Load on first request: a request for a catalog model with nothing running starts it.
+
+The proxy calls ``wait`` for a request whose catalog model is not routable. It
+starts one instance (single flight per model: concurrent first requests share
+one start task, shielded so a client that leaves does not cancel it for the
+others), then waits on the routing table, which also wakes a sleeping
+instance. Waiting is bounded per model: at most ``ondemand_queue_max`` requests
+and ``ondemand_max_wait_seconds`` each; beyond either, an OpenAI-shaped 503
+with ``Retry-After``. A start that fails (refused by the ledger, or the engine
+dying while it starts) answers every waiter with the cause taken from the
+engine's log; for ``ondemand_failure_hold_seconds`` afterwards new requests get
+that cause at once instead of starting the failing engine again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from sardeenz.catalog.registry import Catalog
+from sardeenz.catalog.validation import load_request
+from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
+from sardeenz.errors import SardeenzError
+from sardeenz.proxy.routing import Endpoint, RoutingTable, WakeFailed
+from sardeenz.proxy.wire import ErrorReply
+
+log = logging.getLogger(__name__)
+
+QUEUE_FULL_RETRY_SECONDS = 2
+
+
+class Starter(Protocol):
+    """What load on demand needs of the supervisor."""
+
+    async def load(self, req: LoadRequest) -> ModelInstance: ...
+
+    async def unload(self, instance_id: str) -> ModelInstance: ...
+
+    def get(self, instance_id: str) -> ModelInstance: ...
+
+    def list_instances(self) -> list[ModelInstance]: ...
+
+
+class StartFailed(Exception):
+    """The on-demand start failed; the message is the root cause."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    at: float
+    message: str
+
+
+class OnDemand:
+    """Implements the proxy's ``Demand`` hook (proxy/demand.py) over the catalog."""
+
+    def __init__(
+        self, settings: Settings, catalog: Catalog, table: RoutingTable, starter: Starter
+    ) -> None:
+        self._catalog = catalog
+        self._table = table
+        self._starter = starter
+        self._queue_max = settings.ondemand_queue_max
+        self._max_wait = settings.ondemand_max_wait_seconds
+        self._hold = settings.ondemand_failure_hold_seconds
+        self._waiting: dict[str, int] = {}
+        self._starts: dict[str, asyncio.Task[str]] = {}
+        self._started_ids: dict[str, str] = {}
+        self._failures: dict[str, _Failure] = {}
+        self._tasks: set[asyncio.Task[object]] = set()
+        self.starts = 0
+        """On-demand starts begun (metrics)."""
+
+    # ----------------------------------------------------------- the hook
+    @property
+    def version(self) -> int:
+        return self._catalog.version
+
+    def resolve(self, name: str) -> str | None:
+        return self._catalog.resolve(name)
+
+    def names(self) -> list[str]:
+        return self._catalog.names()
+
+    def waiting(self, name: str) -> int:
+        """Requests waiting for ``name`` now (queue depth)."""
+        return self._waiting.get(name, 0)
+
+    async def wait(self, name: str) -> Endpoint | ErrorReply:
+        queued = self._waiting.get(name, 0)
+        if queued >= self._queue_max:
+            return ErrorReply(
+                503,
+                f"Model {name!r} is starting and already has {queued} requests waiting "
+                f"(limit {self._queue_max}, SARDEENZ_ONDEMAND_QUEUE_MAX); retry later",
+                "service_unavailable_error",
+                "queue_full",
+                headers=[(b"retry-after", str(QUEUE_FULL_RETRY_SECONDS).encode())],
+            )
+        self._waiting[name] = queued + 1
+        try:
+            return await self._wait(name)
+        finally:
+            left = self._waiting[name] - 1
+            if left:
+                self._waiting[name] = left
+            else:
+                del self._waiting[name]
+
+    async def _wait(self, name: str) -> Endpoint | ErrorReply:
+        table = self._table
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_wait
+        while True:
+            ep = table.pick(name)
+            if ep is not None:
+                return ep
+            failed = self._recent_failure(name, loop.time())
+            if failed is not None:
+                return failed
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return self._timed_out(name)
+            if not table.pending(name):
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._start_once(name)), remaining)
+                except TimeoutError:
+                    return self._timed_out(name)
+                except StartFailed as exc:
+                    return self._failed_reply(name, str(exc))
+                continue
+            try:
+                ep = await table.wait_until_routable(name, remaining)
+            except WakeFailed as exc:
+                return ErrorReply(
+                    503,
+                    f"Model {name!r} is asleep and could not be woken: {exc}",
+                    "service_unavailable_error",
+                    "wake_failed",
+                    headers=[(b"retry-after", b"10")],
+                )
+            if ep is not None:
+                return ep
+            self._note_ended(name)  # nothing left that can come up: did our start fail?
+
+    async def start(self, name: str) -> None:
+        """Start ``name`` unless something of it is running or coming (preload)."""
+        if self._table.pick(name) is not None or self._table.pending(name):
+            return
+        await self._start_once(name)
+
+    async def preload(self) -> None:
+        """Start every ``preload`` entry in the background (errors are logged, not raised)."""
+        for name, entry in self._catalog.entries().items():
+            if entry.preload:
+                task = asyncio.get_running_loop().create_task(self._preload(name))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _preload(self, name: str) -> None:
+        try:
+            await self.start(name)
+        except StartFailed as exc:
+            log.error("preload of %s failed: %s", name, exc)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # ---------------------------------------------------------- internals
+    def _start_once(self, name: str) -> asyncio.Task[str]:
+        task = self._starts.get(name)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(
+                self._start(name), name=f"sardeenz-ondemand-{name}"
+            )
+            self._starts[name] = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            # A start nobody awaits any more (every waiter left) must not log
+            # "exception never retrieved".
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    async def _start(self, name: str) -> str:
+        entry = self._catalog.entry(name)
+        if entry is None:
+            raise StartFailed(f"model {name!r} is no longer in the catalog")
+        # Failed instances of this model are what is left of an earlier start:
+        # clear them so the model's state is that of the new one.
+        for inst in self._starter.list_instances():
+            if inst.served_model_name == name and inst.status is InstanceStatus.FAILED:
+                with contextlib.suppress(SardeenzError):
+                    await self._starter.unload(inst.id)
+        self.starts += 1
+        log.info("starting %s on demand (first request)", name)
+        try:
+            inst = await self._starter.load(load_request(name, entry))
+        except SardeenzError as exc:
+            message = f"cannot start: {exc.message}"
+            self._failures[name] = _Failure(asyncio.get_running_loop().time(), message)
+            raise StartFailed(message) from None
+        self._started_ids[name] = inst.id
+        # The routing updater learns of the instance from the event bus a moment
+        # later; waiters look at the table now, so tell it first (apply is idempotent).
+        if not any(v.instance_id == inst.id for v in self._table.instances(name)):
+            self._table.apply(inst)
+        return inst.id
+
+    def _note_ended(self, name: str) -> None:
+        iid = self._started_ids.get(name)
+        if iid is None:
+            return
+        try:
+            inst = self._starter.get(iid)
+        except SardeenzError:
+            return
+        if inst.status is InstanceStatus.FAILED:
+            cause = inst.error_message or "the engine failed while starting"
+            self._failures[name] = _Failure(asyncio.get_running_loop().time(), cause)
+            self._started_ids.pop(name, None)
+            log.warning("on-demand start of %s failed: %s", name, cause)
+
+    def _recent_failure(self, name: str, now: float) -> ErrorReply | None:
+        failure = self._failures.get(name)
+        if failure is None:
+            return None
+        if now - failure.at >= self._hold:
+            del self._failures[name]
+            return None
+        return self._failed_reply(name, failure.message)
+
+    def _failed_reply(self, name: str, cause: str) -> ErrorReply:
+        retry = str(max(1, math.ceil(self._hold))).encode()
+        return ErrorReply(
+            503,
+            f"Model {name!r} failed to start: {cause}",
+            "service_unavailable_error",
+            "model_start_failed",
+            headers=[(b"retry-after", retry)],
+        )
+
+    def _timed_out(self, name: str) -> ErrorReply:
+        retry = str(max(1, min(30, math.ceil(self._max_wait / 4)))).encode()
+        return ErrorReply(
+            503,
+            f"Model {name!r} is not ready yet (waited {self._max_wait:g} s, "
+            "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS); retry later",
+            "service_unavailable_error",
+            "model_not_ready",
+            headers=[(b"retry-after", retry)],
+        )

@@ -1,0 +1,185 @@
+"""Load on first request and the idle lifecycle, over a real server with sim engines.
+
+One server for the module; each test uses its own catalog model so they do not
+see each other's instances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.support import ServerPool, ServerProcess
+
+CONFIG = """
+catalog:
+  chat:
+    modelPath: org/chat
+    engine: sim
+    aliases: [chat-alias]
+    extraArgs: [--load-seconds, "0.5"]
+  burst:
+    modelPath: org/burst
+    engine: sim
+    extraArgs: [--load-seconds, "1"]
+  slow:
+    modelPath: org/slow
+    engine: sim
+    extraArgs: [--load-seconds, "60"]
+  broken:
+    modelPath: org/broken
+    engine: sim
+    extraArgs: [--load-seconds, "0.3", --fail-after-load]
+  idler:
+    modelPath: org/idler
+    engine: sim
+    extraArgs: [--load-seconds, "0.3"]
+    sleepLevel: 1
+    idleSleepSeconds: 1
+    idleUnloadSeconds: 4
+  keeper:
+    modelPath: org/keeper
+    engine: sim
+    extraArgs: [--load-seconds, "0.3"]
+    sleepLevel: 1
+    idleSleepSeconds: 1
+    idleUnloadSeconds: 2
+    pinned: true
+"""
+MAX_WAIT = 8
+
+
+@pytest.fixture(scope="module")
+def srv(
+    module_server_factory: ServerPool, tmp_path_factory: pytest.TempPathFactory
+) -> ServerProcess:
+    config: Path = tmp_path_factory.mktemp("ondemand") / "sardeenz.yaml"
+    config.write_text(CONFIG)
+    env = {
+        "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS": str(MAX_WAIT),
+        "SARDEENZ_ONDEMAND_MIN_RESIDENCY_SECONDS": "0.5",
+        "SARDEENZ_ONDEMAND_TICK_SECONDS": "0.2",
+        "SARDEENZ_ONDEMAND_FAILURE_HOLD_SECONDS": "30",
+    }
+    return module_server_factory(args=["--config", str(config)], extra_env=env).start()
+
+
+def instances_of(srv: ServerProcess, name: str) -> list[dict[str, Any]]:
+    with srv.client() as c:
+        return [i for i in c.get("/api/v1/models").json() if i["servedModelName"] == name]
+
+
+def catalog_state(srv: ServerProcess, name: str) -> str:
+    with srv.client() as c:
+        state: str = c.get(f"/api/v1/catalog/{name}").json()["state"]
+        return state
+
+
+def wait_state(srv: ServerProcess, name: str, wanted: str, timeout: float = 20) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if catalog_state(srv, name) == wanted:
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    raise AssertionError(f"{name} not {wanted} in {timeout}s: {catalog_state(srv, name)}")
+
+
+def chat(srv: ServerProcess, model: str) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    with srv.client() as c:
+        return c.post("/v1/chat/completions", json=body)
+
+
+def test_first_request_starts_the_model_stream_and_not(srv: ServerProcess) -> None:
+    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", timeout=60)
+    listed = {m.id: m for m in client.models.list().data}
+    assert (listed["chat"].model_extra or {})["state"] == "unloaded"
+    assert instances_of(srv, "chat") == []
+    reply = client.chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "hi there"}], max_tokens=4
+    )
+    assert reply.model == "chat"
+    assert reply.usage is not None
+    assert reply.usage.completion_tokens == 4
+    stream = client.completions.create(model="chat-alias", prompt="a b", max_tokens=3, stream=True)
+    text = "".join(c.choices[0].text for c in stream if c.choices)
+    assert len(text.split()) == 3
+    assert [i["status"] for i in instances_of(srv, "chat")] == ["active"]
+    listed = {m.id: m for m in client.models.list().data}
+    assert (listed["chat"].model_extra or {})["state"] == "active"
+
+
+def test_a_first_stream_waits_for_the_start_too(srv: ServerProcess) -> None:
+    # the alias names the model: the engine sees its served name
+    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", timeout=60)
+    with srv.client() as c:
+        for inst in instances_of(srv, "chat"):
+            assert c.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
+    stream = client.chat.completions.create(
+        model="chat-alias", messages=[{"role": "user", "content": "x"}], max_tokens=3, stream=True
+    )
+    chunks = list(stream)
+    assert chunks
+    assert all(c.model == "chat" for c in chunks)
+
+
+async def test_fifty_concurrent_first_requests_start_one_instance(srv: ServerProcess) -> None:
+    body = {"model": "burst", "prompt": "hello", "max_tokens": 2}
+    limits = httpx.Limits(max_connections=60)
+    async with httpx.AsyncClient(base_url=srv.url, timeout=60, limits=limits) as c:
+        replies = await asyncio.gather(*(c.post("/v1/completions", json=body) for _ in range(50)))
+    assert [r.status_code for r in replies] == [200] * 50, replies[0].text
+    assert len(instances_of(srv, "burst")) == 1
+
+
+def test_a_request_waiting_past_the_max_wait_gets_503_with_retry_after(srv: ServerProcess) -> None:
+    t0 = time.monotonic()
+    resp = chat(srv, "slow")
+    waited = time.monotonic() - t0
+    assert resp.status_code == 503
+    assert int(resp.headers["retry-after"]) >= 1
+    error = resp.json()["error"]
+    assert error["code"] == "model_not_ready"
+    assert error["type"] == "service_unavailable_error"
+    assert MAX_WAIT - 0.5 <= waited < MAX_WAIT + 5
+    assert [i["status"] for i in instances_of(srv, "slow")] == ["starting"]
+
+
+async def test_a_failing_start_answers_every_waiter_with_the_cause(srv: ServerProcess) -> None:
+    body = {"model": "broken", "prompt": "hello", "max_tokens": 2}
+    async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
+        replies = await asyncio.gather(*(c.post("/v1/completions", json=body) for _ in range(5)))
+    failed = instances_of(srv, "broken")
+    assert [i["status"] for i in failed] == ["failed"]
+    cause = failed[0]["errorMessage"]
+    assert cause
+    for r in replies:
+        assert r.status_code == 503
+        assert r.json()["error"]["code"] == "model_start_failed"
+        assert cause in r.json()["error"]["message"]
+        assert "retry-after" in r.headers
+    # within the hold time a new request gets the cause at once, without a new start
+    again = chat(srv, "broken")
+    assert cause in again.json()["error"]["message"]
+    assert len(instances_of(srv, "broken")) == 1
+
+
+def test_idle_models_sleep_then_unload_and_pinned_ones_stay(srv: ServerProcess) -> None:
+    assert chat(srv, "idler").status_code == 200
+    assert chat(srv, "keeper").status_code == 200
+    wait_state(srv, "idler", "sleeping", timeout=10)
+    # a request wakes it and restarts its idle clock
+    assert chat(srv, "idler").status_code == 200
+    assert catalog_state(srv, "idler") == "active"
+    wait_state(srv, "idler", "sleeping", timeout=10)
+    wait_state(srv, "idler", "unloaded", timeout=15)
+    assert instances_of(srv, "idler") == []
+    assert catalog_state(srv, "keeper") == "active"
+    assert "idle: unloading idler" in srv.log()
+    assert "keeper" not in "".join(line for line in srv.log().splitlines() if "idle:" in line)
