@@ -183,3 +183,23 @@ def test_idle_models_sleep_then_unload_and_pinned_ones_stay(srv: ServerProcess) 
     assert catalog_state(srv, "keeper") == "active"
     assert "idle: unloading idler" in srv.log()
     assert "keeper" not in "".join(line for line in srv.log().splitlines() if "idle:" in line)
+
+
+def _metric(srv: ServerProcess, line_start: str) -> float:
+    with srv.client() as c:
+        text = c.get("/metrics").text
+    values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
+    assert values, f"no {line_start} in /metrics"
+    return values[0]
+
+
+def test_a_client_that_leaves_stops_waiting(srv: ServerProcess) -> None:
+    body = {"model": "slow", "prompt": "x", "max_tokens": 1}
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=srv.url, timeout=1.0) as c:
+        c.post("/v1/completions", json=body)
+    deadline = time.monotonic() + 5
+    while _metric(srv, 'sardeenz_ondemand_waiting_requests{model="slow"}') != 0:
+        assert time.monotonic() < deadline, "the request that left still counts as waiting"
+        time.sleep(0.1)
+    assert _metric(srv, 'sardeenz_ondemand_starts_total{model="burst"}') == 1
+    assert _metric(srv, 'sardeenz_ondemand_start_failures_total{model="broken"}') == 1

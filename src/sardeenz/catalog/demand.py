@@ -18,9 +18,11 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.validation import load_request
 from sardeenz.config import Settings
@@ -32,6 +34,7 @@ from sardeenz.proxy.wire import ErrorReply
 log = logging.getLogger(__name__)
 
 QUEUE_FULL_RETRY_SECONDS = 2
+_REASONS = {"model_not_ready": "timeout", "model_start_failed": "start_failed"}
 
 
 class Starter(Protocol):
@@ -68,13 +71,11 @@ class OnDemand:
         self._queue_max = settings.ondemand_queue_max
         self._max_wait = settings.ondemand_max_wait_seconds
         self._hold = settings.ondemand_failure_hold_seconds
-        self._waiting: dict[str, int] = {}
+        self._waiting = STATS.waiting
         self._starts: dict[str, asyncio.Task[str]] = {}
         self._started_ids: dict[str, str] = {}
         self._failures: dict[str, _Failure] = {}
         self._tasks: set[asyncio.Task[object]] = set()
-        self.starts = 0
-        """On-demand starts begun (metrics)."""
 
     # ----------------------------------------------------------- the hook
     @property
@@ -94,6 +95,7 @@ class OnDemand:
     async def wait(self, name: str) -> Endpoint | ErrorReply:
         queued = self._waiting.get(name, 0)
         if queued >= self._queue_max:
+            STATS.reject(name, "queue_full")
             return ErrorReply(
                 503,
                 f"Model {name!r} is starting and already has {queued} requests waiting "
@@ -103,14 +105,15 @@ class OnDemand:
                 headers=[(b"retry-after", str(QUEUE_FULL_RETRY_SECONDS).encode())],
             )
         self._waiting[name] = queued + 1
+        t0 = time.perf_counter()
         try:
-            return await self._wait(name)
+            answer = await self._wait(name)
+            if isinstance(answer, ErrorReply):
+                STATS.reject(name, _REASONS.get(answer.code, answer.code))
+            return answer
         finally:
-            left = self._waiting[name] - 1
-            if left:
-                self._waiting[name] = left
-            else:
-                del self._waiting[name]
+            STATS.waited(name, time.perf_counter() - t0)
+            self._waiting[name] -= 1  # kept at 0: the gauge shows the model
 
     async def _wait(self, name: str) -> Endpoint | ErrorReply:
         table = self._table
@@ -199,12 +202,13 @@ class OnDemand:
             if inst.served_model_name == name and inst.status is InstanceStatus.FAILED:
                 with contextlib.suppress(SardeenzError):
                     await self._starter.unload(inst.id)
-        self.starts += 1
+        STATS.started(name)
         log.info("starting %s on demand (first request)", name)
         try:
             inst = await self._starter.load(load_request(name, entry))
         except SardeenzError as exc:
             message = f"cannot start: {exc.message}"
+            STATS.start_failed(name)
             self._failures[name] = _Failure(asyncio.get_running_loop().time(), message)
             raise StartFailed(message) from None
         self._started_ids[name] = inst.id
@@ -226,6 +230,7 @@ class OnDemand:
             cause = inst.error_message or "the engine failed while starting"
             self._failures[name] = _Failure(asyncio.get_running_loop().time(), cause)
             self._started_ids.pop(name, None)
+            STATS.start_failed(name)
             log.warning("on-demand start of %s failed: %s", name, cause)
 
     def _recent_failure(self, name: str, now: float) -> ErrorReply | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sardeenz.catalog.idle import IdleAction, IdleFacts, IdleRules, decide
+from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, ModelInstance
@@ -82,8 +83,6 @@ class IdleReaper:
         self._min_residency = settings.ondemand_min_residency_seconds
         self._clocks: dict[str, _Clock] = {}
         self._task: asyncio.Task[None] | None = None
-        self.actions: dict[tuple[str, str], int] = {}
-        """(action, reason) -> count, for metrics: ``("sleep"|"unload", "idle")``."""
 
     def start(self) -> None:
         if self._task is None:
@@ -171,5 +170,4 @@ class IdleReaper:
             clock.retry_at = self._clock() + RETRY_AFTER_FAILURE
             log.warning("idle: could not %s %s (%s): %s", action.value, name, inst.id, exc)
             return
-        key = (action.value, "idle")
-        self.actions[key] = self.actions.get(key, 0) + 1
+        STATS.action(name, action.value, "idle")
