@@ -72,6 +72,8 @@ def build_services(settings: Settings) -> Services:
         supervisor.list_instances,
     )
     ondemand = OnDemand(settings, catalog, table, supervisor)
+    reaper = IdleReaper(settings, catalog, supervisor)
+    ondemand.evictor = reaper
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
     return Services(
@@ -94,7 +96,7 @@ def build_services(settings: Settings) -> Services:
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
         catalog=catalog,
         ondemand=ondemand,
-        reaper=IdleReaper(settings, catalog, supervisor),
+        reaper=reaper,
     )
 
 

@@ -1,10 +1,15 @@
-"""The idle policy: sleep then unload an idle model; never a busy, pinned or fresh one."""
+"""The idle policy and eviction order (pure), and the idle loop over a fake supervisor."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from sardeenz.catalog.eviction import Candidate, order_victims
 from sardeenz.catalog.idle import IdleAction, IdleFacts, IdleRules, decide
+from sardeenz.catalog.reaper import IdleReaper
+from sardeenz.config import Settings
+from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.store.records import CatalogEntry
 
 RULES = IdleRules(
     sleep_level=1,
@@ -52,3 +57,131 @@ def test_starting_stopping_and_failed_instances_are_left_alone() -> None:
 def test_no_ttl_keeps_the_model() -> None:
     rules = replace(RULES, idle_sleep_seconds=None, idle_unload_seconds=None)
     assert decide(replace(IDLE, idle_for=10**6), rules) is IdleAction.KEEP
+
+
+# --- eviction order ------------------------------------------------------------
+def _cand(iid: str, last: float, **kw: object) -> Candidate:
+    base: dict[str, object] = {
+        "instance_id": iid,
+        "name": iid,
+        "status": "active",
+        "pinned": False,
+        "in_flight": 0,
+        "last_activity": last,
+        "resident_for": 100.0,
+    }
+    base.update(kw)
+    return Candidate(**base)  # type: ignore[arg-type]
+
+
+def test_victims_least_recently_used_first_asleep_first_on_a_tie() -> None:
+    order = order_victims(
+        [
+            _cand("new", 30),
+            _cand("old", 10),
+            _cand("tie-awake", 20),
+            _cand("tie-asleep", 20, status="sleeping"),
+        ],
+        min_residency=5,
+    )
+    assert [c.instance_id for c in order] == ["old", "tie-asleep", "tie-awake", "new"]
+
+
+def test_never_a_pinned_busy_fresh_or_starting_victim() -> None:
+    cands = [
+        _cand("pinned", 1, pinned=True),
+        _cand("busy", 1, in_flight=1),
+        _cand("fresh", 1, resident_for=2),
+        _cand("starting", 1, status="starting"),
+        _cand("ok", 50),
+    ]
+    assert [c.instance_id for c in order_victims(cands, min_residency=5)] == ["ok"]
+
+
+# --- the idle loop, with a fake supervisor and a hand-driven clock ----------------
+class _FakeLifecycle:
+    def __init__(self, instances: list[ModelInstance]) -> None:
+        self.instances = instances
+        self.calls: list[tuple[str, str]] = []
+
+    def list_instances(self) -> list[ModelInstance]:
+        return list(self.instances)
+
+    async def sleep(self, instance_id: str, level: int) -> ModelInstance:
+        self.calls.append(("sleep", instance_id))
+        inst = next(i for i in self.instances if i.id == instance_id)
+        inst.status = InstanceStatus.SLEEPING
+        return inst
+
+    async def unload(self, instance_id: str) -> ModelInstance:
+        self.calls.append(("unload", instance_id))
+        inst = next(i for i in self.instances if i.id == instance_id)
+        self.instances.remove(inst)
+        return inst
+
+
+class _FakeCatalog:
+    def __init__(self, entries: dict[str, CatalogEntry]) -> None:
+        self._entries = entries
+
+    def entry(self, name: str) -> CatalogEntry | None:
+        return self._entries.get(name)
+
+
+def _instance(iid: str, name: str) -> ModelInstance:
+    return ModelInstance(
+        id=iid,
+        model_path=name,
+        served_model_name=name,
+        display_name=name,
+        engine=EngineKind.SIM,
+        status=InstanceStatus.ACTIVE,
+        port=1,
+        sleep_mode_enabled=True,
+    )
+
+
+async def test_the_idle_loop_sleeps_then_unloads_and_a_new_loop_starts_clocks_afresh() -> None:
+    now = [1000.0]
+    busy = {"m": (0, 0)}
+    entry = CatalogEntry(
+        model_path="m", sleep_level=1, idle_sleep_seconds=10, idle_unload_seconds=30
+    )
+    settings = Settings(ondemand_min_residency_seconds=0)
+    life = _FakeLifecycle([_instance("i1", "m")])
+    reaper = IdleReaper(
+        settings,
+        _FakeCatalog({"m": entry}),  # type: ignore[arg-type]
+        life,
+        activity=lambda name: busy[name],
+        clock=lambda: now[0],
+    )
+    await reaper.tick()
+    now[0] += 9
+    await reaper.tick()
+    assert life.calls == []
+    busy["m"] = (1, 0)  # a request in flight for long: nothing happens
+    now[0] += 100
+    await reaper.tick()
+    assert life.calls == []
+    busy["m"] = (0, 1)  # it finished: the clock restarts now
+    await reaper.tick()
+    now[0] += 10
+    await reaper.tick()
+    assert life.calls == [("sleep", "i1")]
+    # a restarted controller (a new loop) sees the sleeping instance: its clock starts afresh
+    restarted = IdleReaper(
+        settings,
+        _FakeCatalog({"m": entry}),  # type: ignore[arg-type]
+        life,
+        activity=lambda name: busy[name],
+        clock=lambda: now[0],
+    )
+    now[0] += 25
+    await restarted.tick()
+    now[0] += 29
+    await restarted.tick()
+    assert life.calls == [("sleep", "i1")]
+    now[0] += 1
+    await restarted.tick()
+    assert life.calls == [("sleep", "i1"), ("unload", "i1")]

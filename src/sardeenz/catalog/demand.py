@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from sardeenz.catalog.eviction import MEMORY_REFUSALS
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.validation import load_request
@@ -47,6 +48,14 @@ class Starter(Protocol):
     def get(self, instance_id: str) -> ModelInstance: ...
 
     def list_instances(self) -> list[ModelInstance]: ...
+
+
+class Evictor(Protocol):
+    """Who may be unloaded to make room (the idle loop knows who is idle)."""
+
+    def eviction_order(self, exclude: str) -> list[ModelInstance]: ...
+
+    def busy(self, name: str) -> bool: ...
 
 
 class StartFailed(Exception):
@@ -76,6 +85,8 @@ class OnDemand:
         self._started_ids: dict[str, str] = {}
         self._failures: dict[str, _Failure] = {}
         self._tasks: set[asyncio.Task[object]] = set()
+        self.evictor: Evictor | None = None
+        """Set by the app: lets a start that does not fit unload idle catalog models."""
 
     # ----------------------------------------------------------- the hook
     @property
@@ -205,9 +216,11 @@ class OnDemand:
         STATS.started(name)
         log.info("starting %s on demand (first request)", name)
         try:
-            inst = await self._starter.load(load_request(name, entry))
+            inst = await self._load_making_room(name, load_request(name, entry))
         except SardeenzError as exc:
             message = f"cannot start: {exc.message}"
+            if exc.code in MEMORY_REFUSALS:
+                message += " (no idle, unpinned catalog model left to evict)"
             STATS.start_failed(name)
             self._failures[name] = _Failure(asyncio.get_running_loop().time(), message)
             raise StartFailed(message) from None
@@ -217,6 +230,39 @@ class OnDemand:
         if not any(v.instance_id == inst.id for v in self._table.instances(name)):
             self._table.apply(inst)
         return inst.id
+
+    async def _load_making_room(self, name: str, req: LoadRequest) -> ModelInstance:
+        """Load; while the ledger refuses for memory, unload the next idle victim."""
+        evicted: set[str] = set()
+        while True:
+            try:
+                return await self._starter.load(req)
+            except SardeenzError as exc:
+                if exc.code not in MEMORY_REFUSALS or self.evictor is None:
+                    raise
+                victims = [
+                    v for v in self.evictor.eviction_order(exclude=name) if v.id not in evicted
+                ]
+                # The last look at in-flight requests: the unload call starts right after.
+                victim = next(
+                    (v for v in victims if not self.evictor.busy(v.served_model_name)), None
+                )
+                if victim is None:
+                    raise
+                evicted.add(victim.id)
+                log.warning(
+                    "evicting %s (instance %s, %s) to make room for %s: %s",
+                    victim.served_model_name,
+                    victim.id,
+                    victim.status.value,
+                    name,
+                    exc.message,
+                )
+                STATS.action(victim.served_model_name, "unload", "evicted")
+                try:
+                    await self._starter.unload(victim.id)
+                except SardeenzError as unload_exc:
+                    log.warning("eviction of %s failed: %s", victim.id, unload_exc.message)
 
     def _note_ended(self, name: str) -> None:
         iid = self._started_ids.get(name)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from sardeenz.catalog.eviction import Candidate, order_victims
 from sardeenz.catalog.idle import IdleAction, IdleFacts, IdleRules, decide
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
@@ -115,15 +116,7 @@ class IdleReaper:
             if entry is None:
                 continue
             seen.add(inst.id)
-            in_flight, finished = self._activity(name)
-            clock = self._clocks.get(inst.id)
-            if clock is None:  # first sight (new load or re-adopted): the clock starts now
-                clock = self._clocks[inst.id] = _Clock(last_activity=now, finished_seen=finished)
-            if in_flight > 0 or finished != clock.finished_seen:
-                clock.last_activity = now
-                clock.finished_seen = finished
-            if inst.status is InstanceStatus.ACTIVE and clock.active_since is None:
-                clock.active_since = now
+            in_flight, clock = self._observe(inst, now)
             if now < clock.retry_at:
                 continue
             facts = IdleFacts(
@@ -145,6 +138,47 @@ class IdleReaper:
                 await self._apply(action, inst, entry.sleep_level, facts.idle_for, clock)
         for gone in set(self._clocks) - seen:
             del self._clocks[gone]
+
+    def _observe(self, inst: ModelInstance, now: float) -> tuple[int, _Clock]:
+        """Sample the model's activity into the instance's clock: (in flight, clock)."""
+        in_flight, finished = self._activity(inst.served_model_name)
+        clock = self._clocks.get(inst.id)
+        if clock is None:  # first sight (new load or re-adopted): the clock starts now
+            clock = self._clocks[inst.id] = _Clock(last_activity=now, finished_seen=finished)
+        if in_flight > 0 or finished != clock.finished_seen:
+            clock.last_activity = now
+            clock.finished_seen = finished
+        if inst.status is InstanceStatus.ACTIVE and clock.active_since is None:
+            clock.active_since = now
+        return in_flight, clock
+
+    def eviction_order(self, exclude: str) -> list[ModelInstance]:
+        """Instances of other catalog models that may be unloaded to make room, LRU first."""
+        now = self._clock()
+        cands: list[Candidate] = []
+        by_id: dict[str, ModelInstance] = {}
+        for inst in self._lifecycle.list_instances():
+            entry = self._catalog.entry(inst.served_model_name)
+            if entry is None or inst.served_model_name == exclude:
+                continue
+            in_flight, clock = self._observe(inst, now)
+            by_id[inst.id] = inst
+            cands.append(
+                Candidate(
+                    instance_id=inst.id,
+                    name=inst.served_model_name,
+                    status=inst.status.value,
+                    pinned=entry.pinned,
+                    in_flight=in_flight,
+                    last_activity=clock.last_activity,
+                    resident_for=now - clock.active_since if clock.active_since is not None else 0,
+                )
+            )
+        return [by_id[c.instance_id] for c in order_victims(cands, self._min_residency)]
+
+    def busy(self, name: str) -> bool:
+        """A request for ``name`` is in flight right now."""
+        return self._activity(name)[0] > 0
 
     async def _apply(
         self, action: IdleAction, inst: ModelInstance, level: int, idle_for: float, clock: _Clock
