@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sardeenz.catalog.eviction import Candidate, order_victims
+from sardeenz.catalog.eviction import Candidate, free_later, order_victims
 from sardeenz.catalog.idle import IdleAction, IdleFacts, IdleRules, decide
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.config import Settings
@@ -185,3 +185,10 @@ async def test_the_idle_loop_sleeps_then_unloads_and_a_new_loop_starts_clocks_af
     now[0] += 1
     await restarted.tick()
     assert life.calls == [("sleep", "i1"), ("unload", "i1")]
+
+
+def test_a_busy_or_fresh_candidate_is_worth_waiting_for_a_pinned_one_never() -> None:
+    assert free_later([_cand("busy", 1, in_flight=2)], min_residency=5)
+    assert free_later([_cand("fresh", 1, resident_for=1)], min_residency=5)
+    assert not free_later([_cand("pinned", 1, pinned=True, in_flight=1)], min_residency=5)
+    assert not free_later([_cand("starting", 1, status="starting")], min_residency=5)

@@ -53,7 +53,7 @@ class Starter(Protocol):
 class Evictor(Protocol):
     """Who may be unloaded to make room (the idle loop knows who is idle)."""
 
-    def eviction_order(self, exclude: str) -> list[ModelInstance]: ...
+    def eviction_order(self, exclude: str) -> tuple[list[ModelInstance], bool]: ...
 
     def busy(self, name: str) -> bool: ...
 
@@ -80,6 +80,7 @@ class OnDemand:
         self._queue_max = settings.ondemand_queue_max
         self._max_wait = settings.ondemand_max_wait_seconds
         self._hold = settings.ondemand_failure_hold_seconds
+        self._tick = settings.ondemand_tick_seconds
         self._waiting = STATS.waiting
         self._starts: dict[str, asyncio.Task[str]] = {}
         self._started_ids: dict[str, str] = {}
@@ -232,22 +233,30 @@ class OnDemand:
         return inst.id
 
     async def _load_making_room(self, name: str, req: LoadRequest) -> ModelInstance:
-        """Load; while the ledger refuses for memory, unload the next idle victim."""
+        """Load; while the ledger refuses for memory, unload the next idle victim.
+
+        When no victim may go yet but one will (busy, or just loaded), wait a tick and
+        try again, up to the max wait (the waiters give up then anyway).
+        """
         evicted: set[str] = set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_wait
         while True:
             try:
                 return await self._starter.load(req)
             except SardeenzError as exc:
                 if exc.code not in MEMORY_REFUSALS or self.evictor is None:
                     raise
-                victims = [
-                    v for v in self.evictor.eviction_order(exclude=name) if v.id not in evicted
-                ]
+                order, later = self.evictor.eviction_order(exclude=name)
+                victims = [v for v in order if v.id not in evicted]
                 # The last look at in-flight requests: the unload call starts right after.
                 victim = next(
                     (v for v in victims if not self.evictor.busy(v.served_model_name)), None
                 )
                 if victim is None:
+                    if later and loop.time() < deadline:
+                        await asyncio.sleep(self._tick)
+                        continue
                     raise
                 evicted.add(victim.id)
                 log.warning(

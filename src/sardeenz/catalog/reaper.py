@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from sardeenz.catalog.eviction import Candidate, order_victims
+from sardeenz.catalog.eviction import Candidate, free_later, order_victims
 from sardeenz.catalog.idle import IdleAction, IdleFacts, IdleRules, decide
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
@@ -152,8 +152,9 @@ class IdleReaper:
             clock.active_since = now
         return in_flight, clock
 
-    def eviction_order(self, exclude: str) -> list[ModelInstance]:
-        """Instances of other catalog models that may be unloaded to make room, LRU first."""
+    def eviction_order(self, exclude: str) -> tuple[list[ModelInstance], bool]:
+        """Instances of other catalog models that may be unloaded to make room, LRU first,
+        and whether others (busy or just loaded) could be later."""
         now = self._clock()
         cands: list[Candidate] = []
         by_id: dict[str, ModelInstance] = {}
@@ -174,7 +175,8 @@ class IdleReaper:
                     resident_for=now - clock.active_since if clock.active_since is not None else 0,
                 )
             )
-        return [by_id[c.instance_id] for c in order_victims(cands, self._min_residency)]
+        victims = order_victims(cands, self._min_residency)
+        return [by_id[c.instance_id] for c in victims], free_later(cands, self._min_residency)
 
     def busy(self, name: str) -> bool:
         """A request for ``name`` is in flight right now."""
