@@ -34,6 +34,11 @@ catalog:
     modelPath: org/big-2
     engine: sim
     extraArgs: [--load-seconds, "0.2", --memory-gib, "6"]
+  nap:
+    modelPath: org/nap
+    engine: sim
+    extraArgs: [--load-seconds, "0.2", --memory-gib, "6.5"]
+    sleepLevel: 1
   pin:
     modelPath: org/pin
     engine: sim
@@ -147,3 +152,19 @@ def test_alternating_models_that_do_not_fit_together_all_succeed(srv: ServerProc
     assert statuses == [200] * 6
     assert switches == 6
     assert elapsed >= 5 * RESIDENCY
+
+
+def test_a_wake_that_does_not_fit_evicts_an_idle_model(srv: ServerProcess) -> None:
+    unload_all(srv)
+    assert ask(srv, "nap").status_code == 200
+    with srv.client() as c:
+        (nap,) = [i for i in c.get("/api/v1/models").json() if i["servedModelName"] == "nap"]
+        slept = c.post(f"/api/v1/models/{nap['id']}/sleep", json={"level": 1})
+        assert slept.status_code == 200, slept.text
+    assert ask(srv, "big").status_code == 200  # fits beside the sleeping one
+    assert running(srv) == {"nap": "sleeping", "big": "active"}
+    woke = ask(srv, "nap")
+    assert woke.status_code == 200, woke.text
+    assert running(srv) == {"nap": "active"}
+    (line,) = [x for x in srv.log().splitlines() if "to make room for nap" in x]
+    assert "evicting big (instance" in line

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +45,8 @@ class Starter(Protocol):
     async def load(self, req: LoadRequest) -> ModelInstance: ...
 
     async def unload(self, instance_id: str) -> ModelInstance: ...
+
+    async def wake(self, instance_id: str) -> ModelInstance: ...
 
     def get(self, instance_id: str) -> ModelInstance: ...
 
@@ -81,8 +84,10 @@ class OnDemand:
         self._max_wait = settings.ondemand_max_wait_seconds
         self._hold = settings.ondemand_failure_hold_seconds
         self._tick = settings.ondemand_tick_seconds
+        self._auto_wake = settings.proxy_auto_wake
         self._waiting = STATS.waiting
         self._starts: dict[str, asyncio.Task[str]] = {}
+        self._wakes: dict[str, asyncio.Task[ModelInstance]] = {}
         self._started_ids: dict[str, str] = {}
         self._failures: dict[str, _Failure] = {}
         self._tasks: set[asyncio.Task[object]] = set()
@@ -141,7 +146,20 @@ class OnDemand:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return self._timed_out(name)
-            if not table.pending(name):
+            pending = table.pending(name)
+            if (
+                not pending
+                and not self._auto_wake
+                and any(v.status is InstanceStatus.SLEEPING for v in table.instances(name))
+            ):
+                return ErrorReply(  # as for any model: asleep, and waking is off
+                    503,
+                    f"Model {name!r} is asleep and auto-wake is off (SARDEENZ_PROXY_AUTO_WAKE)",
+                    "service_unavailable_error",
+                    "model_sleeping",
+                    headers=[(b"retry-after", b"10")],
+                )
+            if not pending:
                 try:
                     await asyncio.wait_for(asyncio.shield(self._start_once(name)), remaining)
                 except TimeoutError:
@@ -149,16 +167,24 @@ class OnDemand:
                 except StartFailed as exc:
                     return self._failed_reply(name, str(exc))
                 continue
+            if self.evictor is not None and all(
+                v.status is InstanceStatus.SLEEPING for v in pending
+            ):
+                # Wake it here rather than through the table's waker: a wake refused
+                # for memory can then make room like a start does.
+                try:
+                    await asyncio.wait_for(
+                        asyncio.shield(self._wake_once(name, pending[0].instance_id)), remaining
+                    )
+                except TimeoutError:
+                    return self._timed_out(name)
+                except SardeenzError as exc:
+                    return self._wake_failed(name, exc.message)
+                continue
             try:
                 ep = await table.wait_until_routable(name, remaining)
             except WakeFailed as exc:
-                return ErrorReply(
-                    503,
-                    f"Model {name!r} is asleep and could not be woken: {exc}",
-                    "service_unavailable_error",
-                    "wake_failed",
-                    headers=[(b"retry-after", b"10")],
-                )
+                return self._wake_failed(name, str(exc))
             if ep is not None:
                 return ep
             self._note_ended(name)  # nothing left that can come up: did our start fail?
@@ -233,7 +259,13 @@ class OnDemand:
         return inst.id
 
     async def _load_making_room(self, name: str, req: LoadRequest) -> ModelInstance:
-        """Load; while the ledger refuses for memory, unload the next idle victim.
+        return await self._making_room(name, lambda: self._starter.load(req))
+
+    async def _making_room(
+        self, name: str, attempt: Callable[[], Awaitable[ModelInstance]]
+    ) -> ModelInstance:
+        """Run ``attempt`` (a load or a wake); while the ledger refuses it for memory,
+        unload the next idle victim and try again.
 
         When no victim may go yet but one will (busy, or just loaded), wait a tick and
         try again, up to the max wait (the waiters give up then anyway).
@@ -243,7 +275,7 @@ class OnDemand:
         deadline = loop.time() + self._max_wait
         while True:
             try:
-                return await self._starter.load(req)
+                return await attempt()
             except SardeenzError as exc:
                 if exc.code not in MEMORY_REFUSALS or self.evictor is None:
                     raise
@@ -272,6 +304,30 @@ class OnDemand:
                     await self._starter.unload(victim.id)
                 except SardeenzError as unload_exc:
                     log.warning("eviction of %s failed: %s", victim.id, unload_exc.message)
+
+    def _wake_once(self, name: str, instance_id: str) -> asyncio.Task[ModelInstance]:
+        """One wake (making room if needed) per model at a time, shared by its waiters."""
+        task = self._wakes.get(name)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(
+                self._making_room(name, lambda: self._starter.wake(instance_id)),
+                name=f"sardeenz-ondemand-wake-{name}",
+            )
+            self._wakes[name] = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    @staticmethod
+    def _wake_failed(name: str, cause: str) -> ErrorReply:
+        return ErrorReply(
+            503,
+            f"Model {name!r} is asleep and could not be woken: {cause}",
+            "service_unavailable_error",
+            "wake_failed",
+            headers=[(b"retry-after", b"10")],
+        )
 
     def _note_ended(self, name: str) -> None:
         iid = self._started_ids.get(name)
