@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,12 @@ catalog:
     extraArgs: [--load-seconds, "0.2"]
     sleepLevel: 1
     idleSleepSeconds: 30
+  warm:
+    modelPath: org/warm
+    engine: sim
+    extraArgs: [--load-seconds, "0.2"]
+    preload: true
+    pinned: true
   broken:
     modelPath: org/broken
     engine: sim
@@ -45,6 +52,16 @@ def test_yaml_entries_are_listed_and_a_bad_one_carries_its_error(srv: ServerProc
     assert "catalog entry 'broken'" in items["broken"]["error"]
     assert "gpu_memory_limit" in items["broken"]["error"]
     assert "catalog entry 'broken'" in srv.log()
+
+
+def test_a_preload_entry_starts_with_the_server(srv: ServerProcess) -> None:
+    deadline = time.monotonic() + 30
+    with srv.client() as c:
+        while c.get("/api/v1/catalog/warm").json()["state"] != "active":
+            assert time.monotonic() < deadline, c.get("/api/v1/catalog/warm").json()
+            time.sleep(0.1)
+        (inst,) = [i for i in c.get("/api/v1/models").json() if i["servedModelName"] == "warm"]
+        assert c.get("/api/v1/catalog/warm").json()["instanceIds"] == [inst["id"]]
 
 
 def test_put_get_delete_an_api_entry(srv: ServerProcess) -> None:

@@ -7,6 +7,7 @@ see each other's instances.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,32 @@ def test_a_client_that_leaves_stops_waiting(srv: ServerProcess) -> None:
         time.sleep(0.1)
     assert _metric(srv, 'sardeenz_ondemand_starts_total{model="burst"}') == 1
     assert _metric(srv, 'sardeenz_ondemand_start_failures_total{model="broken"}') == 1
+
+
+def test_a_restarted_controller_readopts_and_starts_idle_clocks_afresh(
+    server_factory: ServerPool, tmp_path: Path
+) -> None:
+    config = tmp_path / "sardeenz.yaml"
+    config.write_text(
+        "catalog:\n"
+        "  lazy:\n"
+        "    modelPath: org/lazy\n"
+        "    engine: sim\n"
+        "    extraArgs: [--load-seconds, '0.2']\n"
+        "    idleUnloadSeconds: 4\n"
+    )
+    env = {"SARDEENZ_ONDEMAND_MIN_RESIDENCY_SECONDS": "0", "SARDEENZ_ONDEMAND_TICK_SECONDS": "0.2"}
+    node = server_factory(args=["--config", str(config)], extra_env=env).start()
+    assert chat(node, "lazy").status_code == 200
+    (before,) = instances_of(node, "lazy")
+    time.sleep(3)
+    node.stop(signal.SIGKILL)  # a crash: the engine lives on
+    node.start()
+    restarted = time.monotonic()
+    (after,) = instances_of(node, "lazy")
+    assert after["id"] == before["id"]
+    # 3 s idle before the crash + the restart > the 4 s TTL: an old clock would unload now
+    time.sleep(2)
+    assert catalog_state(node, "lazy") == "active"
+    wait_state(node, "lazy", "unloaded", timeout=10)
+    assert time.monotonic() - restarted >= 4
