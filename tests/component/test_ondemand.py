@@ -54,6 +54,7 @@ catalog:
     pinned: true
 """
 MAX_WAIT = 8
+QUEUE_MAX = 60
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,7 @@ def srv(
         "SARDEENZ_ONDEMAND_MIN_RESIDENCY_SECONDS": "0.5",
         "SARDEENZ_ONDEMAND_TICK_SECONDS": "0.2",
         "SARDEENZ_ONDEMAND_FAILURE_HOLD_SECONDS": "30",
+        "SARDEENZ_ONDEMAND_QUEUE_MAX": str(QUEUE_MAX),
     }
     return module_server_factory(args=["--config", str(config)], extra_env=env).start()
 
@@ -233,3 +235,24 @@ def test_a_restarted_controller_readopts_and_starts_idle_clocks_afresh(
     assert catalog_state(node, "lazy") == "active"
     wait_state(node, "lazy", "unloaded", timeout=10)
     assert time.monotonic() - restarted >= 4
+
+
+async def test_requests_beyond_the_queue_limit_get_503_at_once(srv: ServerProcess) -> None:
+    body = {"model": "slow", "prompt": "x", "max_tokens": 1}
+    limits = httpx.Limits(max_connections=QUEUE_MAX + 10)
+
+    async def timed(c: httpx.AsyncClient) -> tuple[float, httpx.Response]:
+        t0 = time.monotonic()
+        resp = await c.post("/v1/completions", json=body)
+        return time.monotonic() - t0, resp
+
+    async with httpx.AsyncClient(base_url=srv.url, timeout=60, limits=limits) as c:
+        replies = await asyncio.gather(*(timed(c) for _ in range(QUEUE_MAX + 5)))
+    full = [(t, r) for t, r in replies if r.json()["error"]["code"] == "queue_full"]
+    assert len(full) == 5
+    for took, resp in full:
+        assert resp.status_code == 503
+        assert int(resp.headers["retry-after"]) >= 1
+        assert took < MAX_WAIT / 2
+    codes = {r.json()["error"]["code"] for _, r in replies} - {"queue_full"}
+    assert codes == {"model_not_ready"}

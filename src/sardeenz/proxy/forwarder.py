@@ -207,6 +207,8 @@ class InferenceProxy:
 
     def _unknown_model(self, model: str) -> ErrorReply:
         names = self._table.names()
+        if self.demand is not None:  # catalog models are available too
+            names = sorted(set(names) | set(self.demand.names()))
         shown = ", ".join(names[:50]) + (" ..." if len(names) > 50 else "")
         return ErrorReply(
             404,
