@@ -140,6 +140,7 @@ class OnDemand:
             ep = table.pick(name)
             if ep is not None:
                 return ep
+            self._note_ended(name)  # did the instance we started fail meanwhile?
             failed = self._recent_failure(name, loop.time())
             if failed is not None:
                 return failed
@@ -180,14 +181,14 @@ class OnDemand:
                     return self._timed_out(name)
                 except SardeenzError as exc:
                     return self._wake_failed(name, exc.message)
-                continue
+                # Awake: the table learns it from the event bus; wait for that below
+                # (the table's waker finds it awake and returns at once).
             try:
                 ep = await table.wait_until_routable(name, remaining)
             except WakeFailed as exc:
                 return self._wake_failed(name, str(exc))
             if ep is not None:
                 return ep
-            self._note_ended(name)  # nothing left that can come up: did our start fail?
 
     async def start(self, name: str) -> None:
         """Start ``name`` unless something of it is running or coming (preload)."""
@@ -252,6 +253,9 @@ class OnDemand:
             self._failures[name] = _Failure(asyncio.get_running_loop().time(), message)
             raise StartFailed(message) from None
         self._started_ids[name] = inst.id
+        if inst.status is InstanceStatus.FAILED:  # the engine could not even be spawned
+            self._note_ended(name)
+            raise StartFailed(inst.error_message or "the engine could not be started")
         # The routing updater learns of the instance from the event bus a moment
         # later; waiters look at the table now, so tell it first (apply is idempotent).
         if not any(v.instance_id == inst.id for v in self._table.instances(name)):
