@@ -17,32 +17,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sardeenz.catalog.models import CatalogModel, CatalogSource, CatalogState
 from sardeenz.catalog.validation import EntryInvalid, check_catalog, check_entry, check_name
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.errors import Conflict, InvalidRequest, NotFound
+from sardeenz.proxy.demand import model_state
 from sardeenz.store.catalog import CatalogRepository
 from sardeenz.store.records import CatalogEntry
 
 log = logging.getLogger(__name__)
 
-_STATE_ORDER: tuple[tuple[InstanceStatus, CatalogState], ...] = (
-    (InstanceStatus.ACTIVE, "active"),
-    (InstanceStatus.STARTING, "starting"),
-    (InstanceStatus.SLEEPING, "sleeping"),
-    (InstanceStatus.STOPPING, "stopping"),
-    (InstanceStatus.FAILED, "failed"),
-)
-
 
 def state_of(statuses: set[InstanceStatus]) -> CatalogState:
-    """A model's state from its instances' statuses: the most useful one wins."""
-    for status, state in _STATE_ORDER:
-        if status in statuses:
-            return state
-    return "unloaded"
+    """A model's state from its instances' statuses: the most useful one wins (the
+    same rule as ``state`` in ``GET /v1/models``)."""
+    return cast(CatalogState, model_state(statuses))
 
 
 @dataclass(frozen=True, slots=True)
