@@ -15,13 +15,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from sardeenz import __version__
-from sardeenz.api import auth, benchmarks, engines, gpus, health, memory, models
+from sardeenz.api import auth, benchmarks, catalog, engines, gpus, health, memory, models
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
+from sardeenz.catalog.demand import OnDemand
+from sardeenz.catalog.reaper import IdleReaper
+from sardeenz.catalog.registry import Catalog
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
-from sardeenz.domain import InstanceStatus
+from sardeenz.domain import EngineKind, InstanceStatus
 from sardeenz.engines.vllm_probe import VllmProbe
 from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus
@@ -38,6 +41,7 @@ from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.services import Services
 from sardeenz.store.audit import AuditRepository
 from sardeenz.store.benchmarks import BenchmarkRepository
+from sardeenz.store.catalog import CatalogRepository
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.profiles import ProfileRepository
@@ -61,6 +65,17 @@ def build_services(settings: Settings) -> Services:
     table = RoutingTable(engine_host=settings.engine_host)
     if settings.proxy_auto_wake:
         table.waker = _waker(supervisor)
+    catalog = Catalog(
+        settings.catalog,
+        EngineKind(settings.effective_default_engine),
+        CatalogRepository(db),
+        supervisor.list_instances,
+    )
+    ondemand = OnDemand(settings, catalog, table, supervisor)
+    reaper = IdleReaper(settings, catalog, supervisor)
+    ondemand.evictor = reaper
+    proxy = InferenceProxy(settings, table)
+    proxy.demand = ondemand
     return Services(
         settings=settings,
         bus=bus,
@@ -72,13 +87,16 @@ def build_services(settings: Settings) -> Services:
         segments=segments,
         kvctl=Kvctl.for_settings(settings),
         routing=table,
-        proxy=InferenceProxy(settings, table),
+        proxy=proxy,
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
         auth=Authenticator(settings),
         api_keys=api_keys,
         audit=AuditTrail(AuditRepository(db)),
         profiles=ProfileService(profiles, supervisor, inventory),
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
+        catalog=catalog,
+        ondemand=ondemand,
+        reaper=reaper,
     )
 
 
@@ -119,6 +137,9 @@ def create_app(settings: Settings) -> Gateway:
         await services.supervisor.start()
         await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
+        await services.catalog.start()
+        await services.ondemand.preload()
+        services.reaper.start()
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -129,6 +150,8 @@ def create_app(settings: Settings) -> Gateway:
             count = len(services.supervisor.list_instances())
             log.info("shutting down: stopping %d engine(s)", count)
             await services.benchmarks.shutdown()  # cancel runs before their engines go
+            await services.reaper.stop()
+            await services.ondemand.close()
             await services.supervisor.shutdown()
             await services.routing_updater.stop()
             await services.proxy.close()
@@ -156,6 +179,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(auth.router)
     app.include_router(memory.router)
     app.include_router(benchmarks.router)
+    app.include_router(catalog.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 

@@ -179,6 +179,48 @@ class Settings(BaseSettings):
     )
     """Serve /v1 connections with proxy/fastlane.py instead of uvicorn's cycle."""
 
+    # --- on-demand models (docs/catalog.md) -----------------------------------
+    catalog: dict[str, Any] = Field(
+        default_factory=dict, validation_alias=_env("SARDEENZ_CATALOG", "catalog")
+    )
+    """Served model name -> catalog entry, as written in the YAML file. Kept raw here:
+    ``catalog.validation`` checks each entry on its own, so one bad entry is reported
+    (by name and field) without stopping the server or the other entries."""
+    ondemand_queue_max: int = Field(
+        100, ge=1, validation_alias=_env("SARDEENZ_ONDEMAND_QUEUE_MAX", "ondemand_queue_max")
+    )
+    """Requests one catalog model may hold while it starts or wakes; more get 503."""
+    ondemand_max_wait_seconds: float = Field(
+        120.0,
+        gt=0,
+        validation_alias=_env("SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS", "ondemand_max_wait_seconds"),
+    )
+    """How long a request for a catalog model waits for it to start or wake."""
+    ondemand_min_residency_seconds: float = Field(
+        30.0,
+        ge=0,
+        validation_alias=_env(
+            "SARDEENZ_ONDEMAND_MIN_RESIDENCY_SECONDS", "ondemand_min_residency_seconds"
+        ),
+    )
+    """No idle sleep or unload this soon after a model became active (stops thrash)."""
+    ondemand_tick_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        validation_alias=_env("SARDEENZ_ONDEMAND_TICK_SECONDS", "ondemand_tick_seconds"),
+    )
+    """Period of the idle loop: the resolution of every idle TTL."""
+    ondemand_failure_hold_seconds: float = Field(
+        10.0,
+        ge=0,
+        validation_alias=_env(
+            "SARDEENZ_ONDEMAND_FAILURE_HOLD_SECONDS", "ondemand_failure_hold_seconds"
+        ),
+    )
+    """After a failed on-demand start, requests get its cause at once for this long
+    instead of each starting (and failing) the engine again."""
+
     # --- storage ------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL", "database_url"))
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sardeenz.bench.runner import BenchmarkRunner
+from sardeenz.catalog.demand import OnDemand
+from sardeenz.catalog.reaper import IdleReaper
+from sardeenz.catalog.registry import Catalog
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
@@ -41,6 +44,9 @@ class Services:
     audit: AuditTrail
     profiles: ProfileService
     benchmarks: BenchmarkRunner
+    catalog: Catalog
+    ondemand: OnDemand
+    reaper: IdleReaper
     started: bool = False
     stopping: bool = False
 

@@ -41,6 +41,7 @@ import orjson
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.proxy import metrics
+from sardeenz.proxy.demand import Demand, model_state
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL, ModelMetrics
 from sardeenz.proxy.relay import (
     CUT_STATUS,
@@ -115,7 +116,9 @@ class InferenceProxy:
         self._max_body = settings.proxy_max_body_bytes
         self._ready_wait = settings.proxy_ready_wait_seconds
         self._client: UpstreamClient | None = None
-        self._models_cache: tuple[int, bytes] = (-1, b"")
+        self._models_cache: tuple[tuple[int, int], bytes] = ((-1, -1), b"")
+        self.demand: Demand | None = None
+        """Load on first request (catalog/demand.py): asked only on a routing miss."""
         self._last_warning: dict[str, float] = {}
         table.add_listener(metrics.observe_instance)
         for inst in table.instances():
@@ -182,8 +185,14 @@ class InferenceProxy:
                     "model",
                 )
             ep = table.pick(model)
-            if ep is None and not table.is_known(model):
-                raise self._unknown_model(model)
+            if ep is None:
+                demand = self.demand
+                served = demand.resolve(model) if demand is not None else None
+                if served is not None and served != model:  # an alias: the engine knows
+                    model, body = served, _with_model(payload, served)  # the served name
+                    ep = table.pick(model)
+                elif served is None and not table.is_known(model):
+                    raise self._unknown_model(model)
         except ErrorReply as r:
             metrics.for_model(UNKNOWN_MODEL).count(await r.send(send, True))
             return
@@ -198,6 +207,8 @@ class InferenceProxy:
 
     def _unknown_model(self, model: str) -> ErrorReply:
         names = self._table.names()
+        if self.demand is not None:  # catalog models are available too
+            names = sorted(set(names) | set(self.demand.names()))
         shown = ", ".join(names[:50]) + (" ..." if len(names) > 50 else "")
         return ErrorReply(
             404,
@@ -210,23 +221,27 @@ class InferenceProxy:
     async def _models(self, path: str, send: Send, head: bool) -> None:
         """``GET /v1/models`` (and ``/v1/models/{id}``) from the routing table."""
         table = self._table
+        demand = self.demand
+        on_demand = set(demand.names()) if demand is not None else set()
         if path == "/v1/models" or path == "/v1/models/":
             version, body = self._models_cache
-            if version != table.version:
+            now = (table.version, demand.version if demand is not None else 0)
+            if version != now:
+                names = sorted(set(table.names()) | on_demand)
                 body = orjson.dumps(
-                    {"object": "list", "data": [self._model_card(n) for n in table.names()]}
+                    {"object": "list", "data": [self._model_card(n, on_demand) for n in names]}
                 )
-                self._models_cache = (table.version, body)
+                self._models_cache = (now, body)
             await send_json(send, 200, b"" if head else body, content_length=len(body))
             return
         name = path[len("/v1/models/") :]
-        if table.lookup(name) is None:
+        if table.lookup(name) is None and name not in on_demand:
             await self._unknown_model(name).send(send, True)
             return
-        body = orjson.dumps(self._model_card(name))
+        body = orjson.dumps(self._model_card(name, on_demand))
         await send_json(send, 200, b"" if head else body, content_length=len(body))
 
-    def _model_card(self, name: str) -> dict[str, Any]:
+    def _model_card(self, name: str, on_demand: set[str]) -> dict[str, Any]:
         eps = self._table.endpoints(name)
         card: dict[str, Any] = {
             "id": name,
@@ -237,6 +252,9 @@ class InferenceProxy:
         lens = [e.max_model_len for e in eps if e.max_model_len is not None]
         if lens:
             card["max_model_len"] = min(lens)
+        if name in on_demand:  # a catalog model: say whether a request would wait
+            statuses = {i.status for i in self._table.instances(name)}
+            card["state"] = "active" if eps else model_state(statuses)
         return card
 
     # ------------------------------------------------------ /api/direct/{port}
@@ -352,7 +370,11 @@ class InferenceProxy:
         table = self._table
         if ep is None:
             assert model is not None
-            waited = await self._wait_for(model)
+            demand = self.demand
+            if demand is not None and demand.resolve(model) is not None:
+                waited = await demand.wait(model)
+            else:
+                waited = await self._wait_for(model)
             if isinstance(waited, ErrorReply):
                 return await waited.send(send, openai)
             ep = waited
@@ -564,6 +586,15 @@ async def _watch(receive: Receive, state: _State, task: asyncio.Task[Any]) -> No
                 state.client_gone = True
                 task.cancel()
             return
+
+
+def _with_model(payload: dict[str, Any], model: str) -> bytes:
+    """The request body again with ``model`` replaced (alias -> served name)."""
+    payload["model"] = model
+    try:
+        return orjson.dumps(payload)
+    except TypeError:  # an integer beyond 64 bits, parsed by the stdlib
+        return json.dumps(payload).encode()
 
 
 def _parse_json(body: bytes) -> dict[str, Any]:

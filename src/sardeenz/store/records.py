@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from sardeenz.domain import CamelModel
+from sardeenz.domain import CamelModel, EngineKind, StrictCamelModel
 
 
 class MemoryProfile(CamelModel):
@@ -173,3 +174,32 @@ class BenchmarkRun(CamelModel):
     failed_requests: int = 0
     duration_seconds: float | None = None
     scenarios: list[BenchmarkScenario] = Field(default_factory=list)
+
+
+class CatalogEntry(StrictCamelModel):
+    """One on-demand model of the catalog (its name, the served model name, is the key).
+
+    The fields a load request also has carry only their types here: their limits
+    are the load request's (``catalog.validation`` checks an entry by building the
+    ``LoadRequest`` it would start with, then the engine adapter's argument check),
+    so an entry is accepted exactly when the load it stands for would be.
+    """
+
+    model_path: str
+    engine: EngineKind | None = None
+    aliases: list[str] = Field(default_factory=list, max_length=64)
+    extra_args: list[str] = Field(default_factory=list)
+    gpu_ids: list[int] | None = None
+    gpu_memory_limit: float | None = None
+    tensor_parallel_size: int = 1
+    sleep_level: Literal[0, 1, 2] = Field(
+        0, description="0: never sleep; 1: weights to CPU RAM; 2: discard them"
+    )
+    idle_sleep_seconds: float | None = Field(
+        None, gt=0, description="sleep after this long with no request (needs sleepLevel 1 or 2)"
+    )
+    idle_unload_seconds: float | None = Field(
+        None, gt=0, description="unload after this long with no request"
+    )
+    pinned: bool = Field(False, description="never slept, unloaded or evicted for idleness")
+    preload: bool = Field(False, description="start when the server starts")

@@ -129,3 +129,12 @@ audit_log = sa.Table(
     sa.Column("outcome", sa.String(16), nullable=False),
     sa.Column("remote", sa.String(64), nullable=True),
 )
+
+# --- on-demand catalog: entries added through the API (YAML ones are not stored) ----
+catalog_entries = sa.Table(
+    "catalog_entries",
+    metadata,
+    sa.Column("name", sa.String(512), primary_key=True),
+    sa.Column("entry", sa.JSON, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)

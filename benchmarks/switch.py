@@ -1,0 +1,187 @@
+"""Model switch benchmark: time to first token by the state a catalog model is in.
+
+One ``sardeenz serve`` with one catalog entry (the simulated engine, in sleep
+mode), and per round, in this order: the first streamed request when the model
+is (a) running, (b) asleep at level 1, (c) asleep at level 2, (d) unloaded (load
+on first request). In the same round, as baselines: the engine's own wake time
+(its log line "It took X seconds to wake up") and its own cold start, measured
+by starting the same engine program directly and polling its ``/health`` every
+20 ms.
+
+added (wake)  = TTFT(asleep) - engine wake - TTFT(running)
+added (start) = TTFT(unloaded) - direct start - TTFT(running)
+
+Targets (issue 17): <= 50 ms added for a wake, <= 1 s added for a cold start.
+
+Usage: .venv/bin/python benchmarks/switch.py [--rounds 5] [--load-seconds 2] [--wake-ms 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support import ServerProcess, free_port, kill_engines
+
+WAKE_LINE = re.compile(r"It took ([0-9.]+) seconds to wake up")
+MODEL = "switch-bench"
+
+
+def ttft_ms(client: httpx.Client) -> float:
+    """Request -> first streamed token, through the node's /v1."""
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 4, "stream": True}
+    t0 = time.perf_counter()
+    with client.stream("POST", "/v1/completions", json=body) as resp:
+        resp.raise_for_status()
+        first: float | None = None
+        for chunk in resp.iter_bytes():  # read to the end: the connection is reused
+            if first is None and b"data:" in chunk:
+                first = time.perf_counter()
+    if first is None:
+        raise RuntimeError("no token")
+    return (first - t0) * 1000
+
+
+def instance_id(api: httpx.Client) -> str:
+    (inst,) = [i for i in api.get("/api/v1/models").json() if i["servedModelName"] == MODEL]
+    return str(inst["id"])
+
+
+def engine_wake_ms(api: httpx.Client, iid: str, seen: int) -> tuple[float, int]:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = api.get(f"/api/v1/models/{iid}/logs?lines=5000").json()["lines"]
+        found = [float(m.group(1)) * 1000 for ln in lines if (m := WAKE_LINE.search(ln))]
+        if len(found) > seen:
+            return found[-1], len(found)
+        time.sleep(0.05)
+    raise RuntimeError("engine never logged its wake-up")
+
+
+def direct_start_ms(engine_args: list[str]) -> float:
+    """The engine's own cold start: spawn -> /health 200, without Sardeenz."""
+    port = free_port()
+    argv = [sys.executable, "-m", "sardeenz.sim", "--model", MODEL, "--port", str(port)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [*argv, *engine_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    return (time.perf_counter() - t0) * 1000
+            if proc.poll() is not None:
+                raise RuntimeError("engine exited")
+            time.sleep(0.02)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def wait_unloaded(api: httpx.Client) -> None:
+    while any(i["servedModelName"] == MODEL for i in api.get("/api/v1/models").json()):
+        time.sleep(0.05)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--load-seconds", type=float, default=2.0)
+    ap.add_argument("--wake-ms", type=float, default=200)
+    ap.add_argument("--ttft-ms", type=float, default=20)
+    args = ap.parse_args()
+    engine_args = [
+        "--load-seconds",
+        str(args.load_seconds),
+        "--wake-ms",
+        str(args.wake_ms),
+        "--ttft-ms",
+        str(args.ttft_ms),
+        "--itl-ms",
+        "5",
+    ]
+    quoted = ", ".join(f'"{a}"' for a in engine_args)
+    config = (
+        f"catalog:\n  {MODEL}:\n    modelPath: org/{MODEL}\n    engine: sim\n"
+        f"    sleepLevel: 1\n    extraArgs: [{quoted}]\n"
+    )
+    rows: dict[str, list[float]] = {k: [] for k in ("running", "l1", "l2", "unloaded")}
+    wake_engine: list[float] = []
+    start_engine: list[float] = []
+    added_wake: list[float] = []
+    added_start: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "sardeenz.yaml"
+        cfg.write_text(config)
+        srv = ServerProcess(
+            Path(tmp) / "node",
+            args=["--config", str(cfg), "--sim-gpus", "NVIDIA L4:24GiB"],
+            # the defaults an operator runs with, not the test suite's faster polling
+            extra_env={"SARDEENZ_HEALTH_INTERVAL_SECONDS": "2"},
+        ).start()
+        try:
+            with srv.client() as api, httpx.Client(base_url=srv.url, timeout=120) as client:
+                ttft_ms(client)  # first start, warms the connections
+                seen = 0
+                for _ in range(args.rounds):
+                    running = ttft_ms(client)
+                    rows["running"].append(running)
+                    for level, key in ((1, "l1"), (2, "l2")):
+                        iid = instance_id(api)
+                        api.post(f"/api/v1/models/{iid}/sleep?level={level}").raise_for_status()
+                        t = ttft_ms(client)
+                        engine, seen = engine_wake_ms(api, iid, seen)
+                        rows[key].append(t)
+                        wake_engine.append(engine)
+                        added_wake.append(t - engine - running)
+                    api.post(f"/api/v1/models/{instance_id(api)}/unload").raise_for_status()
+                    wait_unloaded(api)
+                    seen = 0
+                    t = ttft_ms(client)
+                    direct = direct_start_ms(engine_args)
+                    rows["unloaded"].append(t)
+                    start_engine.append(direct)
+                    added_start.append(t - direct - running)
+        finally:
+            srv.stop(signal.SIGTERM)
+            kill_engines(srv.data_dir)
+
+    def med(xs: list[float]) -> str:
+        return f"{statistics.median(xs):9.1f}"
+
+    print(
+        f"model switch, simulated engine (load {args.load_seconds:g} s, wake {args.wake_ms:g} ms, "
+        f"ttft {args.ttft_ms:g} ms), {args.rounds} rounds, medians in ms"
+    )
+    print(f"  (a) running                 TTFT {med(rows['running'])}")
+    print(f"  (b) asleep, level 1         TTFT {med(rows['l1'])}")
+    print(f"  (c) asleep, level 2         TTFT {med(rows['l2'])}")
+    print(f"  (d) unloaded (cold start)   TTFT {med(rows['unloaded'])}")
+    print(f"  engine's own wake (its log)      {med(wake_engine)}")
+    print(f"  engine's own start (direct)      {med(start_engine)}")
+    wake_med = statistics.median(added_wake)
+    start_med = statistics.median(added_start)
+    print(
+        f"  added by Sardeenz, wake          {wake_med:9.1f}   target <= 50: "
+        f"{'PASS' if wake_med <= 50 else 'FAIL'}"
+    )
+    print(
+        f"  added by Sardeenz, cold start    {start_med:9.1f}   target <= 1000: "
+        f"{'PASS' if start_med <= 1000 else 'FAIL'}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The on-demand catalog: list and read (readonly), add/replace and delete (admin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from sardeenz.api.deps import ServicesDep
+from sardeenz.catalog.models import CatalogModel
+from sardeenz.security.policy import ADMIN, READONLY
+from sardeenz.store.records import CatalogEntry
+
+router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"])
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"description": "no such entry (`code`: catalog_entry_not_found)"}
+}
+
+
+@router.get("", response_model=list[CatalogModel], dependencies=[READONLY])
+async def list_catalog(services: ServicesDep) -> list[CatalogModel]:
+    """Every catalog entry (config file and API), invalid ones with their error."""
+    return services.catalog.list_models()
+
+
+@router.get(
+    "/{name:path}", response_model=CatalogModel, responses=NOT_FOUND, dependencies=[READONLY]
+)
+async def get_catalog_entry(name: str, services: ServicesDep) -> CatalogModel:
+    return services.catalog.get_model(name)
+
+
+@router.put(
+    "/{name:path}",
+    response_model=CatalogModel,
+    dependencies=[ADMIN],
+    responses={
+        400: {"description": "the entry would not load (`code`: invalid_catalog_entry)"},
+        409: {"description": "a name or alias is another entry's (`catalog_name_taken`)"},
+    },
+)
+async def put_catalog_entry(name: str, body: CatalogEntry, services: ServicesDep) -> CatalogModel:
+    """Add or replace an entry (stored; overrides a config-file entry of the same name).
+
+    Checked like a load request; a running instance keeps running as it was loaded.
+    """
+    return await services.catalog.put(name, body)
+
+
+@router.delete(
+    "/{name:path}",
+    response_model=CatalogModel,
+    dependencies=[ADMIN],
+    responses={
+        **NOT_FOUND,
+        409: {"description": "the entry is the config file's (`catalog_entry_readonly`)"},
+    },
+)
+async def delete_catalog_entry(name: str, services: ServicesDep) -> CatalogModel:
+    """Delete an API entry (a config-file entry of that name applies again); running
+    instances keep running."""
+    return await services.catalog.delete(name)

@@ -1,0 +1,379 @@
+"""Load on first request: a request for a catalog model with nothing running starts it.
+
+The proxy calls ``wait`` for a request whose catalog model is not routable. It
+starts one instance (single flight per model: concurrent first requests share
+one start task, shielded so a client that leaves does not cancel it for the
+others), then waits on the routing table, which also wakes a sleeping
+instance. Waiting is bounded per model: at most ``ondemand_queue_max`` requests
+and ``ondemand_max_wait_seconds`` each; beyond either, an OpenAI-shaped 503
+with ``Retry-After``. A start that fails (refused by the ledger, or the engine
+dying while it starts) answers every waiter with the cause taken from the
+engine's log; for ``ondemand_failure_hold_seconds`` afterwards new requests get
+that cause at once instead of starting the failing engine again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sardeenz.catalog.eviction import MEMORY_REFUSALS
+from sardeenz.catalog.metrics import STATS
+from sardeenz.catalog.registry import Catalog
+from sardeenz.catalog.validation import load_request
+from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
+from sardeenz.errors import SardeenzError
+from sardeenz.proxy.routing import Endpoint, RoutingTable, WakeFailed
+from sardeenz.proxy.wire import ErrorReply
+
+log = logging.getLogger(__name__)
+
+QUEUE_FULL_RETRY_SECONDS = 2
+_REASONS = {"model_not_ready": "timeout", "model_start_failed": "start_failed"}
+
+
+class Starter(Protocol):
+    """What load on demand needs of the supervisor."""
+
+    async def load(self, req: LoadRequest) -> ModelInstance: ...
+
+    async def unload(self, instance_id: str) -> ModelInstance: ...
+
+    async def wake(self, instance_id: str) -> ModelInstance: ...
+
+    def get(self, instance_id: str) -> ModelInstance: ...
+
+    def list_instances(self) -> list[ModelInstance]: ...
+
+
+class Evictor(Protocol):
+    """Who may be unloaded to make room (the idle loop knows who is idle)."""
+
+    def eviction_order(self, exclude: str) -> tuple[list[ModelInstance], bool]: ...
+
+    def busy(self, name: str) -> bool: ...
+
+
+class StartFailed(Exception):
+    """The on-demand start failed; the message is the root cause."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    at: float
+    message: str
+
+
+class OnDemand:
+    """Implements the proxy's ``Demand`` hook (proxy/demand.py) over the catalog."""
+
+    def __init__(
+        self, settings: Settings, catalog: Catalog, table: RoutingTable, starter: Starter
+    ) -> None:
+        self._catalog = catalog
+        self._table = table
+        self._starter = starter
+        self._queue_max = settings.ondemand_queue_max
+        self._max_wait = settings.ondemand_max_wait_seconds
+        self._hold = settings.ondemand_failure_hold_seconds
+        self._tick = settings.ondemand_tick_seconds
+        self._auto_wake = settings.proxy_auto_wake
+        self._waiting = STATS.waiting
+        self._starts: dict[str, asyncio.Task[str]] = {}
+        self._wakes: dict[str, asyncio.Task[ModelInstance]] = {}
+        self._started_ids: dict[str, str] = {}
+        self._failures: dict[str, _Failure] = {}
+        self._tasks: set[asyncio.Task[object]] = set()
+        self.evictor: Evictor | None = None
+        """Set by the app: lets a start that does not fit unload idle catalog models."""
+
+    # ----------------------------------------------------------- the hook
+    @property
+    def version(self) -> int:
+        return self._catalog.version
+
+    def resolve(self, name: str) -> str | None:
+        return self._catalog.resolve(name)
+
+    def names(self) -> list[str]:
+        return self._catalog.names()
+
+    def waiting(self, name: str) -> int:
+        """Requests waiting for ``name`` now (queue depth)."""
+        return self._waiting.get(name, 0)
+
+    async def wait(self, name: str) -> Endpoint | ErrorReply:
+        queued = self._waiting.get(name, 0)
+        if queued >= self._queue_max:
+            STATS.reject(name, "queue_full")
+            return ErrorReply(
+                503,
+                f"Model {name!r} is starting and already has {queued} requests waiting "
+                f"(limit {self._queue_max}, SARDEENZ_ONDEMAND_QUEUE_MAX); retry later",
+                "service_unavailable_error",
+                "queue_full",
+                headers=[(b"retry-after", str(QUEUE_FULL_RETRY_SECONDS).encode())],
+            )
+        self._waiting[name] = queued + 1
+        t0 = time.perf_counter()
+        try:
+            answer = await self._wait(name)
+            if isinstance(answer, ErrorReply):
+                STATS.reject(name, _REASONS.get(answer.code, answer.code))
+            return answer
+        finally:
+            STATS.waited(name, time.perf_counter() - t0)
+            self._waiting[name] -= 1  # kept at 0: the gauge shows the model
+
+    async def _wait(self, name: str) -> Endpoint | ErrorReply:
+        table = self._table
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_wait
+        while True:
+            ep = table.pick(name)
+            if ep is not None:
+                return ep
+            self._note_ended(name)  # did the instance we started fail meanwhile?
+            failed = self._recent_failure(name, loop.time())
+            if failed is not None:
+                return failed
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return self._timed_out(name)
+            pending = table.pending(name)
+            if (
+                not pending
+                and not self._auto_wake
+                and any(v.status is InstanceStatus.SLEEPING for v in table.instances(name))
+            ):
+                return ErrorReply(  # as for any model: asleep, and waking is off
+                    503,
+                    f"Model {name!r} is asleep and auto-wake is off (SARDEENZ_PROXY_AUTO_WAKE)",
+                    "service_unavailable_error",
+                    "model_sleeping",
+                    headers=[(b"retry-after", b"10")],
+                )
+            if not pending:
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._start_once(name)), remaining)
+                except TimeoutError:
+                    return self._timed_out(name)
+                except StartFailed as exc:
+                    return self._failed_reply(name, str(exc))
+                continue
+            if self.evictor is not None and all(
+                v.status is InstanceStatus.SLEEPING for v in pending
+            ):
+                # Wake it here rather than through the table's waker: a wake refused
+                # for memory can then make room like a start does.
+                try:
+                    await asyncio.wait_for(
+                        asyncio.shield(self._wake_once(name, pending[0].instance_id)), remaining
+                    )
+                except TimeoutError:
+                    return self._timed_out(name)
+                except SardeenzError as exc:
+                    return self._wake_failed(name, exc.message)
+                # Awake: the table learns it from the event bus; wait for that below
+                # (the table's waker finds it awake and returns at once).
+            try:
+                ep = await table.wait_until_routable(name, remaining)
+            except WakeFailed as exc:
+                return self._wake_failed(name, str(exc))
+            if ep is not None:
+                return ep
+
+    async def start(self, name: str) -> None:
+        """Start ``name`` unless something of it is running or coming (preload)."""
+        if self._table.pick(name) is not None or self._table.pending(name):
+            return
+        await self._start_once(name)
+
+    async def preload(self) -> None:
+        """Start every ``preload`` entry in the background (errors are logged, not raised)."""
+        for name, entry in self._catalog.entries().items():
+            if entry.preload:
+                task = asyncio.get_running_loop().create_task(self._preload(name))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _preload(self, name: str) -> None:
+        try:
+            await self.start(name)
+        except StartFailed as exc:
+            log.error("preload of %s failed: %s", name, exc)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # ---------------------------------------------------------- internals
+    def _start_once(self, name: str) -> asyncio.Task[str]:
+        task = self._starts.get(name)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(
+                self._start(name), name=f"sardeenz-ondemand-{name}"
+            )
+            self._starts[name] = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            # A start nobody awaits any more (every waiter left) must not log
+            # "exception never retrieved".
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    async def _start(self, name: str) -> str:
+        entry = self._catalog.entry(name)
+        if entry is None:
+            raise StartFailed(f"model {name!r} is no longer in the catalog")
+        # Failed instances of this model are what is left of an earlier start:
+        # clear them so the model's state is that of the new one.
+        for inst in self._starter.list_instances():
+            if inst.served_model_name == name and inst.status is InstanceStatus.FAILED:
+                with contextlib.suppress(SardeenzError):
+                    await self._starter.unload(inst.id)
+        STATS.started(name)
+        log.info("starting %s on demand (first request)", name)
+        try:
+            inst = await self._load_making_room(name, load_request(name, entry))
+        except SardeenzError as exc:
+            message = f"cannot start: {exc.message}"
+            if exc.code in MEMORY_REFUSALS:
+                message += " (no idle, unpinned catalog model left to evict)"
+            STATS.start_failed(name)
+            self._failures[name] = _Failure(asyncio.get_running_loop().time(), message)
+            raise StartFailed(message) from None
+        self._started_ids[name] = inst.id
+        if inst.status is InstanceStatus.FAILED:  # the engine could not even be spawned
+            self._note_ended(name)
+            raise StartFailed(inst.error_message or "the engine could not be started")
+        # The routing updater learns of the instance from the event bus a moment
+        # later; waiters look at the table now, so tell it first (apply is idempotent).
+        if not any(v.instance_id == inst.id for v in self._table.instances(name)):
+            self._table.apply(inst)
+        return inst.id
+
+    async def _load_making_room(self, name: str, req: LoadRequest) -> ModelInstance:
+        return await self._making_room(name, lambda: self._starter.load(req))
+
+    async def _making_room(
+        self, name: str, attempt: Callable[[], Awaitable[ModelInstance]]
+    ) -> ModelInstance:
+        """Run ``attempt`` (a load or a wake); while the ledger refuses it for memory,
+        unload the next idle victim and try again.
+
+        When no victim may go yet but one will (busy, or just loaded), wait a tick and
+        try again, up to the max wait (the waiters give up then anyway).
+        """
+        evicted: set[str] = set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_wait
+        while True:
+            try:
+                return await attempt()
+            except SardeenzError as exc:
+                if exc.code not in MEMORY_REFUSALS or self.evictor is None:
+                    raise
+                order, later = self.evictor.eviction_order(exclude=name)
+                victims = [v for v in order if v.id not in evicted]
+                # The last look at in-flight requests: the unload call starts right after.
+                victim = next(
+                    (v for v in victims if not self.evictor.busy(v.served_model_name)), None
+                )
+                if victim is None:
+                    if later and loop.time() < deadline:
+                        await asyncio.sleep(self._tick)
+                        continue
+                    raise
+                evicted.add(victim.id)
+                log.warning(
+                    "evicting %s (instance %s, %s) to make room for %s: %s",
+                    victim.served_model_name,
+                    victim.id,
+                    victim.status.value,
+                    name,
+                    exc.message,
+                )
+                STATS.action(victim.served_model_name, "unload", "evicted")
+                try:
+                    await self._starter.unload(victim.id)
+                except SardeenzError as unload_exc:
+                    log.warning("eviction of %s failed: %s", victim.id, unload_exc.message)
+
+    def _wake_once(self, name: str, instance_id: str) -> asyncio.Task[ModelInstance]:
+        """One wake (making room if needed) per model at a time, shared by its waiters."""
+        task = self._wakes.get(name)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(
+                self._making_room(name, lambda: self._starter.wake(instance_id)),
+                name=f"sardeenz-ondemand-wake-{name}",
+            )
+            self._wakes[name] = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    @staticmethod
+    def _wake_failed(name: str, cause: str) -> ErrorReply:
+        return ErrorReply(
+            503,
+            f"Model {name!r} is asleep and could not be woken: {cause}",
+            "service_unavailable_error",
+            "wake_failed",
+            headers=[(b"retry-after", b"10")],
+        )
+
+    def _note_ended(self, name: str) -> None:
+        iid = self._started_ids.get(name)
+        if iid is None:
+            return
+        try:
+            inst = self._starter.get(iid)
+        except SardeenzError:
+            return
+        if inst.status is InstanceStatus.FAILED:
+            cause = inst.error_message or "the engine failed while starting"
+            self._failures[name] = _Failure(asyncio.get_running_loop().time(), cause)
+            self._started_ids.pop(name, None)
+            STATS.start_failed(name)
+            log.warning("on-demand start of %s failed: %s", name, cause)
+
+    def _recent_failure(self, name: str, now: float) -> ErrorReply | None:
+        failure = self._failures.get(name)
+        if failure is None:
+            return None
+        if now - failure.at >= self._hold:
+            del self._failures[name]
+            return None
+        return self._failed_reply(name, failure.message)
+
+    def _failed_reply(self, name: str, cause: str) -> ErrorReply:
+        retry = str(max(1, math.ceil(self._hold))).encode()
+        return ErrorReply(
+            503,
+            f"Model {name!r} failed to start: {cause}",
+            "service_unavailable_error",
+            "model_start_failed",
+            headers=[(b"retry-after", retry)],
+        )
+
+    def _timed_out(self, name: str) -> ErrorReply:
+        retry = str(max(1, min(30, math.ceil(self._max_wait / 4)))).encode()
+        return ErrorReply(
+            503,
+            f"Model {name!r} is not ready yet (waited {self._max_wait:g} s, "
+            "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS); retry later",
+            "service_unavailable_error",
+            "model_not_ready",
+            headers=[(b"retry-after", retry)],
+        )

@@ -1,0 +1,209 @@
+"""The idle loop: one owned background task that sleeps, then unloads, idle catalog models.
+
+Every ``ondemand_tick_seconds`` it looks at each instance whose served name is a
+catalog entry, asks the pure policy (``idle.decide``) and carries out the answer
+through the supervisor. Activity comes from the proxy's per-model counters
+(``proxy.metrics``: requests in flight and requests finished), sampled here:
+a request that started or ended since the last tick restarts the idle clock.
+So the hot path pays nothing beyond the integer updates it already makes, and
+TTLs are as precise as the tick.
+
+Clocks live in this process only: a restarted controller re-adopts its engines
+and starts every idle clock (and the minimum residency) afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sardeenz.catalog.eviction import Candidate, free_later, order_victims
+from sardeenz.catalog.idle import IdleAction, IdleFacts, IdleRules, decide
+from sardeenz.catalog.metrics import STATS
+from sardeenz.catalog.registry import Catalog
+from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus, ModelInstance
+from sardeenz.errors import SardeenzError
+from sardeenz.proxy import metrics
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_FAILURE = 30.0
+"""Seconds before an idle action that failed (engine refused to sleep) is tried again."""
+
+
+class Lifecycle(Protocol):
+    """What the idle loop needs of the supervisor."""
+
+    def list_instances(self) -> list[ModelInstance]: ...
+
+    async def sleep(self, instance_id: str, level: int) -> ModelInstance: ...
+
+    async def unload(self, instance_id: str) -> ModelInstance: ...
+
+
+Activity = Callable[[str], tuple[int, int]]
+"""``activity(served_name) -> (in flight now, requests finished so far)``."""
+
+
+def proxy_activity(name: str) -> tuple[int, int]:
+    """The proxy's counters for ``name`` (both the express path and the forwarder keep them)."""
+    mm = metrics.for_model(name)
+    return mm.in_flight, sum(mm.requests.values())
+
+
+@dataclass(slots=True)
+class _Clock:
+    last_activity: float
+    finished_seen: int
+    active_since: float | None = None
+    retry_at: float = 0.0
+
+
+class IdleReaper:
+    """Owns the idle loop task: ``start()`` on serve, ``stop()`` on shutdown."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: Catalog,
+        lifecycle: Lifecycle,
+        activity: Activity = proxy_activity,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._catalog = catalog
+        self._lifecycle = lifecycle
+        self._activity = activity
+        self._clock = clock
+        self._tick = settings.ondemand_tick_seconds
+        self._min_residency = settings.ondemand_min_residency_seconds
+        self._clocks: dict[str, _Clock] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="sardeenz-idle-reaper"
+            )
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick)
+            try:
+                await self.tick()
+            except Exception:  # one bad tick must not end idle handling for good
+                log.exception("idle loop tick failed")
+
+    async def tick(self) -> None:
+        """One pass over every catalog model's instances."""
+        now = self._clock()
+        seen: set[str] = set()
+        for inst in self._lifecycle.list_instances():
+            name = inst.served_model_name
+            entry = self._catalog.entry(name)
+            if entry is None:
+                continue
+            seen.add(inst.id)
+            in_flight, clock = self._observe(inst, now)
+            if now < clock.retry_at:
+                continue
+            facts = IdleFacts(
+                status=inst.status.value,
+                in_flight=in_flight,
+                idle_for=now - clock.last_activity,
+                resident_for=now - clock.active_since if clock.active_since is not None else 0.0,
+                sleep_capable=inst.sleep_mode_enabled,
+            )
+            rules = IdleRules(
+                sleep_level=entry.sleep_level,
+                idle_sleep_seconds=entry.idle_sleep_seconds,
+                idle_unload_seconds=entry.idle_unload_seconds,
+                pinned=entry.pinned,
+                min_residency_seconds=self._min_residency,
+            )
+            action = decide(facts, rules)
+            if action is not IdleAction.KEEP:
+                await self._apply(action, inst, entry.sleep_level, facts.idle_for, clock)
+        for gone in set(self._clocks) - seen:
+            del self._clocks[gone]
+
+    def _observe(self, inst: ModelInstance, now: float) -> tuple[int, _Clock]:
+        """Sample the model's activity into the instance's clock: (in flight, clock)."""
+        in_flight, finished = self._activity(inst.served_model_name)
+        clock = self._clocks.get(inst.id)
+        if clock is None:  # first sight (new load or re-adopted): the clock starts now
+            clock = self._clocks[inst.id] = _Clock(last_activity=now, finished_seen=finished)
+        if in_flight > 0 or finished != clock.finished_seen:
+            clock.last_activity = now
+            clock.finished_seen = finished
+        if inst.status is InstanceStatus.ACTIVE and clock.active_since is None:
+            clock.active_since = now
+        return in_flight, clock
+
+    def eviction_order(self, exclude: str) -> tuple[list[ModelInstance], bool]:
+        """Instances of other catalog models that may be unloaded to make room, LRU first,
+        and whether others (busy or just loaded) could be later."""
+        now = self._clock()
+        cands: list[Candidate] = []
+        by_id: dict[str, ModelInstance] = {}
+        for inst in self._lifecycle.list_instances():
+            entry = self._catalog.entry(inst.served_model_name)
+            if entry is None or inst.served_model_name == exclude:
+                continue
+            in_flight, clock = self._observe(inst, now)
+            by_id[inst.id] = inst
+            cands.append(
+                Candidate(
+                    instance_id=inst.id,
+                    name=inst.served_model_name,
+                    status=inst.status.value,
+                    pinned=entry.pinned,
+                    in_flight=in_flight,
+                    last_activity=clock.last_activity,
+                    resident_for=now - clock.active_since if clock.active_since is not None else 0,
+                )
+            )
+        victims = order_victims(cands, self._min_residency)
+        return [by_id[c.instance_id] for c in victims], free_later(cands, self._min_residency)
+
+    def busy(self, name: str) -> bool:
+        """A request for ``name`` is in flight right now."""
+        return self._activity(name)[0] > 0
+
+    async def _apply(
+        self, action: IdleAction, inst: ModelInstance, level: int, idle_for: float, clock: _Clock
+    ) -> None:
+        name = inst.served_model_name
+        # Re-read right before acting: a request may have arrived during an earlier await
+        # of this tick (the call below starts synchronously, so none can slip in after).
+        if self._activity(name)[0] > 0:
+            return
+        log.info(
+            "idle: %s %s (instance %s) after %.0f s without requests",
+            f"putting to sleep (level {level})" if action is IdleAction.SLEEP else "unloading",
+            name,
+            inst.id,
+            idle_for,
+        )
+        try:
+            if action is IdleAction.SLEEP:
+                await self._lifecycle.sleep(inst.id, level)
+            else:
+                await self._lifecycle.unload(inst.id)
+        except (SardeenzError, OSError) as exc:
+            clock.retry_at = self._clock() + RETRY_AFTER_FAILURE
+            log.warning("idle: could not %s %s (%s): %s", action.value, name, inst.id, exc)
+            return
+        STATS.action(name, action.value, "idle")

@@ -1,0 +1,188 @@
+"""The catalog: which models this node may start on demand, and how.
+
+Two sources, one view. The YAML file (``catalog:`` of ``--config``) is read at
+start-up; API entries (``PUT /api/v1/catalog/{name}``) are stored in SQLite.
+On a name clash the API entry wins (an operator fixing a model at run time
+should not need a restart) and the YAML entry comes back when the API entry is
+deleted; a YAML entry itself cannot be deleted or replaced through DELETE, only
+overridden with PUT. Every entry is checked on its own (``validation``): a bad
+one is logged and listed with its error, the others serve.
+
+``resolve`` (name or alias -> entry name) is a dict lookup: the proxy calls it
+for every request that misses the routing table.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sardeenz.catalog.models import CatalogModel, CatalogSource, CatalogState
+from sardeenz.catalog.validation import EntryInvalid, check_catalog, check_entry, check_name
+from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.errors import Conflict, InvalidRequest, NotFound
+from sardeenz.proxy.demand import model_state
+from sardeenz.store.catalog import CatalogRepository
+from sardeenz.store.records import CatalogEntry
+
+log = logging.getLogger(__name__)
+
+
+def state_of(statuses: set[InstanceStatus]) -> CatalogState:
+    """A model's state from its instances' statuses: the most useful one wins (the
+    same rule as ``state`` in ``GET /v1/models``)."""
+    return cast(CatalogState, model_state(statuses))
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    name: str
+    source: CatalogSource
+    entry: CatalogEntry | None
+    error: str | None
+    overrides_config: bool = False
+
+
+class Catalog:
+    """The merged catalog; see the module docstring. All mutation on the event loop."""
+
+    def __init__(
+        self,
+        config_entries: Mapping[str, Any],
+        default_engine: EngineKind,
+        repo: CatalogRepository,
+        instances: Callable[[], list[ModelInstance]],
+    ) -> None:
+        self._config_raw = dict(config_entries)
+        self._default_engine = default_engine
+        self._repo = repo
+        self._instances = instances
+        self._api_raw: dict[str, dict[str, Any]] = {}
+        self._items: dict[str, _Item] = {}
+        self._names: dict[str, str] = {}
+        self.version = 0
+        """Bumped on every change (``GET /v1/models`` caches on it)."""
+
+    async def start(self) -> None:
+        """Read the stored API entries and build the view; log every bad entry once."""
+        self._api_raw = await self._repo.list_all()
+        self._rebuild()
+        for item in self._items.values():
+            if item.error is not None:
+                log.error("%s (%s; the other entries serve)", item.error, item.source)
+        good = [i.name for i in self._items.values() if i.entry is not None]
+        if self._items:
+            log.info("catalog: %d model(s) on demand: %s", len(good), ", ".join(good) or "none")
+
+    # ------------------------------------------------------------------ reads
+    def resolve(self, name: str) -> str | None:
+        """The entry a request's ``model`` names (its name or an alias), or None."""
+        return self._names.get(name)
+
+    def entry(self, name: str) -> CatalogEntry | None:
+        item = self._items.get(name)
+        return item.entry if item is not None else None
+
+    def names(self) -> list[str]:
+        """Names of the usable entries, sorted."""
+        return sorted(n for n, i in self._items.items() if i.entry is not None)
+
+    def entries(self) -> dict[str, CatalogEntry]:
+        return {n: i.entry for n, i in self._items.items() if i.entry is not None}
+
+    def list_models(self) -> list[CatalogModel]:
+        by_name: dict[str, list[ModelInstance]] = {}
+        for inst in self._instances():
+            by_name.setdefault(inst.served_model_name, []).append(inst)
+        return [self._model(i, by_name.get(i.name, [])) for i in self._sorted()]
+
+    def get_model(self, name: str) -> CatalogModel:
+        item = self._items.get(name)
+        if item is None:
+            raise NotFound(f"no catalog entry named {name!r}", code="catalog_entry_not_found")
+        insts = [i for i in self._instances() if i.served_model_name == name]
+        return self._model(item, insts)
+
+    # ---------------------------------------------------------------- changes
+    async def put(self, name: str, entry: CatalogEntry) -> CatalogModel:
+        """Add or replace the API entry ``name`` (overrides a config entry of that name)."""
+        try:
+            check_name(name)
+            checked = check_entry(name, entry, self._default_engine)
+        except EntryInvalid as exc:
+            raise InvalidRequest(str(exc), code="invalid_catalog_entry") from None
+        for n in (name, *checked.aliases):
+            owner = self._names.get(n)
+            if owner is not None and owner != name:
+                raise Conflict(
+                    f"catalog entry {name!r}: {n!r} already names entry {owner!r}",
+                    code="catalog_name_taken",
+                )
+        data = checked.model_dump(mode="json", exclude_defaults=True)
+        await self._repo.put(name, data)
+        self._api_raw[name] = data
+        self._rebuild()
+        log.info("catalog: entry %s set through the API", name)
+        return self.get_model(name)
+
+    async def delete(self, name: str) -> CatalogModel:
+        """Remove the API entry ``name``; a config entry of that name comes back."""
+        if name not in self._api_raw:
+            if name in self._config_raw:
+                raise Conflict(
+                    f"catalog entry {name!r} comes from the config file; change it there "
+                    "(or override it with PUT)",
+                    code="catalog_entry_readonly",
+                )
+            raise NotFound(f"no catalog entry named {name!r}", code="catalog_entry_not_found")
+        removed = self.get_model(name)
+        await self._repo.delete(name)
+        del self._api_raw[name]
+        self._rebuild()
+        log.info("catalog: entry %s deleted through the API", name)
+        return removed
+
+    # -------------------------------------------------------------- internals
+    def _rebuild(self) -> None:
+        merged: dict[str, Any] = {
+            n: d for n, d in self._config_raw.items() if str(n) not in self._api_raw
+        }
+        merged.update(self._api_raw)
+        good, bad = check_catalog(merged, self._default_engine)
+        items: dict[str, _Item] = {}
+        for raw_name in merged:
+            name = str(raw_name)
+            source: CatalogSource = "api" if name in self._api_raw else "config"
+            items[name] = _Item(
+                name=name,
+                source=source,
+                entry=good.get(name),
+                error=bad.get(name),
+                overrides_config=source == "api" and name in self._config_raw,
+            )
+        names: dict[str, str] = {}
+        for name, entry in good.items():
+            for n in (name, *entry.aliases):
+                names[n] = name
+        self._items, self._names = items, names
+        self.version += 1
+
+    def _sorted(self) -> list[_Item]:
+        return [self._items[n] for n in sorted(self._items)]
+
+    @staticmethod
+    def _model(item: _Item, insts: list[ModelInstance]) -> CatalogModel:
+        state: CatalogState = (
+            "invalid" if item.entry is None else state_of({i.status for i in insts})
+        )
+        return CatalogModel(
+            name=item.name,
+            source=item.source,
+            state=state,
+            error=item.error,
+            overrides_config=item.overrides_config,
+            instance_ids=sorted(i.id for i in insts),
+            entry=item.entry,
+        )

@@ -1,0 +1,46 @@
+"""The proxy's hook for models that start on demand (implemented by ``catalog.demand``).
+
+The proxy asks it only when a request misses the routing table, so the hit path
+(and the express path, which only takes requests for active instances) never
+pays for it. Defined here, as a protocol, so the proxy does not import the
+catalog: the catalog is a service above it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sardeenz.domain import InstanceStatus
+from sardeenz.proxy.routing import Endpoint
+from sardeenz.proxy.wire import ErrorReply
+
+_STATE_ORDER = (
+    InstanceStatus.ACTIVE,
+    InstanceStatus.STARTING,
+    InstanceStatus.SLEEPING,
+    InstanceStatus.STOPPING,
+    InstanceStatus.FAILED,
+)
+
+
+class Demand(Protocol):
+    @property
+    def version(self) -> int:
+        """Changes whenever ``names()`` may answer differently."""
+
+    def resolve(self, name: str) -> str | None:
+        """The served name a request's ``model`` stands for (itself or an alias), or None."""
+
+    def names(self) -> list[str]:
+        """Every served name that can start on demand, sorted."""
+
+    async def wait(self, name: str) -> Endpoint | ErrorReply:
+        """Start ``name`` if nothing of it is running or coming, and wait for it (bounded)."""
+
+
+def model_state(statuses: set[InstanceStatus]) -> str:
+    """What ``GET /v1/models`` shows in ``state`` for a model with these instances."""
+    for status in _STATE_ORDER:
+        if status in statuses:
+            return status.value
+    return "unloaded"
