@@ -31,6 +31,7 @@ from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.proxy.inflight import ProxyTraffic
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
@@ -61,6 +62,8 @@ def build_services(settings: Settings) -> Services:
     table = RoutingTable(engine_host=settings.engine_host)
     if settings.proxy_auto_wake:
         table.waker = _waker(supervisor)
+    proxy = InferenceProxy(settings, table)
+    supervisor.traffic = ProxyTraffic(table, proxy.inflight)
     return Services(
         settings=settings,
         bus=bus,
@@ -72,7 +75,7 @@ def build_services(settings: Settings) -> Services:
         segments=segments,
         kvctl=Kvctl.for_settings(settings),
         routing=table,
-        proxy=InferenceProxy(settings, table),
+        proxy=proxy,
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
         auth=Authenticator(settings),
         api_keys=api_keys,
