@@ -56,6 +56,29 @@ class Outcome:
         return f"error:{self.code}"
 
 
+async def whole_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> Outcome:
+    """A non-streamed completion: done, or an OpenAI error body."""
+    out = Outcome()
+    body = {"model": model, "prompt": "hello", "max_tokens": max_tokens}
+    try:
+        resp = await client.post("/v1/completions", json=body)
+        out.status = resp.status_code
+        data = resp.json()
+        if resp.status_code == 200:
+            out.done = True
+            out.finish_reason = data["choices"][0]["finish_reason"]
+        else:
+            out.error = data.get("error")
+            out.code = out.error["code"] if out.error else "no-error-object"
+    except httpx.TimeoutException:
+        out.problem = "hung"
+    except httpx.HTTPError as exc:
+        out.problem = f"transport:{type(exc).__name__}"
+    finally:
+        out.ended_at = time.monotonic()
+    return out
+
+
 async def stream_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> Outcome:
     out = Outcome()
     body = {"model": model, "prompt": "hello", "max_tokens": max_tokens, "stream": True}
@@ -210,15 +233,29 @@ def test_request_right_after_sleep_is_held_and_wakes_the_model(
                 assert resp.json()["choices"][0]["finish_reason"] == "length"
 
 
-def test_unload_drains_then_cuts_with_model_unloaded(drain_server: ServerProcess) -> None:
-    """Before the fix: cut after the sim's own 5 s with ``engine_failed``."""
+@pytest.mark.parametrize("fast_lane", [True, False], ids=["express", "handler"])
+def test_unload_drains_then_cuts_with_model_unloaded(
+    server_factory: ServerPool, fast_lane: bool
+) -> None:
+    """Before the fix: cut after the sim's own 5 s with ``engine_failed``.
+
+    Both relay paths: the express path (fast lane) and the ASGI handler (fast lane off).
+    """
+    drain_server = server_factory(
+        extra_env={
+            "SARDEENZ_STOP_GRACE_SECONDS": str(GRACE),
+            "SARDEENZ_PROXY_FAST_LANE": "true" if fast_lane else "false",
+        }
+    ).start()
     with drain_server.client() as api:
         inst = load_active(api, "leaving", *sim_args())
 
         def unload() -> httpx.Response:
             return api.post(f"/api/v1/models/{inst['id']}/unload")
 
-        async def both() -> tuple[list[Outcome], list[Outcome], float, httpx.Response]:
+        async def both() -> tuple[
+            list[Outcome], list[Outcome], list[Outcome], float, httpx.Response
+        ]:
             limits = httpx.Limits(max_connections=60, max_keepalive_connections=60)
             timeout = httpx.Timeout(CLIENT_TIMEOUT, connect=10)
             async with httpx.AsyncClient(
@@ -227,22 +264,27 @@ def test_unload_drains_then_cuts_with_model_unloaded(drain_server: ServerProcess
                 # 20 short streams (1.5 s) finish within the grace, 20 long ones (20 s) do not.
                 short = [asyncio.create_task(stream_one(client, "leaving", 30)) for _ in range(20)]
                 long = [asyncio.create_task(stream_one(client, "leaving", 400)) for _ in range(20)]
+                # non-streamed: no byte before the end, so these are cut before the head
+                whole = [asyncio.create_task(whole_one(client, "leaving", 400)) for _ in range(5)]
                 await asyncio.sleep(0.5)
                 t0 = time.monotonic()
                 resp = await asyncio.to_thread(unload)
                 return (
                     list(await asyncio.gather(*short)),
                     list(await asyncio.gather(*long)),
+                    list(await asyncio.gather(*whole)),
                     t0,
                     resp,
                 )
 
-        short, long, t_unload, resp = asyncio.run(both())
+        short, long, whole, t_unload, resp = asyncio.run(both())
         assert resp.status_code == 200, resp.text
-        check_shape(short + long)
+        check_shape(short + long + whole)
         assert counts(short) == {"completed": 20}
         assert counts(long) == {"error:model_unloaded": 20}
-        for o in long:
+        assert counts(whole) == {"error:model_unloaded": 5}
+        assert {o.status for o in whole} == {502}
+        for o in long + whole:
             assert o.error is not None
             assert "unloaded" in o.error["message"]
             # cut when the grace ran out, not before and not much after

@@ -20,6 +20,10 @@ that shapes what it sees is taken here and both paths call it:
   engine and is not repeated;
 * **small bodies are read whole** (``READ_WHOLE_LIMIT``) and sent in one
   write, so an engine dying while sending one is still a clean 502;
+* **an operator's end** (a forced sleep, an unload whose grace ran out, or
+  the engine dropping requests while it stops; see proxy/inflight.py): the
+  same two shapes, with code ``model_sleeping`` / ``model_unloaded`` instead
+  of ``engine_failed``, so a client can tell it from a crash;
 * **the metrics** of a request (in flight, overhead, time to first byte,
   duration, count by status) are observed by the functions at the bottom.
 
