@@ -34,6 +34,7 @@ from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.proxy.inflight import ProxyTraffic
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
@@ -76,6 +77,7 @@ def build_services(settings: Settings) -> Services:
     ondemand.evictor = reaper
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
+    supervisor.traffic = ProxyTraffic(table, proxy.inflight)
     return Services(
         settings=settings,
         bus=bus,

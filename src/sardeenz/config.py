@@ -143,6 +143,14 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = Field(
         20.0, ge=0, validation_alias=_env("SARDEENZ_STOP_GRACE_SECONDS", "stop_grace_seconds")
     )
+    sleep_drain_seconds: float = Field(
+        30.0,
+        ge=0,
+        validation_alias=_env("SARDEENZ_SLEEP_DRAIN_SECONDS", "sleep_drain_seconds"),
+    )
+    """How long ``POST .../sleep`` waits for the requests in flight on the instance to
+    finish (new ones are held meanwhile) before it answers 409 ``requests_in_flight``,
+    or, with ``force``, cuts them with an SSE error ``model_sleeping``."""
     log_buffer_lines: int = Field(
         2000, ge=10, validation_alias=_env("SARDEENZ_LOG_BUFFER_LINES", "log_buffer_lines")
     )

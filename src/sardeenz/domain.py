@@ -140,3 +140,9 @@ class SleepRequest(StrictCamelModel):
     """Body of ``POST /api/v1/models/{id}/sleep`` (``level`` may also be a query parameter)."""
 
     level: int = Field(1, ge=1, le=2, description="1: offload weights to CPU; 2: discard them")
+    force: bool = Field(
+        False,
+        description="cut the requests still in flight after SARDEENZ_SLEEP_DRAIN_SECONDS "
+        "(their clients get an error with code model_sleeping) instead of answering 409 "
+        "requests_in_flight",
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -421,6 +422,50 @@ async def test_sleep_wake_cycle(sim: SimProcess) -> None:
     assert re.search(r"It took 0\.\d{6} seconds to fall asleep\.", log)
     assert re.search(r"Sleep mode freed 3\.88 GiB memory, 0\.12 GiB memory is still in use\.", log)
     assert re.search(r"It took 0\.\d{6} seconds to wake up tags \['weights'\]\.", log)
+
+
+async def _stream_finish(http: httpx.AsyncClient, max_tokens: int) -> tuple[str | None, bool]:
+    """Stream a completion; the last finish_reason seen and whether [DONE] came."""
+    body = {"model": "sim-a", "prompt": "z", "max_tokens": max_tokens, "stream": True}
+    reason: str | None = None
+    done = False
+    async with http.stream("POST", "/v1/completions", json=body) as resp:
+        async for line in resp.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                for choice in json.loads(line[6:])["choices"]:
+                    reason = choice.get("finish_reason") or reason
+    return reason, done
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [(None, "abort"), ("abort", "abort"), ("wait", "length"), ("keep", "length")],
+)
+async def test_sleep_modes_with_a_stream_in_flight(
+    sim: SimProcess, mode: str | None, expected: str
+) -> None:
+    """vLLM's ``/sleep?mode=``: abort (default) ends streams, wait finishes them, keep pauses."""
+    async with httpx.AsyncClient(base_url=sim.base_url, timeout=15) as http:
+        stream = asyncio.create_task(_stream_finish(http, 100))  # ~0.6 s
+        await asyncio.sleep(0.2)
+        params = {"level": "1"} | ({"mode": mode} if mode else {})
+        t0 = time.monotonic()
+        assert (await http.post("/sleep", params=params)).status_code == 200
+        slept_after = time.monotonic() - t0
+        if mode == "keep":  # frozen until the wake-up, then it completes
+            await asyncio.sleep(0.5)
+            assert not stream.done()
+            await http.post("/wake_up")
+            reason, done = await asyncio.wait_for(stream, 10)
+        else:
+            reason, done = await asyncio.wait_for(stream, 10)
+            await http.post("/wake_up")
+        assert (reason, done) == (expected, True)
+        if mode == "wait":
+            assert slept_after > 0.2  # it waited for the stream
+        assert metric(sim.base_url, "vllm:num_requests_running") == 0
 
 
 # --------------------------------------------------------------------------- lifecycle

@@ -39,7 +39,12 @@ async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
     "/{instance_id}/unload", response_model=ModelInstance, responses=ERRORS, dependencies=[ADMIN]
 )
 async def unload_model(instance_id: str, services: ServicesDep) -> ModelInstance:
-    """Stop the engine (SIGTERM, grace, SIGKILL) and remove the instance."""
+    """Stop the engine and remove the instance.
+
+    The instance leaves routing first; its requests in flight get
+    ``SARDEENZ_STOP_GRACE_SECONDS`` to finish, those left are cut with an error
+    ``model_unloaded``; then SIGTERM, the grace again, SIGKILL.
+    """
     return await services.supervisor.unload(instance_id)
 
 
@@ -54,14 +59,20 @@ async def sleep_model(
     services: ServicesDep,
     body: SleepRequest | None = None,
     level: Annotated[int | None, Query(ge=1, le=2)] = None,
+    force: Annotated[bool | None, Query()] = None,
 ) -> ModelInstance:
     """Put an instance to sleep (level 1: weights to CPU RAM; 2: discard them).
 
     ``level`` comes from the query or the body (default 1). 409
     ``sleep_mode_disabled`` when the instance was loaded without sleep mode.
+    New requests for the model are held from the start (they wake it afterwards);
+    the requests in flight get ``SARDEENZ_SLEEP_DRAIN_SECONDS`` to finish, then the
+    sleep is refused with 409 ``requests_in_flight`` (``inFlight``: how many), or,
+    with ``force`` (query or body), they are cut with an error ``model_sleeping``.
     """
     chosen = level if level is not None else (body.level if body is not None else 1)
-    return await services.supervisor.sleep(instance_id, chosen)
+    forced = force if force is not None else (body.force if body is not None else False)
+    return await services.supervisor.sleep(instance_id, chosen, forced)
 
 
 @router.post(

@@ -69,6 +69,7 @@ class ExpressRelay:
         self._proxy = proxy
         self._table = proxy.table
         self._keys = api_keys
+        self.inflight = proxy.inflight
 
     def begin(
         self,
@@ -176,6 +177,7 @@ class _Exchange:
         self._last = b"\n\n"
         self._done = False
         started(mm)
+        relay.inflight.add(ep.instance_id, self)
 
     # ------------------------------------------------------------ engine side
     def send(self, conn: Connection, data: bytes) -> None:
@@ -262,7 +264,8 @@ class _Exchange:
                 self._fall_back()
                 return
             self._relay.warn(ep, failure_note(error, error.received))
-            reply = engine_failed(repr(self._model), error.received)
+            code = self._relay.inflight.end_code(ep.instance_id)
+            reply = engine_failed(repr(self._model), error.received, code)
             body = reply.render(True)
             head, _, keep = self._lane.response_head(
                 reply.status,
@@ -274,7 +277,8 @@ class _Exchange:
             return
         self._relay.warn(ep, cut_note(error))
         before = self._take_pending() if self._pending else b""  # what came before the failure
-        end = stream_end_on_failure(repr(self._model), self._event_stream, self._last)
+        code = self._relay.inflight.end_code(ep.instance_id)
+        end = stream_end_on_failure(repr(self._model), self._event_stream, self._last, code)
         if end is None:
             self._end(CUT_STATUS, reusable=False)  # a cut body must not look complete
             return
@@ -282,6 +286,21 @@ class _Exchange:
             end = b"%x\r\n%s\r\n%s" % (len(end), end, _LAST_CHUNK)
         self._write(before + end)
         self._end(CUT_STATUS, reusable=self._chunked and self.keep_alive)
+
+    def cut(self) -> None:
+        """A drain ran out (``Inflight.cut``): end the request with the instance's end code.
+
+        The engine connection is closed (the engine aborts the generation) and the
+        client gets what an engine failure would give it, under the drain's code.
+        """
+        if self._done:
+            return
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abort_exchange()
+        if self.connecting is not None:
+            self.connecting.cancel()
+        self.on_error(UpstreamClosed("ended by the controller", received=True))
 
     # ------------------------------------------------------------ client side
     def disconnect(self) -> None:
@@ -312,6 +331,7 @@ class _Exchange:
         LANE.express += 1
         self._done = True
         self._conn = None
+        self._relay.inflight.discard(self._ep.instance_id, self)
         finished(self._mm, self._t0, status)
         self._lane.finish(self, reusable)
 
@@ -319,6 +339,7 @@ class _Exchange:
         """Hand the request to the ASGI handler, as if we had never taken it."""
         self._done = True
         self._conn = None
+        self._relay.inflight.discard(self._ep.instance_id, self)
         withdrawn(self._mm)
         url, headers, body = self.request
         self._lane.run_app(b"POST", url, headers, body, self.keep_alive)

@@ -42,6 +42,7 @@ from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.proxy import metrics
 from sardeenz.proxy.demand import Demand, model_state
+from sardeenz.proxy.inflight import Inflight
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL, ModelMetrics
 from sardeenz.proxy.relay import (
     CUT_STATUS,
@@ -90,14 +91,29 @@ class _TooLarge(Exception):
 
 
 class _State:
-    """Per-request flags shared between the handler and its disconnect watcher."""
+    """Per-request flags shared between the handler, its disconnect watcher and a drain.
 
-    __slots__ = ("client_gone", "finished", "watcher")
+    It is also the request's entry in the in-flight registry (``Inflight``): ``cut``
+    ends it early when a sleep or an unload ran out of patience.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("client_gone", "cut_before_head", "finished", "resp", "task", "watcher")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
         self.finished = False
         self.client_gone = False
+        self.cut_before_head = False
         self.watcher: asyncio.Task[None] | None = None
+        self.task = task
+        self.resp: Response | None = None
+
+    def cut(self) -> None:
+        resp = self.resp
+        if resp is not None:  # the relay loop gets UpstreamClosed and ends the stream
+            resp.cut("ended by the controller")
+        elif not self.finished:  # still waiting for the engine's head: nothing sent yet
+            self.cut_before_head = True
+            self.task.cancel()
 
 
 class InferenceProxy:
@@ -119,6 +135,8 @@ class InferenceProxy:
         self._models_cache: tuple[tuple[int, int], bytes] = ((-1, -1), b"")
         self.demand: Demand | None = None
         """Load on first request (catalog/demand.py): asked only on a routing miss."""
+        self.inflight = Inflight()
+        """Requests in flight per instance (both relay paths register theirs here)."""
         self._last_warning: dict[str, float] = {}
         table.add_listener(metrics.observe_instance)
         for inst in table.instances():
@@ -316,7 +334,7 @@ class InferenceProxy:
         """Forward under a disconnect watcher, with in-flight and outcome metrics."""
         task = asyncio.current_task()
         assert task is not None
-        state = _State()
+        state = _State(task)
         # The watcher task costs ~20 us; most requests are over before it would
         # matter, so start it only if this one is still running after a moment.
         # A disconnect in between is not missed: receive() reports it at once.
@@ -325,12 +343,18 @@ class InferenceProxy:
         )
         started(mm)
         status = 499
+        flight: list[str] = []  # the instance this request is registered under, if any
         try:
             status = await self._forward(
-                scope, send, t0, mm, ep, model, url_path, body, headers, state, openai
+                scope, send, t0, mm, ep, model, url_path, body, headers, state, openai, flight
             )
         except asyncio.CancelledError:
-            if not (state.client_gone and task.uncancel() == 0):
+            if state.cut_before_head and not state.client_gone and task.uncancel() == 0:
+                # A drain ended the request before the engine answered: say why.
+                code = self.inflight.end_code(flight[0]) if flight else None
+                what = label(model, ep.port if ep is not None else 0)
+                status = await engine_failed(what, False, code).send(send, openai)
+            elif not (state.client_gone and task.uncancel() == 0):
                 raise
             # The client left: the upstream request was cancelled with us,
             # which closed its connection; the engine aborts the generation.
@@ -344,6 +368,8 @@ class InferenceProxy:
                 ).send(send, openai)
         finally:
             state.finished = True
+            if flight:
+                self.inflight.discard(flight[0], state)
             timer.cancel()
             if state.watcher is not None:
                 state.watcher.cancel()
@@ -362,8 +388,13 @@ class InferenceProxy:
         headers: bytes,
         state: _State,
         openai: bool,
+        flight: list[str],
     ) -> int:
-        """Send the request upstream and relay the answer; returns the status sent."""
+        """Send the request upstream and relay the answer; returns the status sent.
+
+        The request is registered in flight under its instance as soon as it has one
+        (``flight`` tells ``_guarded`` which, to unregister it).
+        """
         client = self._client
         if client is None:
             raise RuntimeError("InferenceProxy.start() was not awaited")
@@ -378,6 +409,9 @@ class InferenceProxy:
             if isinstance(waited, ErrorReply):
                 return await waited.send(send, openai)
             ep = waited
+        inflight = self.inflight
+        inflight.add(ep.instance_id, state)
+        flight.append(ep.instance_id)
         method: bytes = _METHODS.get(scope["method"]) or scope["method"].encode("latin-1")
         query: bytes = scope.get("query_string", b"")
         target = url_path + b"?" + query if query else url_path
@@ -392,12 +426,18 @@ class InferenceProxy:
                 self.warn(ep, str(exc))
                 alt = table.pick(model) if model is not None and not tried else None
                 if alt is not None and alt.instance_id != ep.instance_id:
+                    inflight.discard(ep.instance_id, state)
+                    inflight.add(alt.instance_id, state)
+                    flight[0] = alt.instance_id
                     tried, ep = True, alt
                     continue
                 return await engine_unreachable(label(model, ep.port)).send(send, openai)
             except UpstreamClosed as exc:
                 self.warn(ep, failure_note(exc, exc.received))
-                return await engine_failed(label(model, ep.port), exc.received).send(send, openai)
+                code = inflight.end_code(ep.instance_id)
+                reply = engine_failed(label(model, ep.port), exc.received, code)
+                return await reply.send(send, openai)
+        state.resp = resp
         try:
             return await self._relay(send, t0, t1, mm, ep, model, resp, state, openai)
         finally:
@@ -426,7 +466,8 @@ class InferenceProxy:
                 data = await resp.read_all()
             except UpstreamClosed as exc:  # the head had come: part of a reply was received
                 self.warn(ep, failure_note(exc, True))
-                return await engine_failed(label(model, ep.port), True).send(send, openai)
+                code = self.inflight.end_code(ep.instance_id)
+                return await engine_failed(label(model, ep.port), True, code).send(send, openai)
             await send({"type": "http.response.start", "status": status, "headers": out})
             head_sent(mm, t0, t1, t2)
             state.finished = True
@@ -452,7 +493,8 @@ class InferenceProxy:
         except UpstreamClosed as exc:
             self.warn(ep, cut_note(exc))
             state.finished = True
-            end = stream_end_on_failure(label(model, ep.port), event_stream, last)
+            code = self.inflight.end_code(ep.instance_id)
+            end = stream_end_on_failure(label(model, ep.port), event_stream, last, code)
             if end is not None:
                 await send({"type": "http.response.body", "body": end, "more_body": False})
             # else: returning without finishing makes the server close the

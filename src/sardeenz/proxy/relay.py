@@ -20,6 +20,10 @@ that shapes what it sees is taken here and both paths call it:
   engine and is not repeated;
 * **small bodies are read whole** (``READ_WHOLE_LIMIT``) and sent in one
   write, so an engine dying while sending one is still a clean 502;
+* **an operator's end** (a forced sleep, an unload whose grace ran out, or
+  the engine dropping requests while it stops; see proxy/inflight.py): the
+  same two shapes, with code ``model_sleeping`` / ``model_unloaded`` instead
+  of ``engine_failed``, so a client can tell it from a crash;
 * **the metrics** of a request (in flight, overhead, time to first byte,
   duration, count by status) are observed by the functions at the bottom.
 
@@ -74,8 +78,29 @@ def engine_unreachable(what: str) -> ErrorReply:
     )
 
 
-def engine_failed(what: str, received: bool) -> ErrorReply:
-    """The engine failed before the client got a byte; ``received``: part of a reply came."""
+MODEL_SLEEPING: Final = "model_sleeping"
+"""End code of requests cut by a forced sleep (``POST .../sleep`` with ``force``)."""
+MODEL_UNLOADED: Final = "model_unloaded"
+"""End code of requests cut by an unload (still running when the stop grace ran out)."""
+_ENDED_BY: Final = {
+    MODEL_SLEEPING: "was put to sleep by an operator",
+    MODEL_UNLOADED: "was unloaded by an operator",
+}
+
+
+def ended_message(what: str, code: str) -> str:
+    """The client's message when an operator ended the request (not an engine crash)."""
+    return f"The model {what} {_ENDED_BY.get(code, 'was stopped')} while this request ran"
+
+
+def engine_failed(what: str, received: bool, code: str | None = None) -> ErrorReply:
+    """The engine failed before the client got a byte; ``received``: part of a reply came.
+
+    ``code``: the instance's end code when an operator ended it (``Inflight.end_code``):
+    the client then learns it was a sleep or an unload, not an engine crash.
+    """
+    if code is not None:
+        return ErrorReply(502, ended_message(what, code), "service_unavailable_error", code)
     return ErrorReply(
         502,
         f"The engine serving {what} failed {_when(received)} answering",
@@ -104,17 +129,22 @@ def cut_note(error: Exception) -> str:
     return f"engine failed mid-response: {error}"
 
 
-def stream_end_on_failure(what: str, event_stream: bool, last: bytes) -> bytes | None:
+def stream_end_on_failure(
+    what: str, event_stream: bool, last: bytes, code: str | None = None
+) -> bytes | None:
     """The bytes that end a started response after an engine failure, or None: cut it.
 
     ``last`` is the last body data relayed, to know whether the error event
-    needs a blank line to start on an event boundary.
+    needs a blank line to start on an event boundary. ``code`` as in ``engine_failed``.
     """
     if not event_stream:
         return None
-    err = openai_error(
-        f"The engine serving {what} failed mid-stream", "upstream_error", "engine_failed"
-    )
+    if code is not None:
+        err = openai_error(ended_message(what, code), "service_unavailable_error", code)
+    else:
+        err = openai_error(
+            f"The engine serving {what} failed mid-stream", "upstream_error", "engine_failed"
+        )
     sep = b"" if last.endswith(b"\n\n") else b"\n\n"
     return sep + b"event: error\ndata: " + err + b"\n\n"
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -164,6 +165,7 @@ class RoutingTable:
         self._ports: dict[int, set[str]] = {}
         self._remote: dict[str, list[Endpoint]] = {}
         self._changed: dict[str, asyncio.Event] = {}
+        self._held: dict[str, InstanceStatus] = {}
         self._listeners: list[Listener] = []
         self._version = 0
         self.waker: Waker | None = None
@@ -240,6 +242,9 @@ class RoutingTable:
         out = []
         for iid in self._ids_by_name.get(name, ()):
             inst = self._instances[iid]
+            held = self._held.get(iid)
+            if held is not None and held is not inst.status:
+                inst = dataclasses.replace(inst, status=held)
             if inst.status is InstanceStatus.STARTING or (
                 inst.status is InstanceStatus.SLEEPING and self.waker is not None
             ):
@@ -297,6 +302,9 @@ class RoutingTable:
                 await asyncio.wait_for(event.wait(), remaining)
             except TimeoutError:
                 return self.pick(name)
+            # Something changed: a model that is (again) asleep needs another wake-up,
+            # e.g. one that was falling asleep when the first call found it awake.
+            woke = False
 
     # -------------------------------------------------------------- changes
     def add_listener(self, listener: Listener) -> None:
@@ -321,8 +329,33 @@ class RoutingTable:
         self._changed_names(names)
         self._notify(old, new)
 
+    def hold(self, instance_id: str, status: InstanceStatus) -> None:
+        """Route ``instance_id`` as if it were ``status`` until ``release``, whatever events say.
+
+        The supervisor calls this *before* it asks an engine to sleep or to stop: a
+        request must never reach an engine that is falling asleep or shutting down,
+        and the status events reach the table later (through the bus and the
+        updater task). A hold as ``sleeping`` makes requests wait and wake the model
+        (``pending``); as ``stopping``, they go elsewhere or get the usual 503.
+        Synchronous, so the express path and the handler see it on their next pick.
+        """
+        if self._held.get(instance_id) is status:
+            return
+        self._held[instance_id] = status
+        inst = self._instances.get(instance_id)
+        if inst is not None:
+            self._changed_names({inst.served_name})
+
+    def release(self, instance: ModelInstance) -> None:
+        """End a hold, applying the instance's state as the supervisor knows it now."""
+        held = self._held.pop(instance.id, None)
+        self.apply(instance)
+        if held is not None:
+            self._changed_names({instance.served_model_name})
+
     def remove(self, instance_id: str) -> None:
         """Forget an instance (unloaded). Unknown ids are ignored."""
+        self._held.pop(instance_id, None)
         old = self._instances.pop(instance_id, None)
         if old is None:
             return
@@ -380,7 +413,7 @@ class RoutingTable:
         eps: list[Endpoint] = []
         for iid in sorted(self._ids_by_name.get(name, ())):
             inst = self._instances[iid]
-            if inst.status is InstanceStatus.ACTIVE:
+            if inst.status is InstanceStatus.ACTIVE and iid not in self._held:
                 eps.append(self._endpoint(inst))
         for remote in self._remote.values():
             eps.extend(e for e in remote if e.served_name == name)

@@ -149,6 +149,14 @@ class Response:
         if conn is not None and not self._done:
             conn.abort_exchange()
 
+    def cut(self, reason: str) -> None:
+        """End the body now: ``read()`` raises ``UpstreamClosed(reason)`` and the engine
+        sees its connection close (and aborts the generation). For a drain that ran out."""
+        conn = self._conn
+        self._finish(UpstreamClosed(reason, received=True))
+        if conn is not None:
+            conn.abort_exchange()
+
     # --- fed by the connection ---------------------------------------------
     def _feed(self, data: bytes) -> None:
         self._chunks.append(data)

@@ -97,6 +97,8 @@ class InstanceRunner:
         self._on_active = on_active
         self._on_ended = on_ended
         self.sleep_lock = asyncio.Lock()
+        self.falling_asleep = False
+        """A sleep is draining or under way: a wake-up must wait for it, not skip."""
         self.wake_task: asyncio.Task[ModelInstance] | None = None
         # Restarting on another port needs what the first spawn got; an adopted
         # engine has neither, so it fails instead.

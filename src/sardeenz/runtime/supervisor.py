@@ -44,6 +44,7 @@ from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.runtime import proctree
+from sardeenz.runtime.drain import NoTraffic, Traffic, drain_for_sleep, drain_for_unload
 from sardeenz.runtime.names import check_names
 from sardeenz.runtime.ports import PortAllocator, prepare_lock_dir
 from sardeenz.runtime.runner import (
@@ -92,6 +93,8 @@ class Supervisor:
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
         self.instances_dir = settings.data_dir / "instances"
+        self.traffic: Traffic = NoTraffic()
+        """The proxy's side of a sleep or an unload (runtime/drain.py); set by app.py."""
 
     # --- queries -------------------------------------------------------------
     def list_instances(self) -> list[ModelInstance]:
@@ -262,12 +265,28 @@ class Supervisor:
         return await asyncio.shield(task)
 
     async def _stop(self, runner: InstanceRunner) -> ModelInstance:
+        """Unroute, drain (up to the stop grace), cut what is left, then end the engine.
+
+        The route goes first (synchronously, runtime/drain.py), so no new request
+        reaches an engine that is about to stop; its requests in flight get the grace
+        to finish, and those cut get ``model_unloaded``, not ``engine_failed``.
+        """
+        inst = runner.instance
         runner.stopping = True
-        self.ledger.stopping(runner.instance.id)
+        self.ledger.stopping(inst.id)
+        self.traffic.hold(inst.id, InstanceStatus.STOPPING)
         await runner.cancel()
-        if runner.instance.status != InstanceStatus.FAILED:
+        serving = inst.status in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
+        if inst.status != InstanceStatus.FAILED:
             await runner.set_status(InstanceStatus.STOPPING)
-        return await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
+        grace = self.settings.stop_grace_seconds
+        if serving:
+            cut = await drain_for_unload(self.traffic, inst.id, grace)
+            if cut:
+                log.warning(
+                    "instance %s: cut %d request(s) still running after %g s", inst.id, cut, grace
+                )
+        return await self._finish_stop(runner, grace=grace)
 
     async def _finish_stop(self, runner: InstanceRunner, grace: float) -> ModelInstance:
         survivors = await runner.kill_tree(grace)
@@ -282,6 +301,7 @@ class Supervisor:
         self._runners.pop(runner.instance.id, None)
         await self.repo.delete(runner.instance.id)
         snap = runner.snapshot()
+        self.traffic.forget(runner.instance.id)
         self.bus.publish(RemovedEvent(snap))
         log.info("unloaded instance %s", runner.instance.id)
         return snap
@@ -346,7 +366,12 @@ class Supervisor:
             self.ledger.note_usage(runner.instance.id, held)
 
     # --- sleep / wake ------------------------------------------------------------------
-    async def sleep(self, instance_id: str, level: int) -> ModelInstance:
+    async def sleep(self, instance_id: str, level: int, force: bool = False) -> ModelInstance:
+        """Sleep an instance once its requests in flight are done (runtime/drain.py).
+
+        It is unrouted first (held as ``sleeping``: new requests wait and wake it
+        afterwards), so no request reaches an engine that is falling asleep.
+        """
         runner = self._runner(instance_id)
         inst = runner.instance
         adapter = self._adapters(inst.engine)
@@ -364,20 +389,32 @@ class Supervisor:
                 return runner.snapshot()
             if inst.status not in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING):
                 raise InvalidState(f"instance {instance_id} is {inst.status.value}, not active")
-            resp = await adapter.sleep(runner.engine_call, level)
-            self._check_engine_answer(runner, resp, "sleep")
-            if not await self._is_sleeping(runner, adapter):
-                raise EngineCallFailed(f"engine of {instance_id} did not report sleeping")
-            inst.sleep_level = level
-            inst.slept_at = utcnow()
-            await self._sync_memory(runner)
-            await runner.set_status(InstanceStatus.SLEEPING)
+            runner.falling_asleep = True
+            self.traffic.hold(inst.id, InstanceStatus.SLEEPING)
+            try:
+                cut = await drain_for_sleep(
+                    self.traffic, inst.id, self.settings.sleep_drain_seconds, force
+                )
+                if cut:
+                    log.warning("instance %s: sleep cut %d request(s) in flight", inst.id, cut)
+                resp = await adapter.sleep(runner.engine_call, level)
+                self._check_engine_answer(runner, resp, "sleep")
+                if not await self._is_sleeping(runner, adapter):
+                    raise EngineCallFailed(f"engine of {instance_id} did not report sleeping")
+                inst.sleep_level = level
+                inst.slept_at = utcnow()
+                await self._sync_memory(runner)
+                await runner.set_status(InstanceStatus.SLEEPING)
+            finally:
+                runner.falling_asleep = False
+                if not runner.stopping:  # an unload holds it as stopping now
+                    self.traffic.release(runner.snapshot())
             return runner.snapshot()
 
     async def wake(self, instance_id: str) -> ModelInstance:
         """Wake an instance; concurrent callers share one wake-up (single flight)."""
         runner = self._runner(instance_id)
-        if runner.instance.status == InstanceStatus.ACTIVE:
+        if runner.instance.status == InstanceStatus.ACTIVE and not runner.falling_asleep:
             return runner.snapshot()
         if runner.wake_task is None or runner.wake_task.done():
             runner.wake_task = asyncio.create_task(self._wake(runner))

@@ -45,7 +45,7 @@ class SimEngine:
         self.sleep_enabled = cfg.enable_sleep_mode and dev_mode
         self.metrics = SimMetrics(cfg.served_name)
         self.scheduler = Scheduler(cfg, plan, log, self.metrics)
-        self.sleep = SleepControl(cfg, plan, log, self.metrics, self.scheduler.awake)
+        self.sleep = SleepControl(cfg, plan, log, self.metrics, self.scheduler)
         self.openai = OpenAIHandlers(cfg, self.scheduler)
         self.engine_core_pid: int | None = None
         self.server: uvicorn.Server | None = None

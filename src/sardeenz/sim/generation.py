@@ -5,8 +5,11 @@ request is a slotted ``Gen`` and a stream is pre-serialised byte templates fille
 on an absolute schedule. ``max_tokens`` tokens exactly (``finish_reason="length"``),
 or 16 and ``"stop"`` without it (a simulated EOS); the first token comes ``--ttft-ms``
 after the request is admitted, then one every ``--itl-ms``. There is no scheduler
-limit on concurrency. While the engine sleeps, new requests wait and generation in
-flight pauses (the ``awake`` event, cleared by :mod:`sardeenz.sim.sleep`).
+limit on concurrency. While the engine sleeps, new requests wait (``admitting``) and
+generation in flight pauses (``awake``); both events are cleared by
+:mod:`sardeenz.sim.sleep`, which, like vLLM's ``/sleep?mode=abort`` (the default since
+vLLM's pause modes), first aborts the requests in flight (``abort_all``): a stream
+then ends with a chunk whose ``finish_reason`` is ``"abort"`` and ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Gen:
     """One generation request's bookkeeping (slots: hot path)."""
 
     __slots__ = (
+        "aborted",
         "admitted",
         "admitted_at",
         "complete",
@@ -65,6 +69,8 @@ class Gen:
         self.finished = False
         """Metrics were recorded (exactly once per request)."""
         self.disconnected = False
+        self.aborted = False
+        """Aborted by the engine (a sleep with ``mode=abort``), not by its client."""
 
 
 def usage_json(gen: Gen) -> bytes:
@@ -111,6 +117,20 @@ class Scheduler:
         self.tokens_gen_window = 0
         self.awake = asyncio.Event()
         self.awake.set()
+        self.admitting = asyncio.Event()
+        """Cleared while the engine sleeps or falls asleep: new requests wait."""
+        self.admitting.set()
+        self._tasks: dict[Gen, asyncio.Task[Any]] = {}
+
+    def abort_all(self) -> int:
+        """Abort every request in flight (vLLM's pause ``mode=abort``); returns how many."""
+        n = 0
+        for gen, task in list(self._tasks.items()):
+            if not gen.complete and not gen.aborted:
+                gen.aborted = True
+                task.cancel()
+                n += 1
+        return n
 
     async def serve(self, receive: Receive, send: Send, gen: Gen, work: Awaitable[None]) -> None:
         """Run one generation, aborting it (vLLM-style) if the client disconnects."""
@@ -118,6 +138,7 @@ class Scheduler:
         assert task is not None
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, task, gen))
         self.inflight += 1
+        self._tasks[gen] = task
         try:
             await work
             self.finish(gen, gen.finish_reason)
@@ -131,14 +152,15 @@ class Scheduler:
             gen.complete = True
             watcher.cancel()
             self.inflight -= 1
+            self._tasks.pop(gen, None)
 
     async def admit(self, gen: Gen) -> None:
         """Queue while asleep (vLLM keeps requests waiting), then reserve KV and run."""
-        if not self.awake.is_set():
+        if not self.admitting.is_set():
             self.waiting += 1
             self.metrics.waiting.set(self.waiting)
             try:
-                await self.awake.wait()
+                await self.admitting.wait()
             finally:
                 self.waiting -= 1
                 self.metrics.waiting.set(self.waiting)
@@ -190,8 +212,32 @@ class Scheduler:
         Tokens already due are written in one ``send`` (as a busy real server does), so
         timer jitter or a slow client never makes the stream drift or fall behind.
         """
-        loop = asyncio.get_running_loop()
         await send(SSE_START)
+        try:
+            parts = await self._tokens(send, gen, lead, prefix, suffix)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not gen.aborted or task is None or task.uncancel():
+                raise
+            # Aborted by the engine: vLLM ends the stream with finish_reason "abort".
+            parts = []
+            old = b'"finish_reason":"' + gen.finish_reason.encode() + b'"'
+            final = final.replace(old, b'"finish_reason":"abort"')
+            gen.finish_reason = "abort"
+        parts.append(final)
+        if usage_head is not None:
+            parts.append(
+                b"data: " + usage_head + b',"choices":[],"usage":' + usage_json(gen) + b"}\n\n"
+            )
+        parts.append(DONE)
+        gen.complete = True
+        await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
+
+    async def _tokens(
+        self, send: Send, gen: Gen, lead: bytes, prefix: bytes, suffix: bytes
+    ) -> list[bytes]:
+        """Admission and the token chunks of a stream; returns the last chunks, unsent."""
+        loop = asyncio.get_running_loop()
         await self.admit(gen)
         n = gen.max_tokens
         tokens = token_bytes(n)
@@ -220,19 +266,11 @@ class Scheduler:
                 due += itl
             gen.emitted = emitted
             if emitted >= n:
-                break
+                return parts
             if parts:
                 await send(
                     {"type": "http.response.body", "body": b"".join(parts), "more_body": True}
                 )
-        parts.append(final)
-        if usage_head is not None:
-            parts.append(
-                b"data: " + usage_head + b',"choices":[],"usage":' + usage_json(gen) + b"}\n\n"
-            )
-        parts.append(DONE)
-        gen.complete = True
-        await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
 
     async def generate(self, gen: Gen) -> None:
         """A non-streamed generation: ``ttft + itl * (n - 1)`` of awake time.
@@ -241,12 +279,13 @@ class Scheduler:
         been generated by then, for the metrics.
         """
         loop = asyncio.get_running_loop()
-        await self.admit(gen)
         n = gen.max_tokens
         ttft, itl = self.cfg.ttft_s, self.cfg.itl_s
-        start = gen.admitted_at
-        deadline = start + ttft + itl * (n - 1)
+        start = loop.time() + ttft  # until admitted: nothing generated yet
         try:
+            await self.admit(gen)
+            start = gen.admitted_at
+            deadline = start + ttft + itl * (n - 1)
             while True:
                 delay = deadline - loop.time()
                 if delay > 0:
@@ -259,7 +298,11 @@ class Scheduler:
         except asyncio.CancelledError:
             elapsed = loop.time() - start - ttft
             gen.emitted = 0 if elapsed < 0 else min(n, int(elapsed / itl) + 1 if itl else n)
-            raise
+            task = asyncio.current_task()
+            if not gen.aborted or task is None or task.uncancel():
+                raise
+            gen.finish_reason = "abort"  # the reply says so, as vLLM's does
+            return
         gen.emitted = n
         self.metrics.ttft.observe(gen.admitted_at - gen.t0 + ttft)
 

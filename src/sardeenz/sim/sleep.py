@@ -3,9 +3,15 @@
 Served only with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``, as in vLLM.
 Falling asleep takes 50 ms, a full wake-up ``--wake-ms`` (default ``load-seconds / 10``,
 at most 500 ms; waking one tag of two takes half). Both levels free weights and KV
-cache; CUDA graphs stay. Requests queue while asleep and generation in flight pauses:
-this module clears and sets the scheduler's ``awake`` event. The log lines are vLLM's,
-because the controller reads the freed memory from them.
+cache; CUDA graphs stay. Requests queue while asleep (vLLM pauses its scheduler).
+
+What happens to the requests in flight is vLLM's ``mode`` query parameter (vLLM's
+``EngineCore.sleep`` pauses the scheduler first, ``pause_scheduler(mode)``):
+``abort`` (vLLM's default) aborts them, their streams end with ``finish_reason``
+``"abort"``; ``wait`` lets them finish first while new ones queue; ``keep`` freezes
+them until the wake-up (the only behaviour before vLLM had pause modes, and what made a
+sleep with streams in flight hang them). The log lines are vLLM's, because the
+controller reads the freed memory from them.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import orjson
 
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.sim.args import SimConfig
+from sardeenz.sim.generation import Scheduler
 from sardeenz.sim.logwriter import VllmLog
 from sardeenz.sim.memory import MemoryPlan
 from sardeenz.sim.metrics import SimMetrics
@@ -27,6 +34,7 @@ from sardeenz.sim.wire import RequestError, respond, respond_empty
 __all__ = ["SleepControl"]
 
 _SLEEP_SECONDS: Final = 0.05
+_MODES: Final = ("abort", "wait", "keep")
 
 
 class SleepControl:
@@ -38,13 +46,14 @@ class SleepControl:
         plan: MemoryPlan,
         log: VllmLog,
         metrics: SimMetrics,
-        awake: asyncio.Event,
+        scheduler: Scheduler,
     ) -> None:
         self.cfg = cfg
         self.plan = plan
         self.log = log
         self.metrics = metrics
-        self.awake = awake
+        self.scheduler = scheduler
+        self.awake = scheduler.awake
         self.sleeping_tags: set[str] = set()
         self.sleep_level: int | None = None
         self.sleep_lock = asyncio.Lock()
@@ -68,12 +77,15 @@ class SleepControl:
             raise RequestError("level must be 1 or 2", param="level") from None
         if level not in (1, 2):
             raise RequestError("level must be 1 or 2", param="level")
+        mode = query.get("mode", ["abort"])[-1]
+        if mode not in _MODES:
+            raise RequestError("mode must be abort, wait or keep", param="mode")
         async with self.sleep_lock:
             if self.sleeping_tags:
                 self.log.core("executor_base.py:206", "Executor is already sleeping.", "WARNING")
             else:
                 started = time.perf_counter()
-                self.awake.clear()
+                await self._pause(mode)
                 await asyncio.sleep(_SLEEP_SECONDS)
                 freed = self.plan.weights_gib + self.plan.kv_gib
                 self.sleeping_tags = {"weights", "kv_cache"}
@@ -122,7 +134,25 @@ class SleepControl:
                     self.metrics.wakeups.inc()
                     self.metrics.set_sleep_state(None)
                     self.awake.set()
+                    self.scheduler.admitting.set()
         await respond_empty(send)
+
+    async def _pause(self, mode: str) -> None:
+        """Stop admitting, deal with the requests in flight as ``mode`` says, pause the rest."""
+        sched = self.scheduler
+        sched.admitting.clear()
+        if mode == "abort":
+            aborted = sched.abort_all()
+            if aborted:
+                self.log.core("core.py:420", f"Aborted {aborted} request(s) before sleeping.")
+        elif mode == "wait":
+            if sched.running:
+                self.log.core(
+                    "core.py:695", "Waiting for in-flight requests to complete before sleeping..."
+                )
+            while sched.running:  # noqa: ASYNC110 - rare admin call; a poll is simplest
+                await asyncio.sleep(0.01)
+        self.awake.clear()
 
     async def is_sleeping(self, scope: Scope, receive: Receive, send: Send) -> None:
         await respond(send, 200, orjson.dumps({"is_sleeping": bool(self.sleeping_tags)}))

@@ -1,0 +1,351 @@
+"""Requests in flight across a sleep, a wake-up, an unload and an engine crash (issue 18).
+
+A sleep with streams in flight used to freeze them until the clients gave up,
+a request sent right after a sleep could reach the sleeping engine and hang,
+and an unload ended streams as ``engine_failed`` after the sim's own 5 s, not
+the stop grace. Now: a sleep drains (or refuses with 409, or with ``force``
+cuts with ``model_sleeping``), an unload drains up to the grace and cuts with
+``model_unloaded``, and a request that arrives meanwhile is held (and wakes the
+model) or refused, never sent to an engine that is falling asleep or stopping.
+
+Every test runs a real ``sardeenz serve`` with sim engines; streams are read
+with httpx's async client, each with a hard client timeout far beyond what any
+of these phases may take, so a hang fails the test instead of stalling it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import ServerPool, ServerProcess, load_active, wait_for_status
+
+GRACE = 3.0
+CLIENT_TIMEOUT = 40.0
+"""Far beyond any phase here: a stream still open after it has hung."""
+
+
+@dataclass
+class Outcome:
+    """How one stream ended: ``done`` ([DONE] seen), an error ``code``, or ``hung``."""
+
+    done: bool = False
+    code: str | None = None
+    error: dict[str, Any] | None = None
+    status: int = 0
+    chunks: int = 0
+    finish_reason: str | None = None
+    ended_at: float = 0.0
+    problem: str | None = field(default=None)
+
+    @property
+    def kind(self) -> str:
+        if self.problem is not None:
+            return self.problem
+        if self.done:
+            return "completed"
+        return f"error:{self.code}"
+
+
+async def whole_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> Outcome:
+    """A non-streamed completion: done, or an OpenAI error body."""
+    out = Outcome()
+    body = {"model": model, "prompt": "hello", "max_tokens": max_tokens}
+    try:
+        resp = await client.post("/v1/completions", json=body)
+        out.status = resp.status_code
+        data = resp.json()
+        if resp.status_code == 200:
+            out.done = True
+            out.finish_reason = data["choices"][0]["finish_reason"]
+        else:
+            out.error = data.get("error")
+            out.code = out.error["code"] if out.error else "no-error-object"
+    except httpx.TimeoutException:
+        out.problem = "hung"
+    except httpx.HTTPError as exc:
+        out.problem = f"transport:{type(exc).__name__}"
+    finally:
+        out.ended_at = time.monotonic()
+    return out
+
+
+async def stream_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> Outcome:
+    out = Outcome()
+    body = {"model": model, "prompt": "hello", "max_tokens": max_tokens, "stream": True}
+    event = ""
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as resp:
+            out.status = resp.status_code
+            if resp.status_code != 200:
+                data = json.loads(await resp.aread())
+                out.error = data.get("error")
+                out.code = out.error["code"] if out.error else "no-error-object"
+                return out
+            async for line in resp.aiter_lines():
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        out.done = True
+                    elif event == "error":
+                        out.error = json.loads(payload)["error"]
+                        out.code = out.error["code"]
+                    else:
+                        out.chunks += 1
+                        chunk = json.loads(payload)
+                        for choice in chunk.get("choices", []):
+                            if choice.get("finish_reason"):
+                                out.finish_reason = choice["finish_reason"]
+            if not out.done and out.code is None:
+                out.problem = "cut-without-error"
+    except httpx.TimeoutException:
+        out.problem = "hung"
+    except httpx.HTTPError as exc:
+        out.problem = f"transport:{type(exc).__name__}"
+    finally:
+        out.ended_at = time.monotonic()
+    return out
+
+
+async def run_streams(
+    url: str, model: str, n: int, max_tokens: int, action: Any, at: float
+) -> tuple[list[Outcome], float, Any]:
+    """``n`` concurrent streams; ``action()`` (blocking, in a thread) ``at`` s after they start."""
+    limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
+    timeout = httpx.Timeout(CLIENT_TIMEOUT, connect=10)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as client:
+        tasks = [asyncio.create_task(stream_one(client, model, max_tokens)) for _ in range(n)]
+        await asyncio.sleep(at)
+        t_action = time.monotonic()
+        result = await asyncio.to_thread(action)
+        outcomes = await asyncio.gather(*tasks)
+    return list(outcomes), t_action, result
+
+
+def check_shape(outcomes: list[Outcome]) -> None:
+    for o in outcomes:
+        assert o.problem is None, o
+        if not o.done:
+            assert o.error is not None, o
+            assert set(o.error) >= {"message", "type", "code"}, o
+
+
+def counts(outcomes: list[Outcome]) -> dict[str, int]:
+    return dict(Counter(o.kind for o in outcomes))
+
+
+def sim_args(itl_ms: int = 50) -> list[str]:
+    return ["--ttft-ms", "20", "--itl-ms", str(itl_ms), "--wake-ms", "100"]
+
+
+@pytest.fixture
+def drain_server(server_factory: ServerPool) -> ServerProcess:
+    return server_factory(
+        extra_env={
+            "SARDEENZ_STOP_GRACE_SECONDS": str(GRACE),
+            "SARDEENZ_SLEEP_DRAIN_SECONDS": str(GRACE),
+        }
+    ).start()
+
+
+def test_sleep_waits_for_streams_in_flight_then_sleeps(drain_server: ServerProcess) -> None:
+    """Before the fix the sleep answered at once and these streams froze until timeout."""
+    with drain_server.client() as api:
+        inst = load_active(api, "drowsy", *sim_args(), enableSleepMode=True)
+
+        def sleep() -> httpx.Response:
+            return api.post(f"/api/v1/models/{inst['id']}/sleep")
+
+        outcomes, _, resp = asyncio.run(run_streams(drain_server.url, "drowsy", 20, 30, sleep, 0.5))
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["status"] == "sleeping"
+        check_shape(outcomes)
+        assert counts(outcomes) == {"completed": 20}
+        assert all(o.finish_reason == "length" for o in outcomes)
+        # The sleep answered only once the streams were done.
+        assert time.monotonic() >= max(o.ended_at for o in outcomes)
+        assert wait_for_status(api, inst["id"], "sleeping")["status"] == "sleeping"
+
+
+def test_sleep_refuses_with_409_then_force_cuts_with_model_sleeping(
+    drain_server: ServerProcess,
+) -> None:
+    with drain_server.client() as api:
+        inst = load_active(api, "stubborn", *sim_args(), enableSleepMode=True)
+        iid = inst["id"]
+
+        def refuse_then_force() -> tuple[httpx.Response, float, httpx.Response]:
+            refused = api.post(f"/api/v1/models/{iid}/sleep")
+            t_force = time.monotonic()
+            forced = api.post(f"/api/v1/models/{iid}/sleep?force=true")
+            return refused, t_force, forced
+
+        # 200 tokens at 50 ms: 10 s, longer than the 3 s drain.
+        outcomes, _, (refused, t_force, forced) = asyncio.run(
+            run_streams(drain_server.url, "stubborn", 10, 200, refuse_then_force, 0.5)
+        )
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["code"] == "requests_in_flight"
+        assert refused.json()["inFlight"] == 10
+        assert forced.status_code == 200, forced.text
+        assert forced.json()["status"] == "sleeping"
+        check_shape(outcomes)
+        assert counts(outcomes) == {"error:model_sleeping": 10}
+        for o in outcomes:
+            assert o.chunks > 0  # they ran through the refusal, then were cut
+            assert o.error is not None
+            assert "sleep" in o.error["message"]
+            assert o.ended_at - t_force < GRACE + 2
+        # The next request wakes the model and completes.
+        body = {"model": "stubborn", "prompt": "hi", "max_tokens": 3}
+        resp = api.post("/v1/completions", json=body, timeout=20)
+        assert resp.status_code == 200, resp.text
+        assert wait_for_status(api, iid, "active")["status"] == "active"
+
+
+def test_request_right_after_sleep_is_held_and_wakes_the_model(
+    drain_server: ServerProcess,
+) -> None:
+    """benchmarks/wake.py's race: the first request after a sleep must not hang."""
+    with drain_server.client() as api:
+        fast = ["--ttft-ms", "0", "--itl-ms", "0", "--wake-ms", "200"]
+        inst = load_active(api, "napper", *fast, enableSleepMode=True)
+        body = {"model": "napper", "prompt": "hi", "max_tokens": 2}
+        with httpx.Client(base_url=drain_server.url, timeout=15) as v1:
+            for _ in range(3):
+                v1.post("/v1/completions", json=body).raise_for_status()  # warm connections
+            for _ in range(8):
+                v1.post("/v1/completions", json=body).raise_for_status()
+                api.post(f"/api/v1/models/{inst['id']}/sleep").raise_for_status()
+                resp = v1.post("/v1/completions", json=body)
+                assert resp.status_code == 200, resp.text
+                assert resp.json()["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("fast_lane", [True, False], ids=["express", "handler"])
+def test_unload_drains_then_cuts_with_model_unloaded(
+    server_factory: ServerPool, fast_lane: bool
+) -> None:
+    """Before the fix: cut after the sim's own 5 s with ``engine_failed``.
+
+    Both relay paths: the express path (fast lane) and the ASGI handler (fast lane off).
+    """
+    drain_server = server_factory(
+        extra_env={
+            "SARDEENZ_STOP_GRACE_SECONDS": str(GRACE),
+            "SARDEENZ_PROXY_FAST_LANE": "true" if fast_lane else "false",
+        }
+    ).start()
+    with drain_server.client() as api:
+        inst = load_active(api, "leaving", *sim_args())
+
+        def unload() -> httpx.Response:
+            return api.post(f"/api/v1/models/{inst['id']}/unload")
+
+        async def both() -> tuple[
+            list[Outcome], list[Outcome], list[Outcome], float, httpx.Response
+        ]:
+            limits = httpx.Limits(max_connections=60, max_keepalive_connections=60)
+            timeout = httpx.Timeout(CLIENT_TIMEOUT, connect=10)
+            async with httpx.AsyncClient(
+                base_url=drain_server.url, limits=limits, timeout=timeout
+            ) as client:
+                # 20 short streams (1.5 s) finish within the grace, 20 long ones (20 s) do not.
+                short = [asyncio.create_task(stream_one(client, "leaving", 30)) for _ in range(20)]
+                long = [asyncio.create_task(stream_one(client, "leaving", 400)) for _ in range(20)]
+                # non-streamed: no byte before the end, so these are cut before the head
+                whole = [asyncio.create_task(whole_one(client, "leaving", 400)) for _ in range(5)]
+                await asyncio.sleep(0.5)
+                t0 = time.monotonic()
+                resp = await asyncio.to_thread(unload)
+                return (
+                    list(await asyncio.gather(*short)),
+                    list(await asyncio.gather(*long)),
+                    list(await asyncio.gather(*whole)),
+                    t0,
+                    resp,
+                )
+
+        short, long, whole, t_unload, resp = asyncio.run(both())
+        assert resp.status_code == 200, resp.text
+        check_shape(short + long + whole)
+        assert counts(short) == {"completed": 20}
+        assert counts(long) == {"error:model_unloaded": 20}
+        assert counts(whole) == {"error:model_unloaded": 5}
+        assert {o.status for o in whole} == {502}
+        for o in long + whole:
+            assert o.error is not None
+            assert "unloaded" in o.error["message"]
+            # cut when the grace ran out, not before and not much after
+            assert GRACE - 0.5 <= o.ended_at - t_unload <= GRACE + 2.5, o.ended_at - t_unload
+        # A request for the unloaded model now: the usual 404, not a hang.
+        r = api.post("/v1/completions", json={"model": "leaving", "prompt": "x", "max_tokens": 1})
+        assert r.status_code == 404
+
+
+@pytest.mark.slow
+def test_200_streams_through_sleep_wake_unload_and_engine_kill(
+    drain_server: ServerProcess,
+) -> None:
+    """The issue's must-show: every stream completes or ends with a clear error; none hangs."""
+    n = 200
+    report: dict[str, dict[str, int]] = {}
+    url = drain_server.url
+    with drain_server.client() as api:
+        inst = load_active(api, "busy", *sim_args(itl_ms=40), enableSleepMode=True)
+        iid = inst["id"]
+
+        # 1. sleep with 200 streams of ~1.2 s in flight: drained, then asleep.
+        outcomes, t, resp = asyncio.run(
+            run_streams(url, "busy", n, 30, lambda: api.post(f"/api/v1/models/{iid}/sleep"), 0.5)
+        )
+        assert resp.status_code == 200, resp.text
+        check_shape(outcomes)
+        report["sleep"] = counts(outcomes)
+        assert report["sleep"] == {"completed": n}
+
+        # 2. 200 streams sent to the sleeping model: held, one wake-up, all complete.
+        def wake_check() -> dict[str, Any]:
+            return wait_for_status(api, iid, "active", timeout=20)
+
+        outcomes, t, _ = asyncio.run(run_streams(url, "busy", n, 30, wake_check, 0.0))
+        check_shape(outcomes)
+        report["wake"] = counts(outcomes)
+        assert report["wake"] == {"completed": n}
+
+        # 3. unload with 200 streams of 8 s: cut with model_unloaded when the grace ends.
+        outcomes, t, resp = asyncio.run(
+            run_streams(url, "busy", n, 200, lambda: api.post(f"/api/v1/models/{iid}/unload"), 1)
+        )
+        assert resp.status_code == 200, resp.text
+        check_shape(outcomes)
+        report["unload"] = counts(outcomes)
+        assert report["unload"] == {"error:model_unloaded": n}
+        assert max(o.ended_at for o in outcomes) - t <= GRACE + 3
+
+        # 4. reload, then SIGKILL the engine mid-stream: engine_failed, at once.
+        inst = load_active(api, "busy", *sim_args(itl_ms=40))
+        pid = inst["processId"]
+
+        def kill() -> None:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+        outcomes, t, _ = asyncio.run(run_streams(url, "busy", n, 200, kill, 1))
+        check_shape(outcomes)
+        report["engine-kill"] = counts(outcomes)
+        assert report["engine-kill"] == {"error:engine_failed": n}
+        assert max(o.ended_at for o in outcomes) - t <= GRACE
+    print("\nstreams per phase (200 each):")
+    for phase, c in report.items():
+        print(f"  {phase:12s} {c}")
