@@ -79,7 +79,10 @@ async def whole_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> O
     return out
 
 
-async def stream_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> Outcome:
+async def stream_one(
+    client: httpx.AsyncClient, model: str, max_tokens: int, started: asyncio.Event | None = None
+) -> Outcome:
+    """One stream; ``started`` is set at its first token (or its end, whichever first)."""
     out = Outcome()
     body = {"model": model, "prompt": "hello", "max_tokens": max_tokens, "stream": True}
     event = ""
@@ -103,6 +106,8 @@ async def stream_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> 
                         out.code = out.error["code"]
                     else:
                         out.chunks += 1
+                        if started is not None:
+                            started.set()
                         chunk = json.loads(payload)
                         for choice in chunk.get("choices", []):
                             if choice.get("finish_reason"):
@@ -115,18 +120,48 @@ async def stream_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> 
         out.problem = f"transport:{type(exc).__name__}"
     finally:
         out.ended_at = time.monotonic()
+        if started is not None:
+            started.set()
     return out
 
 
+async def all_started(events: list[asyncio.Event], within: float = 30.0) -> None:
+    """Wait until every stream has its first token: then it is in flight at the engine.
+
+    A fixed delay raced the clients: on a loaded machine some requests had not reached
+    the proxy when the action came, and met it as new requests instead of in-flight ones.
+    """
+    async with asyncio.timeout(within):
+        await asyncio.gather(*(e.wait() for e in events))
+
+
+async def engine_holds(port: int, n: int, within: float = 30.0) -> None:
+    """Wait until the engine on ``port`` holds ``n`` requests (running or queued): for
+    non-streamed requests, which show nothing to the client before they end."""
+    deadline = time.monotonic() + within
+    held = 0
+    async with httpx.AsyncClient(timeout=5) as client:
+        while time.monotonic() < deadline:
+            state = (await client.get(f"http://127.0.0.1:{port}/sim/state")).json()
+            held = state["num_requests_running"] + state["num_requests_waiting"]
+            if held >= n:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"the engine holds {held} of {n} requests after {within} s")
+
+
 async def run_streams(
-    url: str, model: str, n: int, max_tokens: int, action: Any, at: float
+    url: str, model: str, n: int, max_tokens: int, action: Any, in_flight: bool
 ) -> tuple[list[Outcome], float, Any]:
-    """``n`` concurrent streams; ``action()`` (blocking, in a thread) ``at`` s after they start."""
+    """``n`` concurrent streams; ``action()`` (blocking, in a thread) once every stream has
+    its first token (``in_flight``), or at once (e.g. for a sleeping model)."""
     limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
     timeout = httpx.Timeout(CLIENT_TIMEOUT, connect=10)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as client:
-        tasks = [asyncio.create_task(stream_one(client, model, max_tokens)) for _ in range(n)]
-        await asyncio.sleep(at)
+        events = [asyncio.Event() for _ in range(n)]
+        tasks = [asyncio.create_task(stream_one(client, model, max_tokens, e)) for e in events]
+        if in_flight:
+            await all_started(events)
         t_action = time.monotonic()
         result = await asyncio.to_thread(action)
         outcomes = await asyncio.gather(*tasks)
@@ -167,7 +202,9 @@ def test_sleep_waits_for_streams_in_flight_then_sleeps(drain_server: ServerProce
         def sleep() -> httpx.Response:
             return api.post(f"/api/v1/models/{inst['id']}/sleep")
 
-        outcomes, _, resp = asyncio.run(run_streams(drain_server.url, "drowsy", 20, 30, sleep, 0.5))
+        outcomes, _, resp = asyncio.run(
+            run_streams(drain_server.url, "drowsy", 20, 30, sleep, True)
+        )
         assert resp.status_code == 200, resp.text
         assert resp.json()["status"] == "sleeping"
         check_shape(outcomes)
@@ -193,7 +230,7 @@ def test_sleep_refuses_with_409_then_force_cuts_with_model_sleeping(
 
         # 200 tokens at 50 ms: 10 s, longer than the 3 s drain.
         outcomes, _, (refused, t_force, forced) = asyncio.run(
-            run_streams(drain_server.url, "stubborn", 10, 200, refuse_then_force, 0.5)
+            run_streams(drain_server.url, "stubborn", 10, 200, refuse_then_force, True)
         )
         assert refused.status_code == 409, refused.text
         assert refused.json()["code"] == "requests_in_flight"
@@ -262,11 +299,17 @@ def test_unload_drains_then_cuts_with_model_unloaded(
                 base_url=drain_server.url, limits=limits, timeout=timeout
             ) as client:
                 # 20 short streams (1.5 s) finish within the grace, 20 long ones (20 s) do not.
-                short = [asyncio.create_task(stream_one(client, "leaving", 30)) for _ in range(20)]
-                long = [asyncio.create_task(stream_one(client, "leaving", 400)) for _ in range(20)]
+                started = [asyncio.Event() for _ in range(40)]
+                short = [
+                    asyncio.create_task(stream_one(client, "leaving", 30, e)) for e in started[:20]
+                ]
+                long = [
+                    asyncio.create_task(stream_one(client, "leaving", 400, e)) for e in started[20:]
+                ]
                 # non-streamed: no byte before the end, so these are cut before the head
                 whole = [asyncio.create_task(whole_one(client, "leaving", 400)) for _ in range(5)]
-                await asyncio.sleep(0.5)
+                await all_started(started)
+                await engine_holds(inst["port"], 25)  # the 20 long streams and the 5 whole
                 t0 = time.monotonic()
                 resp = await asyncio.to_thread(unload)
                 return (
@@ -308,7 +351,7 @@ def test_200_streams_through_sleep_wake_unload_and_engine_kill(
 
         # 1. sleep with 200 streams of ~1.2 s in flight: drained, then asleep.
         outcomes, t, resp = asyncio.run(
-            run_streams(url, "busy", n, 30, lambda: api.post(f"/api/v1/models/{iid}/sleep"), 0.5)
+            run_streams(url, "busy", n, 30, lambda: api.post(f"/api/v1/models/{iid}/sleep"), True)
         )
         assert resp.status_code == 200, resp.text
         check_shape(outcomes)
@@ -319,14 +362,14 @@ def test_200_streams_through_sleep_wake_unload_and_engine_kill(
         def wake_check() -> dict[str, Any]:
             return wait_for_status(api, iid, "active", timeout=20)
 
-        outcomes, t, _ = asyncio.run(run_streams(url, "busy", n, 30, wake_check, 0.0))
+        outcomes, t, _ = asyncio.run(run_streams(url, "busy", n, 30, wake_check, False))
         check_shape(outcomes)
         report["wake"] = counts(outcomes)
         assert report["wake"] == {"completed": n}
 
         # 3. unload with 200 streams of 8 s: cut with model_unloaded when the grace ends.
         outcomes, t, resp = asyncio.run(
-            run_streams(url, "busy", n, 200, lambda: api.post(f"/api/v1/models/{iid}/unload"), 1)
+            run_streams(url, "busy", n, 200, lambda: api.post(f"/api/v1/models/{iid}/unload"), True)
         )
         assert resp.status_code == 200, resp.text
         check_shape(outcomes)
@@ -341,7 +384,7 @@ def test_200_streams_through_sleep_wake_unload_and_engine_kill(
         def kill() -> None:
             os.killpg(os.getpgid(pid), signal.SIGKILL)
 
-        outcomes, t, _ = asyncio.run(run_streams(url, "busy", n, 200, kill, 1))
+        outcomes, t, _ = asyncio.run(run_streams(url, "busy", n, 200, kill, True))
         check_shape(outcomes)
         report["engine-kill"] = counts(outcomes)
         assert report["engine-kill"] == {"error:engine_failed": n}
