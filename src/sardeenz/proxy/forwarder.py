@@ -61,6 +61,7 @@ from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, Ups
 from sardeenz.proxy.wire import (
     ErrorReply,
     api_error,
+    ascii_int,
     openai_error,
     request_header_block,
     response_headers,
@@ -491,11 +492,8 @@ class InferenceProxy:
         return request_header_block(scope["headers"], json_default, self._check_length)
 
     def _check_length(self, value: bytes) -> None:
-        try:
-            n = int(value)
-        except ValueError:
-            n = -1
-        if n < 0:
+        n = ascii_int(value)
+        if n is None:
             raise ErrorReply(
                 400,
                 "invalid Content-Length header",
