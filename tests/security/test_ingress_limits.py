@@ -15,11 +15,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import jwt
 import orjson
 import pytest
 
-from tests.support import ServerProcess, kill_engines
+from tests.support import ServerProcess, kill_engines, load_active
 
 SECRET = "ingress-tests-hs256-secret-0123456789abcdef"
 HEADER_TIMEOUT = 1.0
@@ -251,3 +252,29 @@ def test_a_port_that_is_not_ascii_digits_is_404_unknown_port(
     status, body, _ = _exchange(server, raw + b"connection: close\r\n\r\n")
     assert status == 404, body
     assert body["code"] == "unknown_port"
+
+
+# ----------------------------------------------------------- engine errors
+def test_an_engine_error_in_another_shape_reaches_v1_in_openai_shape(
+    server: ServerProcess,
+) -> None:
+    """The sim engine, like vLLM, answers a path it does not serve with FastAPI's 404."""
+    admin = {"Authorization": f"Bearer {_token()}"}
+    with httpx.Client(base_url=server.url, headers=admin, timeout=30) as api:
+        load_active(api, "errors-m")
+        for _ in range(2):  # the second on a pooled connection
+            resp = api.post("/v1/embeddings", json={"model": "errors-m", "input": "hi"})
+            assert resp.status_code == 404, resp.text
+            assert resp.headers["content-type"] == "application/json"
+            error = resp.json()["error"]
+            assert error == {
+                "message": "Not Found",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "not_found",
+            }
+        # Unchanged where the engine is addressed directly.
+        port = api.get("/api/v1/models").json()[0]["port"]
+        direct = api.post(f"/api/direct/{port}/v1/embeddings", json={"input": "hi"})
+        assert direct.status_code == 404
+        assert direct.json() == {"detail": "Not Found"}

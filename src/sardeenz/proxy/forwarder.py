@@ -51,7 +51,9 @@ from sardeenz.proxy.relay import (
     finished,
     first_byte,
     head_sent,
+    is_error,
     label,
+    openai_error_response,
     read_whole,
     started,
     stream_end_on_failure,
@@ -399,13 +401,16 @@ class InferenceProxy:
         t2 = _perf()
         out, length, event_stream = response_headers(resp.headers)
         status = resp.status
+        error = openai and is_error(status, event_stream)
 
-        if read_whole(length, event_stream):
+        if error or read_whole(length, event_stream):
             try:
                 data = await resp.read_all()
             except UpstreamClosed as exc:  # the head had come: part of a reply was received
                 self.warn(ep, failure_note(exc, True))
                 return await engine_failed(label(model, ep.port), True).send(send, openai)
+            if error:
+                out, data = openai_error_response(status, out, data)
             await send({"type": "http.response.start", "status": status, "headers": out})
             head_sent(mm, t0, t1, t2)
             state.finished = True
