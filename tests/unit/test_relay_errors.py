@@ -75,7 +75,9 @@ def test_other_bodies_are_translated(
 
 
 def test_only_non_stream_errors_are_looked_at() -> None:
-    assert is_error(404, False)
-    assert not is_error(200, False)
-    assert not is_error(399, False)
-    assert not is_error(500, True)  # an SSE body is relayed as it comes
+    assert is_error(404, None, False)
+    assert is_error(400, 100, False)
+    assert not is_error(200, None, False)
+    assert not is_error(399, 10, False)
+    assert not is_error(500, None, True)  # an SSE body is relayed as it comes
+    assert not is_error(500, 1 << 30, False)  # nor is a huge one

@@ -210,7 +210,7 @@ class _Exchange:
         t2 = _perf()
         out, length, self._event_stream = response_headers(headers)
         self._status = status
-        if is_error(status, self._event_stream):
+        if is_error(status, length, self._event_stream):
             # Read whole, and its head is made at the end around the body in
             # OpenAI's shape (relay.openai_error_response).
             self._error_headers = out

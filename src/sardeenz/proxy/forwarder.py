@@ -401,7 +401,7 @@ class InferenceProxy:
         t2 = _perf()
         out, length, event_stream = response_headers(resp.headers)
         status = resp.status
-        error = openai and is_error(status, event_stream)
+        error = openai and is_error(status, length, event_stream)
 
         if error or read_whole(length, event_stream):
             try:

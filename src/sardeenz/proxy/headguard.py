@@ -109,9 +109,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def start_head_clock(self, since: float) -> None:
         """The head wait started at ``since`` (the fast lane carries its clock over)."""
         self._head_since = since
-        if self._head_timer is None:
-            delay = max(0.0, since + self.limits.timeout - self.loop.time())
-            self._head_timer = self.loop.call_later(delay, self._head_timeout)
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        delay = max(0.0, since + self.limits.timeout - self.loop.time())
+        self._head_timer = self.loop.call_later(delay, self._head_timeout)
 
     # ------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -157,7 +158,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._head_count = 0
         if not self._head_since:
-            self.start_head_clock(self.loop.time())
+            self._head_since = self.loop.time()
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(self.limits.timeout, self._head_timeout)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1

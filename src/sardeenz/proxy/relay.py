@@ -115,9 +115,13 @@ _ERROR_CODES: Final = {
 _MAX_MESSAGE: Final = 2000
 
 
-def is_error(status: int, event_stream: bool) -> bool:
-    """Does this engine response get its body checked for OpenAI's error shape?"""
-    return status >= 400 and not event_stream
+def is_error(status: int, length: int | None, event_stream: bool) -> bool:
+    """Does this engine response get its body checked for OpenAI's error shape?
+
+    Errors are small; one that declares more than ``READ_WHOLE_LIMIT`` is
+    relayed as it comes rather than held in memory.
+    """
+    return status >= 400 and not event_stream and (length is None or length <= READ_WHOLE_LIMIT)
 
 
 def openai_error_response(
