@@ -186,6 +186,31 @@ class Settings(BaseSettings):
         True, validation_alias=_env("SARDEENZ_PROXY_FAST_LANE", "proxy_fast_lane")
     )
     """Serve /v1 connections with proxy/fastlane.py instead of uvicorn's cycle."""
+    max_header_bytes: int = Field(
+        64 * 1024,
+        ge=4096,
+        le=2**24,
+        validation_alias=_env("SARDEENZ_MAX_HEADER_BYTES", "max_header_bytes"),
+    )
+    """Largest request head (request line plus headers) on every path, before any
+    authentication: beyond it the client gets 431 and the connection is closed, so an
+    unauthenticated client cannot make the controller buffer an unbounded header."""
+    max_header_count: int = Field(
+        100,
+        ge=16,
+        le=10_000,
+        validation_alias=_env("SARDEENZ_MAX_HEADER_COUNT", "max_header_count"),
+    )
+    """Most header fields in one request (431 beyond; Apache's LimitRequestFields)."""
+    header_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_HEADER_TIMEOUT_SECONDS", "header_timeout_seconds"),
+    )
+    """Time a client has to send a complete request head, from the connection's opening
+    or the first byte of the next request; the connection is closed when it passes
+    (slow-header, slowloris). Idle keep-alive connections keep their own timeout."""
 
     # --- on-demand models (docs/catalog.md) -----------------------------------
     catalog: dict[str, Any] = Field(

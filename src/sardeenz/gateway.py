@@ -23,8 +23,9 @@ from sardeenz.errors import PayloadTooLarge, SardeenzError
 from sardeenz.proxy.express import ExpressRelay
 from sardeenz.proxy.fastlane import fast_lane_protocol
 from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.proxy.headguard import HeadLimits, guarded_protocol
 from sardeenz.proxy.metrics import render_metrics
-from sardeenz.proxy.wire import INVALID_API_KEY, api_error, header, send_json
+from sardeenz.proxy.wire import INVALID_API_KEY, api_error, ascii_int, header, send_json
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
@@ -51,17 +52,20 @@ class Gateway:
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
         self.services: Any = None
 
-    def http_protocol(self, settings: Settings) -> type[asyncio.Protocol] | str:
+    def http_protocol(self, settings: Settings) -> type[asyncio.Protocol]:
         """uvicorn's ``http=``: the fast lane with the express path in front of this app.
 
-        ``SARDEENZ_PROXY_FAST_LANE=false`` gives uvicorn's own protocol instead.
+        ``SARDEENZ_PROXY_FAST_LANE=false`` gives uvicorn's own protocol instead,
+        with the same request-head limits (proxy/headguard.py) as the lane.
         """
+        limits = HeadLimits.from_settings(settings)
         if not settings.proxy_fast_lane:
-            return "httptools"
+            return guarded_protocol(limits)
         return fast_lane_protocol(
             self,
             max_body_bytes=settings.proxy_max_body_bytes,
             express=ExpressRelay(self._proxy, self._keys),
+            limits=limits,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -102,10 +106,11 @@ class Gateway:
         if not await self._authorize(scope, send, Role.ADMIN):
             return
         port_text, _, rest = scope["path"][len("/api/direct/") :].partition("/")
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        port = ascii_int(port_text)
+        if port is None or not 0 < port < 65536:
             await send_json(send, 404, api_error("not a managed engine port", "unknown_port"))
             return
-        await self._proxy.handle_direct(scope, receive, send, int(port_text), rest)
+        await self._proxy.handle_direct(scope, receive, send, port, rest)
 
     async def _authorize(self, scope: Scope, send: Send, role: Role) -> bool:
         auth = header(scope["headers"], b"authorization")
@@ -123,24 +128,35 @@ class Gateway:
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         """FastAPI with a request-body limit: declared length first, then counted."""
         declared = header(scope["headers"], b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._api_limit:
+        length = ascii_int(declared) if declared is not None else None
+        if length is not None and length > self._api_limit:
             await _api_error(send, 413, self._too_large_message(), "payload_too_large")
             return
         seen = 0
         started = False
+        over = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self._api_limit:
-                    # FastAPI's error handlers turn this into the 413 JSON body.
+                    over = True
                     raise PayloadTooLarge(self._too_large_message())
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if over:
+                # FastAPI turns an error while reading a body into its own 400
+                # ("error parsing the body"): a counted (chunked) body over the
+                # limit must be the same 413 as a declared one, so that answer
+                # is replaced here, whatever the route made of the error.
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await _api_error(send, 413, self._too_large_message(), "payload_too_large")
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)

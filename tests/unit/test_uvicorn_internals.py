@@ -86,6 +86,26 @@ def test_http_tools_protocol_can_take_over_a_connection() -> None:
         )
 
 
+def test_http_tools_protocol_has_what_the_head_guard_overrides() -> None:
+    """proxy/headguard.py wraps these parser callbacks and the 400 reply."""
+    for method in (
+        "connection_lost",
+        "on_message_begin",
+        "on_header",
+        "on_headers_complete",
+        "on_message_complete",
+        "send_400_response",
+    ):
+        assert callable(getattr(HttpToolsProtocol, method, None)), changed(
+            f"HttpToolsProtocol.{method} is gone (proxy/headguard.py overrides it)"
+        )
+    source = inspect.getsource(HttpToolsProtocol.data_received)
+    assert "send_400_response" in source, changed(
+        "HttpToolsProtocol.data_received no longer answers parser errors with "
+        "send_400_response (the head guard suppresses that reply after its 431)"
+    )
+
+
 async def _app(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":

@@ -45,7 +45,9 @@ from sardeenz.proxy.relay import (
     finished,
     first_byte,
     head_sent,
+    is_error,
     may_retry_stale,
+    openai_error_response,
     read_whole,
     started,
     stream_end_on_failure,
@@ -125,6 +127,7 @@ class _Exchange:
         "_conn",
         "_done",
         "_ep",
+        "_error_headers",
         "_event_stream",
         "_first",
         "_head",
@@ -171,6 +174,7 @@ class _Exchange:
         self._chunked = False
         self._event_stream = False
         self._whole = False  # the body is sent in one write with the head, at the end
+        self._error_headers: list[tuple[bytes, bytes]] | None = None  # an error response's
         self._pending: list[bytes] = []
         self._sent = False  # any byte of the response written to the client
         self._first = True
@@ -208,6 +212,13 @@ class _Exchange:
         t2 = _perf()
         out, length, self._event_stream = response_headers(headers)
         self._status = status
+        if is_error(status, length, self._event_stream):
+            # Read whole, and its head is made at the end around the body in
+            # OpenAI's shape (relay.openai_error_response).
+            self._error_headers = out
+            self._whole = True
+            head_sent(self._mm, self._t0, self._t1, t2)
+            return
         self._head, self._chunked, self.keep_alive = self._lane.response_head(
             status, out, self.keep_alive
         )
@@ -232,6 +243,14 @@ class _Exchange:
                 first_byte(self._mm, self._t0)
 
     def on_end(self) -> None:
+        if self._error_headers is not None:
+            out, body = openai_error_response(
+                self._status, self._error_headers, b"".join(self._pending)
+            )
+            self._head, _, self.keep_alive = self._lane.response_head(
+                self._status, out, self.keep_alive
+            )
+            self._pending = [body]
         if self._whole:
             self._write(self._head + b"".join(self._pending))
             first_byte(self._mm, self._t0)

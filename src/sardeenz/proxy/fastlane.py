@@ -40,18 +40,23 @@ from typing import Any, Final, Protocol
 
 import httptools
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from sardeenz.asgi import ASGIApp, Message, Scope
+from sardeenz.proxy.headguard import (
+    GuardedHttpToolsProtocol,
+    HeadLimits,
+    guarded_protocol,
+    too_large_reply,
+)
 from sardeenz.proxy.metrics import LANE
-from sardeenz.proxy.wire import openai_error
+from sardeenz.proxy.wire import ascii_int, openai_error
 
 log = logging.getLogger(__name__)
 
 
 MAX_HEAD_BYTES: Final = 64 * 1024
-"""Request line plus headers; larger is answered 431 (nginx and uvicorn allow less)."""
+"""Default for request line plus headers (``SARDEENZ_MAX_HEADER_BYTES``); larger is 431."""
 _READ_PAUSE_SLACK: Final = 256 * 1024
 """Buffered bytes beyond one full request before we stop reading the client."""
 
@@ -103,7 +108,11 @@ class ExpressPath(Protocol):
 
 
 def fast_lane_protocol(
-    app: ASGIApp, *, max_body_bytes: int, express: ExpressPath | None = None
+    app: ASGIApp,
+    *,
+    max_body_bytes: int,
+    express: ExpressPath | None = None,
+    limits: HeadLimits | None = None,
 ) -> type[asyncio.Protocol]:
     """The protocol class to pass as ``uvicorn.Config(http=...)``.
 
@@ -111,12 +120,19 @@ def fast_lane_protocol(
     request runs through uvicorn with the app uvicorn was given. Bodies over
     ``max_body_bytes`` go to uvicorn too, so the app's own limit check sees
     them without the lane buffering them first. ``express``, if given, may
-    take a POST before the app does (see proxy/express.py).
+    take a POST before the app does (see proxy/express.py). ``limits``
+    bound request heads here and on the connections handed to uvicorn
+    (proxy/headguard.py).
     """
+    head = limits or HeadLimits(MAX_HEAD_BYTES, 100, 10.0)
 
     class _Lane(FastLaneProtocol):
         lane_app = staticmethod(app)
         max_body = max_body_bytes
+        max_head = head.max_bytes
+        max_fields = head.max_count
+        head_timeout = head.timeout
+        successor = guarded_protocol(head)
 
     _Lane.express = express
     return _Lane
@@ -127,6 +143,10 @@ class FastLaneProtocol(asyncio.Protocol):
 
     lane_app: ASGIApp
     max_body: int
+    max_head: int
+    max_fields: int
+    head_timeout: float
+    successor: type[GuardedHttpToolsProtocol]
     express: ExpressPath | None = None
 
     def __init__(
@@ -160,6 +180,10 @@ class FastLaneProtocol(asyncio.Protocol):
         self._drain: asyncio.Future[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0
+        # When the wait for the head being received began (0: not waiting); one
+        # timer checks it lazily, like the idle timer (see _head_timeout).
+        self._head_since = 0.0
+        self._head_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -170,12 +194,13 @@ class FastLaneProtocol(asyncio.Protocol):
         LANE.accepted += 1
         self._idle_since = self._loop.time()
         self._arm_idle_timer(self._config.timeout_keep_alive)
+        self._await_head(self._idle_since)
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
         if self._cycle is None:
             self._process()
-        elif len(self._buf) > MAX_HEAD_BYTES + _READ_PAUSE_SLACK and not self._read_paused:
+        elif len(self._buf) > self.max_head + _READ_PAUSE_SLACK and not self._read_paused:
             # A client pipelining far ahead: stop reading until we catch up.
             self._read_paused = True
             if self.transport is not None:
@@ -184,6 +209,7 @@ class FastLaneProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server_state.connections.discard(self)
         self._cancel_idle_timer()
+        self._cancel_head_timer()
         self.transport = None
         cycle = self._cycle
         if cycle is not None:
@@ -219,8 +245,9 @@ class FastLaneProtocol(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         if name == b"content-length":
-            if value.isdigit():
-                self._body_len = int(value)
+            length = ascii_int(value)
+            if length is not None:
+                self._body_len = length
             else:  # llhttp rejects most of these; uvicorn answers the rest
                 self._hand_over = True
         elif name == b"transfer-encoding" or name == b"upgrade":
@@ -248,17 +275,22 @@ class FastLaneProtocol(asyncio.Protocol):
                 if end < 0:
                     if not self._first_line_fits(buf):
                         return self._give_to_uvicorn()
-                    if len(buf) > MAX_HEAD_BYTES:
-                        return self._reject(431, "request headers too large", "headers_too_large")
+                    if len(buf) > self.max_head:
+                        return self._too_large()
+                    if not self._head_since:
+                        self._await_head(self._loop.time())
                     return
-                if end + 4 > MAX_HEAD_BYTES:
-                    return self._reject(431, "request headers too large", "headers_too_large")
                 if not self._first_line_fits(buf):
-                    return self._give_to_uvicorn()
+                    return self._give_to_uvicorn()  # which bounds the head itself
+                if end + 4 > self.max_head:
+                    return self._too_large()
                 try:
                     self._parser.feed_data(bytes(buf[: end + 4]))
                 except httptools.HttpParserError:
                     return self._reject(400, "invalid HTTP request", "invalid_http_request")
+                self._head_since = 0.0
+                if len(self._headers) > self.max_fields:
+                    return self._too_large(f"more than {self.max_fields} request header fields")
                 if (
                     self._hand_over
                     or self._body_len > self.max_body
@@ -390,10 +422,11 @@ class FastLaneProtocol(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         self._cancel_idle_timer()
+        self._cancel_head_timer()
         self._server_state.connections.discard(self)
         self.transport = None
         LANE.handed_over += 1
-        successor = HttpToolsProtocol(
+        successor = self.successor(
             config=self._config,
             server_state=self._server_state,
             app_state=self._app_state,
@@ -401,6 +434,8 @@ class FastLaneProtocol(asyncio.Protocol):
         )
         transport.set_protocol(successor)
         successor.connection_made(transport)
+        if self._head_since:  # the head's time limit runs on, it does not restart
+            successor.start_head_clock(self._head_since)
         if self._write_paused:
             successor.pause_writing()
         if self._read_paused:
@@ -408,6 +443,14 @@ class FastLaneProtocol(asyncio.Protocol):
         data, self._buf = bytes(self._buf), bytearray()
         if data:
             successor.data_received(data)
+
+    def _too_large(self, message: str = "request headers too large") -> None:
+        """431: the head is over the size or field limit (only /v1 heads reach here)."""
+        transport = self.transport
+        if transport is not None:
+            transport.write(too_large_reply(True, message))
+            transport.close()
+        self._buf.clear()
 
     def _reject(self, status: int, message: str, code: str) -> None:
         transport = self.transport
@@ -444,6 +487,33 @@ class FastLaneProtocol(asyncio.Protocol):
         timer, self._idle_timer = self._idle_timer, None
         if timer is not None:
             timer.cancel()
+
+    # The slow-header timeout: a head must be complete within ``head_timeout``
+    # of the connection's opening or of its first byte. Armed only when a head
+    # is incomplete after a read (or on connect), so a request that arrives in
+    # one read costs one attribute store.
+    def _await_head(self, since: float) -> None:
+        self._head_since = since
+        if self._head_timer is None and self.transport is not None:
+            self._head_timer = self._loop.call_later(self.head_timeout, self._head_timeout)
+
+    def _cancel_head_timer(self) -> None:
+        timer, self._head_timer = self._head_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        transport = self.transport
+        if transport is None or not self._head_since:
+            return
+        left = self._head_since + self.head_timeout - self._loop.time()
+        if left > 0.01:
+            self._head_timer = self._loop.call_later(left, self._head_timeout)
+        elif self._cycle is None:
+            transport.close()
+        else:  # a pipelined head waits for the response before it (not ours to cut)
+            self._head_timer = self._loop.call_later(self.head_timeout, self._head_timeout)
 
     def _idle_timeout(self) -> None:
         self._idle_timer = None

@@ -53,7 +53,9 @@ from sardeenz.proxy.relay import (
     finished,
     first_byte,
     head_sent,
+    is_error,
     label,
+    openai_error_response,
     read_whole,
     started,
     stream_end_on_failure,
@@ -63,6 +65,7 @@ from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, Ups
 from sardeenz.proxy.wire import (
     ErrorReply,
     api_error,
+    ascii_int,
     openai_error,
     request_header_block,
     response_headers,
@@ -460,14 +463,17 @@ class InferenceProxy:
         t2 = _perf()
         out, length, event_stream = response_headers(resp.headers)
         status = resp.status
+        error = openai and is_error(status, length, event_stream)
 
-        if read_whole(length, event_stream):
+        if error or read_whole(length, event_stream):
             try:
                 data = await resp.read_all()
             except UpstreamClosed as exc:  # the head had come: part of a reply was received
                 self.warn(ep, failure_note(exc, True))
                 code = self.inflight.end_code(ep.instance_id)
                 return await engine_failed(label(model, ep.port), True, code).send(send, openai)
+            if error:
+                out, data = openai_error_response(status, out, data)
             await send({"type": "http.response.start", "status": status, "headers": out})
             head_sent(mm, t0, t1, t2)
             state.finished = True
@@ -555,11 +561,8 @@ class InferenceProxy:
         return request_header_block(scope["headers"], json_default, self._check_length)
 
     def _check_length(self, value: bytes) -> None:
-        try:
-            n = int(value)
-        except ValueError:
-            n = -1
-        if n < 0:
+        n = ascii_int(value)
+        if n is None:
             raise ErrorReply(
                 400,
                 "invalid Content-Length header",

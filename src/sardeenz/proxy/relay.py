@@ -18,6 +18,12 @@ that shapes what it sees is taken here and both paths call it:
   what happened: the connection was reused, no response byte arrived, and it
   failed within ``STALE_RETRY_WINDOW``; anything else may have reached the
   engine and is not repeated;
+* **an engine's error in another shape** (a ``{"detail": "Not Found"}``
+  from an engine's web framework for a path it does not serve, a plain
+  text body) is rewritten in OpenAI's error shape on ``/v1``, status kept.
+  OpenAI-shaped errors, and vLLM's flat ``{"object": "error", "message":
+  ...}`` (which OpenAI's clients read too), are relayed as they are.
+  ``/api/direct`` relays the engine's bytes unchanged;
 * **small bodies are read whole** (``READ_WHOLE_LIMIT``) and sent in one
   write, so an engine dying while sending one is still a clean 502;
 * **an operator's end** (a forced sleep, an unload whose grace ran out, or
@@ -33,8 +39,11 @@ every request and they allocate nothing beyond the error bytes of a failure.
 
 from __future__ import annotations
 
+import http
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
 
 from sardeenz.proxy.wire import ErrorReply, openai_error
 
@@ -116,6 +125,84 @@ def failure_note(error: Exception, received: bool) -> str:
 
 def _when(received: bool) -> str:
     return "while" if received else "before"
+
+
+_ERROR_CODES: Final = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    422: "invalid_request",
+    429: "rate_limit_exceeded",
+}
+_MAX_MESSAGE: Final = 2000
+
+
+def is_error(status: int, length: int | None, event_stream: bool) -> bool:
+    """Does this engine response get its body checked for OpenAI's error shape?
+
+    Errors are small; one that declares more than ``READ_WHOLE_LIMIT`` is
+    relayed as it comes rather than held in memory.
+    """
+    return status >= 400 and not event_stream and (length is None or length <= READ_WHOLE_LIMIT)
+
+
+def openai_error_response(
+    status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """An engine's error response as a ``/v1`` client gets it: in OpenAI's shape.
+
+    A body already in that shape is kept byte for byte; anything else gets
+    the engine's message (``detail``, a flat ``message``, or the text) in an
+    ``{"error": {...}}`` envelope. The status is the engine's either way.
+    """
+    out = _translated(status, body)
+    if out is None:
+        out = body
+        rest = [(k, v) for k, v in headers if k != b"content-length"]
+    else:
+        rest = [(k, v) for k, v in headers if k not in (b"content-length", b"content-type")]
+        rest.append((b"content-type", b"application/json"))
+    rest.append((b"content-length", b"%d" % len(out)))
+    return rest, out
+
+
+def _translated(status: int, body: bytes) -> bytes | None:
+    try:
+        doc: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    type_ = "invalid_request_error" if status < 500 else "upstream_error"
+    code: Any = _ERROR_CODES.get(status, "engine_error")
+    param: Any = None
+    message: Any = None
+    if isinstance(doc, dict):
+        error = doc.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return None  # OpenAI's shape already
+        if doc.get("object") == "error" and isinstance(doc.get("message"), str):
+            return None  # vLLM's flat ErrorResponse: OpenAI's clients read it as is
+        if isinstance(doc.get("message"), str):
+            message = doc["message"]
+            type_ = doc["type"] if isinstance(doc.get("type"), str) else type_
+            code = doc["code"] if isinstance(doc.get("code"), str | int) else code
+            param = doc["param"] if isinstance(doc.get("param"), str) else None
+        elif "detail" in doc:  # FastAPI / Starlette
+            detail = doc["detail"]
+            message = detail if isinstance(detail, str) else orjson.dumps(detail).decode()
+    if message is None:
+        text = body.decode("utf-8", "replace").strip()
+        message = text or _phrase(status)
+    return openai_error(str(message)[:_MAX_MESSAGE], type_, str(code), param)
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return f"engine error {status}"
 
 
 def read_whole(length: int | None, event_stream: bool) -> bool:

@@ -30,7 +30,7 @@ from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.gateway import Gateway
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.routing import RoutingTable
-from sardeenz.proxy.wire import api_error, send_json
+from sardeenz.proxy.wire import api_error, ascii_int, send_json
 from sardeenz.security.auth import ApiKeys, Authenticator
 
 T = TypeVar("T")
@@ -220,10 +220,11 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings()
     table = RoutingTable(engine_host=settings.engine_host)
     for i, route in enumerate(args.route):
-        name, sep, port = route.rpartition("=")
-        if not sep or not port.isdigit():
+        name, sep, port_text = route.rpartition("=")
+        port = ascii_int(port_text)
+        if not sep or port is None or not 0 < port < 65536:
             parser.error(f"--route {route!r}: expected NAME=PORT")
-        table.apply(make_instance(f"static-{i}", name, int(port)))
+        table.apply(make_instance(f"static-{i}", name, port))
     proxy = InferenceProxy(settings, table)
     gateway = build_gateway(proxy, settings)
     with contextlib.suppress(KeyboardInterrupt):

@@ -43,6 +43,23 @@ def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     return None
 
 
+_MAX_DIGITS: Final = 18
+"""Longest number read from a client: below 2**63, and far below Python's 4300-digit
+``int()`` limit (past which ``int()`` raises instead of returning a big number)."""
+
+
+def ascii_int(text: str | bytes) -> int | None:
+    """``text`` as a non-negative integer if it is 1-18 ASCII digits, else None.
+
+    Ports and Content-Length are read with this and nothing else: ``str.isdigit``
+    accepts superscripts and other scripts' digits (``int()`` then raises or, for
+    Arabic-Indic digits, converts them), and an unbounded digit string costs time.
+    """
+    if 0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit():
+        return int(text)
+    return None
+
+
 def openai_error(message: str, type_: str, code: str, param: str | None = None) -> bytes:
     """An error body in OpenAI's shape: what every ``/v1`` client parses."""
     return orjson.dumps(
@@ -159,9 +176,8 @@ def response_headers(
         if k in _DROP_RESPONSE or k.startswith(b"proxy-"):
             continue
         if k == b"content-length":
-            try:
-                length = int(v)
-            except ValueError:
+            length = ascii_int(v)
+            if length is None:
                 continue
         elif k == b"content-type":
             event_stream = v.startswith(b"text/event-stream")

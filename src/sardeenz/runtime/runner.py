@@ -453,8 +453,11 @@ class InstanceRunner:
     async def set_status(self, status: InstanceStatus) -> None:
         previous = self.instance.status
         self.instance.status = status
-        await self._persist(self)
+        # Published first: the routing table follows this event, and a failed
+        # or stopping engine must leave it now, not after a database write
+        # that a busy disk can make take half a second (issue 18).
         self.bus.publish(StatusEvent(self.snapshot(), previous))
+        await self._persist(self)
 
     def ended(self) -> None:
         """The engine is gone for good: give back what it held (idempotent)."""
