@@ -15,9 +15,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from sardeenz import __version__
-from sardeenz.api import auth, benchmarks, engines, gpus, health, memory, models
+from sardeenz.api import auth, benchmarks, cluster, engines, gpus, health, memory, models
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
+from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.wiring import install_cluster
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
@@ -61,6 +63,8 @@ def build_services(settings: Settings) -> Services:
     table = RoutingTable(engine_host=settings.engine_host)
     if settings.proxy_auto_wake:
         table.waker = _waker(supervisor)
+    proxy = InferenceProxy(settings, table)
+    cluster = ClusterManager(settings, table, supervisor, inventory)
     return Services(
         settings=settings,
         bus=bus,
@@ -72,13 +76,14 @@ def build_services(settings: Settings) -> Services:
         segments=segments,
         kvctl=Kvctl.for_settings(settings),
         routing=table,
-        proxy=InferenceProxy(settings, table),
+        proxy=proxy,
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
         auth=Authenticator(settings),
         api_keys=api_keys,
         audit=AuditTrail(AuditRepository(db)),
         profiles=ProfileService(profiles, supervisor, inventory),
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
+        cluster=cluster,
     )
 
 
@@ -119,6 +124,7 @@ def create_app(settings: Settings) -> Gateway:
         await services.supervisor.start()
         await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
+        await services.cluster.start()  # static peers: one task; single node: nothing
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -129,6 +135,7 @@ def create_app(settings: Settings) -> Gateway:
             count = len(services.supervisor.list_instances())
             log.info("shutting down: stopping %d engine(s)", count)
             await services.benchmarks.shutdown()  # cancel runs before their engines go
+            await services.cluster.stop()
             await services.supervisor.shutdown()
             await services.routing_updater.stop()
             await services.proxy.close()
@@ -156,6 +163,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(auth.router)
     app.include_router(memory.router)
     app.include_router(benchmarks.router)
+    app.include_router(cluster.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
@@ -169,6 +177,8 @@ def create_app(settings: Settings) -> Gateway:
     )
     gateway.api = app
     gateway.services = services
+    if services.cluster.active:
+        install_cluster(gateway, services.cluster, services.proxy)
     return gateway
 
 

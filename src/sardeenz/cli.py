@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sardeenz import __version__
+from sardeenz.cluster.identity import check_cluster_settings
 from sardeenz.config import ConfigError, Settings, load_settings
 from sardeenz.safetext import OneLineFormatter
 
@@ -85,6 +86,7 @@ def serve(
             insecure=insecure,
             log_level=log_level,
         )
+        check_cluster_settings(settings)
     except (ConfigError, ValidationError) as exc:
         err.print(
             f"[red]sardeenz: invalid configuration:[/red] {config_error_line(exc)}",

@@ -15,6 +15,7 @@ dispatch with this one class.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
@@ -28,6 +29,8 @@ from sardeenz.proxy.wire import INVALID_API_KEY, api_error, header, send_json
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
+
+TrustedForward = Callable[[Scope, Receive, Send, ASGIApp], Awaitable[None]]
 
 
 class Gateway:
@@ -50,6 +53,11 @@ class Gateway:
         self._direct = audit.wrap(self._direct_proxy) if audit is not None else self._direct_proxy
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
         self.services: Any = None
+        # Cluster mode only (cluster/wiring.py); None on a single node.
+        self.internal: ASGIApp | None = None
+        """``/internal/*``: the HMAC-guarded pod-to-pod API."""
+        self.trusted_forward: TrustedForward | None = None
+        """A /v1 request another pod forwarded (cluster signature instead of an API key)."""
 
     def http_protocol(self, settings: Settings) -> type[asyncio.Protocol] | str:
         """uvicorn's ``http=``: the fast lane with the express path in front of this app.
@@ -73,6 +81,11 @@ class Gateway:
             if self._keys.enabled and not self._keys.check(
                 header(scope["headers"], b"authorization")
             ):
+                if self.trusted_forward is not None and header(
+                    scope["headers"], b"x-cluster-signature"
+                ):
+                    await self.trusted_forward(scope, receive, send, self._proxy.handle_v1)
+                    return
                 await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
                 return
             await self._proxy.handle_v1(scope, receive, send)
@@ -95,6 +108,8 @@ class Gateway:
             await send({"type": "http.response.body", "body": body})
         elif path.startswith("/api/"):
             await self._admin(scope, receive, send)
+        elif self.internal is not None and path.startswith("/internal/"):
+            await self.internal(scope, receive, send)
         else:
             await self._api(scope, receive, send)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sardeenz.bench.runner import BenchmarkRunner
+from sardeenz.cluster.manager import ClusterManager
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
@@ -41,6 +42,7 @@ class Services:
     audit: AuditTrail
     profiles: ProfileService
     benchmarks: BenchmarkRunner
+    cluster: ClusterManager
     started: bool = False
     stopping: bool = False
 

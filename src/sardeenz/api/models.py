@@ -28,10 +28,23 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     dependencies=[ADMIN],
     status_code=HTTP_202_ACCEPTED,
     response_model=ModelInstance,
-    responses={400: {"description": "invalid request"}, 409: ERRORS[409]},
+    responses={
+        400: {"description": "invalid request"},
+        404: {"description": "cluster: no such pod (`code`: pod_not_found)"},
+        409: ERRORS[409],
+        503: {"description": "cluster: the pod is unavailable (`code`: pod_unavailable)"},
+    },
 )
 async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
-    """Start an engine; returns at once with the instance in `starting`."""
+    """Start an engine; returns at once with the instance in `starting`.
+
+    In a cluster, ``podId`` names the pod to load on (the leader sends the
+    order through ``/internal/models/load``, fenced by its term).
+    """
+    if body.pod_id is not None:
+        remote = await services.cluster.load_on(body.pod_id, body)
+        if remote is not None:
+            return remote
     return await services.load_model(body)
 
 

@@ -94,7 +94,7 @@ class ExpressRelay:
         if not isinstance(model, str) or not model:
             return None
         ep = self._table.pick(model)
-        if ep is None:
+        if ep is None or not ep.local:  # remote: the handler signs and forwards it
             return None
         data = client.encode(
             ep.host, ep.port, b"POST", url, request_header_block(headers, True), body

@@ -1,0 +1,16 @@
+"""Plugs an active cluster into the gateway and the proxy (app.py calls it once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sardeenz.cluster.forwarding import remote_headers, trusted_forward
+from sardeenz.cluster.internal import InternalApi
+from sardeenz.cluster.manager import ClusterManager
+from sardeenz.proxy.forwarder import InferenceProxy
+
+
+def install_cluster(gateway: Any, manager: ClusterManager, proxy: InferenceProxy) -> None:
+    gateway.internal = InternalApi(manager)
+    gateway.trusted_forward = trusted_forward(manager)
+    proxy.remote_headers = remote_headers(manager)
