@@ -701,6 +701,45 @@ def profiles_rm(profile_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = No
     console.print(f"deleted profile {profile_id}")
 
 
+cluster_app = typer.Typer(help="The cluster as a running server sees it.")
+app.add_typer(cluster_app, name="cluster")
+
+_POD_STYLE = {"healthy": "green", "suspect": "yellow", "unavailable": "red"}
+
+
+@cluster_app.command("status")
+def cluster_status(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Mode, leader, term and every pod (state, GPUs, instances) as this server sees them."""
+    status = _call(url, token, "GET", "/api/cluster/status")
+    if as_json:
+        print(json.dumps(status))
+        return
+    console.print(
+        f"mode [bold]{status['mode']}[/], leader [bold]{status['leader'] or '(none)'}[/], "
+        f"term {status['term']}",
+        highlight=False,
+    )
+    table = Table(title="Pods")
+    for col in ("Pod", "Address", "State", "Leader", "GPUs", "Instances"):
+        table.add_column(col)
+    for pod in status["pods"]:
+        state = pod["state"]
+        names = sorted({i["servedModelName"] for i in pod["instances"]})
+        table.add_row(
+            pod["id"] + (" (this)" if pod.get("self") else ""),
+            pod["address"],
+            f"[{_POD_STYLE.get(state, 'white')}]{state}[/]",
+            "yes" if pod["isLeader"] else "",
+            str(len(pod["gpus"])),
+            ", ".join(names) or "-",
+        )
+    console.print(table)
+
+
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()

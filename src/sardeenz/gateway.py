@@ -108,8 +108,11 @@ class Gateway:
             await send({"type": "http.response.body", "body": body})
         elif path.startswith("/api/"):
             await self._admin(scope, receive, send)
-        elif self.internal is not None and path.startswith("/internal/"):
-            await self.internal(scope, receive, send)
+        elif path.startswith("/internal/"):
+            if self.internal is not None:
+                await self.internal(scope, receive, send)
+            else:  # never the dashboard's catch-all: a peer must see "no cluster here"
+                await _api_error(send, 404, "this node is not in a cluster", "not_clustered")
         else:
             await self._api(scope, receive, send)
 
