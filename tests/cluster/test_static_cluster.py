@@ -7,7 +7,10 @@ after restart, and no orphan engine at the end. Failover times are printed.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -16,7 +19,7 @@ import pytest
 
 from sardeenz.security.cluster_hmac import Signer
 from tests.cluster.conftest import SECRET, Cluster, agreed_leader
-from tests.support import load_active, wait_for_status
+from tests.support import engine_processes, load_active, wait_for_status
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +39,24 @@ def test_one_leader_within_15s_and_the_same_term_everywhere(cluster3: Cluster) -
     assert all(p["state"] == "healthy" for p in pods.values())
     assert [p["id"] for p in pods.values() if p["isLeader"]] == ["pod-a"]
     assert pods["pod-a"]["address"] == f"127.0.0.1:{cluster3.pods['pod-a'].port}"
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sardeenz.cli",
+            "cluster",
+            "status",
+            "--url",
+            cluster3.pods["pod-c"].url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "mode static, leader pod-a" in cli.stdout
+    assert cli.stdout.count("healthy") == 3
 
 
 def _models(url: str) -> list[str]:
@@ -76,9 +97,14 @@ def test_model_on_pod_b_answers_through_pod_a(cluster3: Cluster) -> None:
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(chunks) >= 3
     assert text
-    # The engine ran on pod B: its instance counted the requests, pod A has none.
+    # The engine ran on pod B: pod A has none.
     with a.client() as ca:
         assert ca.get("/api/v1/models").json() == []
+    # The cluster secret never reaches an engine's environment.
+    engines = engine_processes(b.data_dir)
+    assert engines
+    for proc in engines:
+        assert "CLUSTER_SECRET" not in proc.environ()
 
 
 def test_forwarded_request_needs_a_valid_cluster_signature(cluster3: Cluster) -> None:

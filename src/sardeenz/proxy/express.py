@@ -93,7 +93,7 @@ class ExpressRelay:
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             return None
-        ep = self._table.pick(model)
+        ep = self._table.pick_if_local(model)
         if ep is None or not ep.local:  # remote: the handler signs and forwards it
             return None
         data = client.encode(
