@@ -159,6 +159,31 @@ def test_load_with_pod_id_goes_through_the_leader(cluster3: Cluster) -> None:
         assert resp.json()["code"] == "not_leader"
 
 
+def test_leader_unloads_an_instance_of_another_pod(cluster3: Cluster) -> None:
+    leader, _ = cluster3.wait_one_leader(10.0)
+    c = cluster3.pods["pod-c"]
+    with c.client() as cc:
+        iid = next(
+            i["id"]
+            for i in cc.get("/api/v1/models").json()
+            if i["servedModelName"] == "placed-on-c"
+        )
+    with cluster3.pods[leader].client() as client:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the leader learns of it from pod-c's heartbeat
+            resp = client.post(f"/api/v1/models/{iid}/unload")
+            if resp.status_code != 404:
+                break
+            time.sleep(0.1)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["id"] == iid
+    with c.client() as cc:
+        deadline = time.monotonic() + 30
+        while cc.get(f"/api/v1/models/{iid}").status_code != 404:
+            assert time.monotonic() < deadline, "not unloaded on pod-c"
+            time.sleep(0.1)
+
+
 def test_orders_of_an_old_term_are_refused(cluster3: Cluster) -> None:
     _, term = cluster3.wait_one_leader(10.0)
     c = cluster3.pods["pod-c"]

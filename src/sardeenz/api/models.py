@@ -52,7 +52,13 @@ async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
     "/{instance_id}/unload", response_model=ModelInstance, responses=ERRORS, dependencies=[ADMIN]
 )
 async def unload_model(instance_id: str, services: ServicesDep) -> ModelInstance:
-    """Stop the engine (SIGTERM, grace, SIGKILL) and remove the instance."""
+    """Stop the engine (SIGTERM, grace, SIGKILL) and remove the instance.
+
+    In a cluster, the leader sends this to the pod that runs the instance.
+    """
+    remote = await services.cluster.act_on(instance_id, "unload")
+    if remote is not None:
+        return remote
     return await services.supervisor.unload(instance_id)
 
 
@@ -74,6 +80,9 @@ async def sleep_model(
     ``sleep_mode_disabled`` when the instance was loaded without sleep mode.
     """
     chosen = level if level is not None else (body.level if body is not None else 1)
+    remote = await services.cluster.act_on(instance_id, "sleep", chosen)
+    if remote is not None:
+        return remote
     return await services.supervisor.sleep(instance_id, chosen)
 
 
@@ -85,6 +94,9 @@ async def sleep_model(
 )
 async def wake_model(instance_id: str, services: ServicesDep) -> ModelInstance:
     """Wake a sleeping instance; returns once the engine reports it is awake."""
+    remote = await services.cluster.act_on(instance_id, "wake")
+    if remote is not None:
+        return remote
     return await services.supervisor.wake(instance_id)
 
 

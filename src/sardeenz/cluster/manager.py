@@ -314,6 +314,24 @@ class ClusterManager:
         data = await self.order(pod_id, "/internal/models/load", {"request": request})
         return ModelInstance.model_validate(data)
 
+    def owner_of(self, instance_id: str) -> str | None:
+        """The pod whose last heartbeat listed ``instance_id`` (None: local or unknown)."""
+        if not self.active or any(i.id == instance_id for i in self.supervisor.list_instances()):
+            return None
+        for peer in self.peers.all():
+            hb = peer.heartbeat
+            if hb is not None and any(i.id == instance_id for i in hb.instances):
+                return peer.pod_id
+        return None
+
+    async def act_on(self, instance_id: str, action: str, level: int = 1) -> ModelInstance | None:
+        """Unload/sleep/wake an instance another pod runs; None when it is not remote."""
+        owner = self.owner_of(instance_id)
+        if owner is None:
+            return None
+        data = await self.order(owner, f"/internal/models/{instance_id}/{action}", {"level": level})
+        return ModelInstance.model_validate(data)
+
     # -------------------------------------------------------------- upkeep
     def expire_routes(self) -> None:
         """Remove the routes of pods the failure detector calls unavailable."""
