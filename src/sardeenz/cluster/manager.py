@@ -21,9 +21,9 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sardeenz.cluster.election import Election, FailureDetector, PeerState, Role, Timing
+from sardeenz.cluster.election import Election, FailureDetector, PeerState, Timing
 from sardeenz.cluster.identity import (
     ClusterMode,
     Identity,
@@ -41,6 +41,9 @@ from sardeenz.gpu.inventory import GpuInventory
 from sardeenz.proxy.routing import RoutingTable
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.cluster_hmac import Signer, Verifier
+
+if TYPE_CHECKING:
+    from sardeenz.cluster.driver import ClusterDriver
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +93,7 @@ class ClusterManager:
             self.signer = Signer(secret)
             self.verifier = Verifier([secret, previous])
         self._state_file = settings.data_dir / "cluster-election.json"
-        self._driver: Any = None
+        self._driver: ClusterDriver | None = None
         self._gpus: list[GpuFigures] = []
         self._last_leader: tuple[str | None, int] = (None, 0)
 
@@ -103,7 +106,7 @@ class ClusterManager:
                     "supported yet: running as a single node (set CLUSTER_PEERS for static mode)"
                 )
             return
-        from sardeenz.cluster.driver import ClusterDriver  # only a cluster pays for httpx here
+        from sardeenz.cluster.driver import ClusterDriver  # only a cluster pays for httpx
 
         saved = await asyncio.to_thread(_read_state, self._state_file)
         if saved is not None:
@@ -364,10 +367,6 @@ class ClusterManager:
         """Write (term, voted_for) before a vote is answered or asked for."""
         e = self.election
         await asyncio.to_thread(_write_state, self._state_file, e.term, e.voted_for)
-
-    @property
-    def role(self) -> Role:
-        return self.election.role
 
 
 def _read_state(path: Path) -> tuple[int, str | None] | None:

@@ -9,7 +9,7 @@ a pod's active instances into remote endpoints for the routing table
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
@@ -50,7 +50,6 @@ class Peer:
     heartbeat: Heartbeat | None = None
     routes: tuple[Any, ...] = ()
     """What the routing table holds for this pod: (name, id, max_len) of active instances."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class PeerStore:
