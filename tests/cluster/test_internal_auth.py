@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer, signature
-from tests.cluster.conftest import SECRET, Cluster
+from tests.cluster.harness import SECRET, Cluster
 from tests.support import ServerProcess, load_active
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from tests.cluster.conftest import SECRET, Cluster, agreed_leader
+from tests.cluster.harness import SECRET, Cluster, agreed_leader
 from tests.support import engine_processes, load_active, wait_for_status
 
 pytestmark = pytest.mark.slow

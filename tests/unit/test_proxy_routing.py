@@ -408,21 +408,22 @@ def test_model_metrics_children_are_cached_and_counted() -> None:
     assert b"process_cpu_seconds_total" in body
 
 
-def test_remote_endpoints_get_their_turn_when_the_express_path_skips_them() -> None:
-    """Local weight 2, remote 1: the express path serves local turns and leaves the
-    remote turn to the handler, whose ``pick`` must then land on that remote one."""
+def test_local_and_remote_share_by_weight_and_pick_local_finds_the_local_one() -> None:
+    """Local weight 2, remote 1; a forwarded request uses ``pick_local`` only."""
     table = RoutingTable()
     table.apply(inst("l1", "m", 20001))
     table.set_remote("pod-b", [remote("pod-b/x")])
     served = []
     for _ in range(30):
-        ep = table.pick_if_local("m")
-        if ep is None:  # the express path falls back; the handler picks
-            ep = table.pick("m")
+        ep = table.pick("m")
         assert ep is not None
         served.append(ep.local)
     assert served.count(False) == 10
     assert served.count(True) == 20
-    local = table.pick_local("m")
-    assert local is not None
-    assert local.local
+    for _ in range(3):
+        local = table.pick_local("m")
+        assert local is not None
+        assert local.local
+    table.set_remote("pod-b", [])
+    table.remove("l1")
+    assert table.pick_local("m") is None

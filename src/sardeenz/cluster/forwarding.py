@@ -18,20 +18,23 @@ from collections.abc import Awaitable, Callable
 from sardeenz.asgi import Message, Receive, Scope, Send
 from sardeenz.cluster.internal import _Reply, read_body, verify
 from sardeenz.cluster.manager import HOP_HEADER, ClusterManager
+from sardeenz.proxy.forwarder import RemoteHeaders
 from sardeenz.proxy.wire import INVALID_API_KEY, header, send_json
 from sardeenz.security.cluster_hmac import ClusterAuthError
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def remote_headers(manager: ClusterManager) -> Callable[[Scope, bytes, bytes, bytes], bytes | None]:
+def remote_headers(manager: ClusterManager) -> RemoteHeaders:
     """The proxy's hook: extra header lines for a remote endpoint, None if it must not go."""
     signer = manager.signer
     assert signer is not None
     hop = HOP_HEADER + b": " + manager.identity.pod_id.encode("latin-1", "replace") + b"\r\n"
 
-    def build(scope: Scope, method: bytes, target: bytes, body: bytes) -> bytes | None:
-        if header(scope["headers"], HOP_HEADER) is not None:
+    def build(
+        headers: list[tuple[bytes, bytes]], method: bytes, target: bytes, body: bytes
+    ) -> bytes | None:
+        if header(headers, HOP_HEADER) is not None:
             return None  # forwarded to us already: never a second hop
         return hop + signer.header_block(method.decode("latin-1"), target.decode("latin-1"), body)
 

@@ -73,6 +73,8 @@ log = logging.getLogger(__name__)
 
 _perf = time.perf_counter
 
+RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes], bytes | None]
+
 _METHODS: Final = {
     m: m.encode() for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 }
@@ -118,9 +120,10 @@ class InferenceProxy:
         self._client: UpstreamClient | None = None
         self._models_cache: tuple[int, bytes] = (-1, b"")
         self._last_warning: dict[str, float] = {}
-        self.remote_headers: Callable[[Scope, bytes, bytes, bytes], bytes | None] | None = None
+        self.remote_headers: RemoteHeaders | None = None
         """Cluster mode (cluster/forwarding.py): the header lines that send a request to
-        another pod's proxy (hop marker + HMAC), or None when it must not go there."""
+        another pod's proxy (hop marker + HMAC), or None when it must not go there.
+        Called with the client's headers, method, target and body (the express path too)."""
         table.add_listener(metrics.observe_instance)
         for inst in table.instances():
             metrics.observe_instance(None, inst)
@@ -368,7 +371,7 @@ class InferenceProxy:
             sent_headers = headers
             if not ep.local:  # another pod's proxy (cluster mode): one hop, signed
                 extra = (
-                    self.remote_headers(scope, method, target, body)
+                    self.remote_headers(scope["headers"], method, target, body)
                     if self.remote_headers
                     else None
                 )

@@ -187,26 +187,6 @@ class RoutingTable:
             return schedule[i]
         return self._pick_slow(route)
 
-    def pick_if_local(self, name: str) -> Endpoint | None:
-        """``pick``, but only when the next endpoint is local; else None, not advancing.
-
-        For the express path, which leaves remote endpoints (cluster mode) to the
-        handler: the handler's ``pick`` then takes that same remote endpoint, so
-        the weights hold (advancing here too would skip every remote turn).
-        """
-        route = self._routes.get(name)
-        if route is None:
-            return None
-        schedule = route.schedule
-        if schedule:
-            i = route.counter
-            ep = schedule[i]
-            if not ep.local:
-                return None
-            route.counter = i + 1 if i + 1 < len(schedule) else 0
-            return ep
-        return self._pick_slow(route)
-
     def pick_local(self, name: str) -> Endpoint | None:
         """A local endpoint of ``name`` (for a request another pod forwarded); None if none."""
         route = self._routes.get(name)
