@@ -70,6 +70,7 @@ class ServerProcess:
         port_range: int = 20,
         host: str = "127.0.0.1",
         port: int | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.host = host
@@ -89,13 +90,15 @@ class ServerProcess:
             **(extra_env or {}),
         }
         self.args = args or []
+        self.prefix = prefix or []
+        """Runs before the command, e.g. ``ip netns exec NS`` (tests/cluster/netns.py)."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sardeenz.cli", "serve", *self.args],
+            [*self.prefix, sys.executable, "-m", "sardeenz.cli", "serve", *self.args],
             stdout=logf,
             stderr=subprocess.STDOUT,
             env=self.env,

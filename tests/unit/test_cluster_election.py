@@ -132,6 +132,20 @@ def test_newer_term_deposes_a_leader_and_fences_old_orders() -> None:
     assert not b.accepts_order(2)  # 3 was seen: 2 is stale now
 
 
+def test_prevote_changes_nothing_and_refuses_while_a_leader_is_live() -> None:
+    a, b, c = pod("a"), pod("b"), pod("c")
+    assert elect(b, [a, c], 0.0)  # b leads term 1; a and c are bound to it
+    before = (a.term, a.voted_for, a.no_vote_until, c.term)
+    assert not a.would_vote("c", 2, 1.0)  # bound to b
+    assert not b.would_vote("a", 2, 1.0)  # leading
+    assert (a.term, a.voted_for, a.no_vote_until, c.term) == before
+    assert a.would_vote("b", 2, 1.0)  # the pod it is bound to
+    # Once the promise has run out, a higher term would get the vote.
+    assert a.would_vote("c", 2, 16.0)
+    assert not a.would_vote("c", 1, 16.0)  # voted for b in term 1 already
+    assert not a.would_vote("c", 0, 16.0)
+
+
 def test_candidate_gives_up_after_timeout() -> None:
     a = pod("a")
     a.start_election(0.0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -69,6 +70,7 @@ class ClusterDriver:
         self._beat_backoff = _Backoff(self._beat_every, self._ping_every)
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
+        self._next_stand = 0.0
 
     def start(self) -> None:
         # httpx logs every request at INFO: a heartbeat every 2 s to every peer would
@@ -110,9 +112,12 @@ class ClusterDriver:
                 m.note_leadership()
                 m.expire_routes()
                 healthy = m.detector.healthy(m.now()) & m.peers.ids()
-                if m.election.should_stand(m.now(), healthy) and await self._stand(healthy):
-                    next_beat = m.now() + self._beat_every
-                    await self._heartbeat_round()  # tell everyone at once
+                if m.now() >= self._next_stand and m.election.should_stand(m.now(), healthy):
+                    if await self._stand(healthy):
+                        next_beat = m.now() + self._beat_every
+                        await self._heartbeat_round()  # tell everyone at once
+                    else:  # refused: retry after a random pause, not every tick
+                        self._next_stand = m.now() + self._beat_every * (1 + random.random())
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad round must not end the cluster
@@ -222,10 +227,30 @@ class ClusterDriver:
         m.heard(pod_id, address)
         m.election.on_heartbeat_reply(pod_id, term, data.get("ack") is True, sent_at)
 
+    async def _prevote(self, peers: list[Any]) -> bool:
+        """Would a quorum vote for us in the next term? Nobody changes state to answer."""
+        m = self._m
+        body = {"candidate": m.identity.pod_id, "term": m.election.term + 1}
+
+        async def ask(address: PeerAddress) -> bool:
+            data = await self._call(address, "POST", "/internal/election/prevote", body)
+            if data is None or not isinstance(data.get("term"), int):
+                return False
+            m.election.observe_term(data["term"])  # a real term we are behind on
+            return data.get("granted") is True
+
+        results = await asyncio.gather(*(ask(p.address) for p in peers))
+        return 1 + sum(results) >= m.election.quorum
+
     async def _stand(self, healthy: set[str]) -> bool:
         """Run one election round; True if this pod won it."""
         m = self._m
+        peers = [p for p in m.peers.all() if p.pod_id in healthy]
+        if not await self._prevote(peers):
+            return False
         now = m.now()
+        if not m.election.should_stand(now, m.detector.healthy(now) & m.peers.ids()):
+            return False  # a leader made itself heard meanwhile
         term = m.election.start_election(now)
         await m.persist()
         log.info("cluster: standing for election in term %d", term)
@@ -233,7 +258,6 @@ class ClusterDriver:
             m.note_leadership()
             return True
         body = {"candidate": m.identity.pod_id, "term": term}
-        peers = [p for p in m.peers.all() if p.pod_id in healthy]
 
         async def ask(address: PeerAddress) -> bool:
             data = await self._call(address, "POST", "/internal/election/vote", body)

@@ -11,8 +11,10 @@ messages. docs/cluster.md has the protocol and the timing argument; in short:
 * **Bully with votes**: a pod stands for election only when it is the lowest
   pod id among the healthy pods of its view, no leader is live in its view,
   and it sees a quorum (``floor(n/2)+1`` of ``n = max(known, expected)``).
-  Standing means a new term (``term + 1``); each pod grants at most one vote
-  per term (persisted by the driver), so two pods can never both win a term.
+  It first asks whether a quorum *would* vote for it (pre-vote, no state
+  changes anywhere); only then does it open a new term (``term + 1``). Each
+  pod grants at most one vote per term (persisted by the driver), so two pods
+  can never both win a term.
 * **Leases**: a pod that acknowledges a leader (answers its heartbeat, or
   grants it a vote) promises not to vote for anyone else for ``D =
   unavailable_after`` seconds. The leader holds leadership only while a quorum
@@ -192,6 +194,20 @@ class Election:
             self.role = Role.LEADER
             self.leader = self.self_id
         return self.term
+
+    def would_vote(self, candidate: str, term: int, now: float) -> bool:
+        """Pre-vote: would ``candidate`` get our vote in ``term``? Changes nothing.
+
+        A pod asks this of the others before it opens a term. Without it, a
+        pod that reconnects after a partition (and so sees a quorum before it
+        hears the leader) would open a term nobody grants, and the higher term,
+        carried by its heartbeats, would depose a leader that holds its quorum.
+        """
+        if self.is_leader(now):
+            return False
+        if now < self.no_vote_until and self.bound_to != candidate:
+            return False
+        return term > self.term or (term == self.term and self.voted_for in (None, candidate))
 
     def on_vote_request(self, candidate: str, term: int, now: float) -> bool:
         """Grant or refuse ``candidate`` a vote for ``term``.

@@ -138,6 +138,9 @@ class InternalApi:
             return 200, m.on_heartbeat(Heartbeat.model_validate_json(body))
         if route == "state" and method == "GET":
             return 200, await m.status()
+        if route == "election/prevote" and method == "POST":
+            vote = _Vote.model_validate_json(body)
+            return 200, m.on_prevote(vote.candidate, vote.term)
         if route == "election/vote" and method == "POST":
             vote = _Vote.model_validate_json(body)
             return 200, await m.on_vote(vote.candidate, vote.term)

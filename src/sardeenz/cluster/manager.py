@@ -258,6 +258,10 @@ class ClusterManager:
             await self.persist()
         return {"podId": self.identity.pod_id, "term": self.election.term, "granted": granted}
 
+    def on_prevote(self, candidate: str, term: int) -> dict[str, Any]:
+        granted = self.election.would_vote(candidate, term, self.now())
+        return {"podId": self.identity.pod_id, "term": self.election.term, "granted": granted}
+
     def accepts_order(self, term: int) -> bool:
         """Fencing: refuse a leader order older than the newest term seen here."""
         ok = self.election.accepts_order(term)
