@@ -203,7 +203,6 @@ class ClusterDriver:
             m.seeds = [s for s in m.seeds if s != address]
             return
         m.heard(pod_id, address)
-        m.peers.upsert(pod_id, address)
 
     async def _heartbeat_round(self) -> None:
         m = self._m

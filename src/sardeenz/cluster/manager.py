@@ -235,6 +235,11 @@ class ClusterManager:
         if pod_id == self.identity.pod_id:
             return
         self.peers.upsert(pod_id, address)
+        while self.peers.replaced:
+            gone = self.peers.replaced.pop()
+            self.detector.forget(gone)
+            self.table.set_remote(gone, [])
+            log.warning("cluster: pod %s at %s is now %s", gone, address, pod_id)
         self.detector.heard(pod_id, self.now())
 
     def on_heartbeat(self, hb: Heartbeat) -> dict[str, Any]:

@@ -58,6 +58,9 @@ class PeerStore:
     def __init__(self) -> None:
         self._peers: dict[str, Peer] = {}
         self._by_address: dict[PeerAddress, str] = {}
+        self.replaced: list[str] = []
+        """Pod ids forgotten because another pod took their address (the manager
+        clears their routes and failure-detector entry)."""
 
     def get(self, pod_id: str) -> Peer | None:
         return self._peers.get(pod_id)
@@ -72,6 +75,12 @@ class PeerStore:
         return self._by_address.get(address)
 
     def upsert(self, pod_id: str, address: PeerAddress) -> Peer:
+        """Record ``pod_id`` at ``address``; a pod previously known there is forgotten
+        (renamed or replaced: keeping it would inflate the quorum's base forever)."""
+        previous = self._by_address.get(address)
+        if previous is not None and previous != pod_id:
+            self._peers.pop(previous, None)
+            self.replaced.append(previous)
         peer = self._peers.get(pod_id)
         if peer is None:
             peer = self._peers[pod_id] = Peer(pod_id, address)
