@@ -67,12 +67,19 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def unload_all(cluster: Cluster, pod: str) -> None:
+    """Unload every instance of ``pod`` through the leader (followers redirect)."""
+    leader = cluster.leader_url()
+    for inst in cluster.instances(pod):
+        httpx.post(f"{leader}/api/v1/models/{inst['id']}/unload", timeout=60)
+        cluster.wait_instance(pod, inst["id"], None, 60)
+
+
 def hop_cost(cluster: Cluster, requests: int) -> None:
     a, b = cluster.pods["pod-a"], cluster.pods["pod-b"]
     assert a.proc is not None
     assert b.proc is not None
-    with b.client() as client:
-        load_active(client, "hop", "--ttft-ms", "0", "--itl-ms", "0")
+    cluster.load_on("pod-b", "hop", "--ttft-ms", "0", "--itl-ms", "0")
     wait_listed([a.url], "hop", True)
     lat: dict[str, list[float]] = {"local": [], "forwarded": []}
     entry_cpu = {"local": 0.0, "forwarded": 0.0}
@@ -111,9 +118,7 @@ def hop_cost(cluster: Cluster, requests: int) -> None:
     print(f"p50 added by the hop: {added:.3f} ms (target <= 0.5 ms)")
     ratio = fwd_us / local_us if local_us else float("nan")
     print(f"entry-pod CPU forwarded/local: {ratio:.2f}x (target <= 1.5x)")
-    with b.client() as client:
-        for inst in client.get("/api/v1/models").json():
-            client.post(f"/api/v1/models/{inst['id']}/unload")
+    unload_all(cluster, "pod-b")
 
 
 def failover(cluster: Cluster, runs: int) -> None:
@@ -152,9 +157,7 @@ def failover(cluster: Cluster, runs: int) -> None:
             120,
             "rejoin",
         )
-        with dead.client() as client:  # the re-adopted engine: unload, keep runs alike
-            for inst in client.get("/api/v1/models").json():
-                client.post(f"/api/v1/models/{inst['id']}/unload")
+        unload_all(cluster, old)  # the re-adopted engine: unload, keep runs alike
     print(
         f"\nfailover over {runs} runs: new leader p50 {statistics.median(elect):.2f}s "
         f"max {max(elect):.2f}s; route convergence p50 {statistics.median(routes):.2f}s "

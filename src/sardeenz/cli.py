@@ -234,6 +234,10 @@ def _call(url: str, token: str | None, method: str, path: str, **kw: Any) -> Any
     try:
         with _client(url, token) as client:
             resp = client.request(method, path, **kw)
+            if resp.status_code == 307 and resp.headers.get("location"):
+                # A cluster follower names the leader: ask it, with the same credentials
+                # (an automatic redirect would drop the token on the way to another host).
+                resp = client.request(method, resp.headers["location"], **kw)
     except httpx.HTTPError as exc:
         err.print(f"[red]cannot reach {url}:[/red] {exc}")
         raise typer.Exit(1) from exc

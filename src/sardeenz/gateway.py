@@ -58,6 +58,8 @@ class Gateway:
         """``/internal/*``: the HMAC-guarded pod-to-pod API."""
         self.trusted_forward: TrustedForward | None = None
         """A /v1 request another pod forwarded (cluster signature instead of an API key)."""
+        self.redirect: Callable[[Scope, Send], Awaitable[bool]] | None = None
+        """A follower sends admin and dashboard requests to the leader (True: answered)."""
 
     def http_protocol(self, settings: Settings) -> type[asyncio.Protocol] | str:
         """uvicorn's ``http=``: the fast lane with the express path in front of this app.
@@ -107,13 +109,14 @@ class Gateway:
             )
             await send({"type": "http.response.body", "body": body})
         elif path.startswith("/api/"):
-            await self._admin(scope, receive, send)
+            if self.redirect is None or not await self.redirect(scope, send):
+                await self._admin(scope, receive, send)
         elif path.startswith("/internal/"):
             if self.internal is not None:
                 await self.internal(scope, receive, send)
             else:  # never the dashboard's catch-all: a peer must see "no cluster here"
                 await _api_error(send, 404, "this node is not in a cluster", "not_clustered")
-        else:
+        elif self.redirect is None or not await self.redirect(scope, send):
             await self._api(scope, receive, send)
 
     async def _direct_proxy(self, scope: Scope, receive: Receive, send: Send) -> None:

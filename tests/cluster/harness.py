@@ -85,6 +85,44 @@ class Cluster:
         first = next(iter(statuses.values()))
         return first["leader"], first["term"]
 
+    def leader_url(self) -> str:
+        leader, _ = self.wait_one_leader()
+        return self.pods[leader].url
+
+    def instances(self, pod: str) -> list[dict[str, Any]]:
+        """``pod``'s instances as the leader's status shows them (followers redirect
+        ``/api/v1/models`` to the leader)."""
+        status = self.status(pod)
+        assert status is not None
+        me = next(p for p in status["pods"] if p.get("self"))
+        instances: list[dict[str, Any]] = me["instances"]
+        return instances
+
+    def load_on(self, pod: str, name: str, *extra: str, timeout: float = 30) -> dict[str, Any]:
+        """Load a sim model on ``pod`` through the leader (``podId``); wait until active."""
+        body = {
+            "modelPath": name,
+            "engine": "sim",
+            "extraArgs": ["--load-seconds", "0.2", *extra],
+            "podId": pod,
+        }
+        resp = httpx.post(f"{self.leader_url()}/api/v1/models/load", json=body, timeout=30)
+        assert resp.status_code == 202, resp.text
+        iid = resp.json()["id"]
+        return self.wait_instance(pod, iid, "active", timeout) or {}
+
+    def wait_instance(
+        self, pod: str, iid: str, status: str | None, timeout: float = 30
+    ) -> dict[str, Any] | None:
+        """Wait until ``pod`` has instance ``iid`` in ``status`` (None: until it is gone)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next((i for i in self.instances(pod) if i["id"] == iid), None)
+            if (found is None and status is None) or (found and found["status"] == status):
+                return found
+            time.sleep(0.1)
+        raise AssertionError(f"instance {iid} on {pod} not {status} in {timeout}s")
+
     def close(self) -> None:
         for pod in self.pods.values():
             pod.stop(signal.SIGKILL)

@@ -19,7 +19,7 @@ import pytest
 
 from sardeenz.security.cluster_hmac import Signer, signature
 from tests.cluster.harness import SECRET, Cluster
-from tests.support import ServerProcess, load_active
+from tests.support import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -108,8 +108,8 @@ def test_internal_routes_are_not_in_the_openapi_document(pair: Cluster) -> None:
 def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Cluster) -> None:
     a, b = pair.pods["pod-a"], pair.pods["pod-b"]
     pair.wait_one_leader(15.0)
-    with b.client() as client:
-        load_active(client, "keyed")
+    cluster_load = pair.load_on("pod-b", "keyed")
+    assert cluster_load["status"] == "active"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         models = httpx.get(

@@ -23,7 +23,7 @@ import pytest
 
 from tests.cluster import netns
 from tests.cluster.harness import SECRET, TIMING
-from tests.support import ServerProcess, kill_engines, load_active
+from tests.support import ServerProcess, kill_engines
 
 pytestmark = [
     pytest.mark.slow,
@@ -137,8 +137,12 @@ def test_partition_2_3_then_heal(pods: Pods) -> None:
     seen = pods.watch("start", 15, agreed(NAMES))
     assert seen["pod-a"]["leader"] == "pod-a"
     term0 = seen["pod-a"]["term"]
-    with pods.servers["pod-e"].client() as client:
-        load_active(client, "right-model")
+    with pods.servers["pod-a"].client() as client:  # the leader places it on pod-e
+        resp = client.post(
+            "/api/v1/models/load",
+            json={"modelPath": "right-model", "engine": "sim", "podId": "pod-e"},
+        )
+        assert resp.status_code == 202, resp.text
     pods.watch("spread", 10, lambda s: all(_lists(pods, n, "right-model") for n in NAMES))
 
     left, right = NAMES[:LEFT], NAMES[LEFT:]
@@ -160,13 +164,18 @@ def test_partition_2_3_then_heal(pods: Pods) -> None:
     assert seen["pod-c"]["leader"] == "pod-c"  # lowest id of the majority
     term1 = seen["pod-c"]["term"]
     assert term1 > term0
-    # The minority refuses to act as leader: orders to other pods are refused.
-    with pods.servers["pod-a"].client() as client:
-        resp = client.post(
-            "/api/v1/models/load", json={"modelPath": "x", "engine": "sim", "podId": "pod-b"}
-        )
-    assert resp.status_code == 409, resp.text
-    assert resp.json()["code"] == "not_leader"
+    # The minority refuses admin writes (no leader); reads still answer locally.
+    for name in left:
+        with pods.servers[name].client() as client:
+            resp = client.post("/api/v1/models/load", json={"modelPath": "x", "engine": "sim"})
+            assert resp.status_code == 503, resp.text
+            assert resp.json()["code"] == "no_leader"
+            assert client.get("/api/v1/models").status_code == 200
+    # The majority's followers send admin requests to their leader.
+    with pods.servers["pod-d"].client() as client:
+        resp = client.post("/api/v1/models/load", json={"modelPath": "x", "engine": "sim"})
+        assert resp.status_code == 307
+        assert resp.headers["location"].startswith(f"http://{pods.fabric.data_ip(2)}:3000/")
     # The minority's routes to the majority are gone; the majority keeps serving.
     pods.watch("cut", 10, lambda s: not _lists(pods, "pod-a", "right-model"))
     assert _lists(pods, "pod-c", "right-model")

@@ -19,7 +19,7 @@ import pytest
 
 from sardeenz.security.cluster_hmac import Signer
 from tests.cluster.harness import SECRET, Cluster, agreed_leader
-from tests.support import engine_processes, load_active, wait_for_status
+from tests.support import engine_processes, load_active
 
 pytestmark = pytest.mark.slow
 
@@ -74,8 +74,7 @@ def _wait_models(url: str, want: bool, name: str, timeout: float = 10.0) -> floa
 
 def test_model_on_pod_b_answers_through_pod_a(cluster3: Cluster) -> None:
     a, b = cluster3.pods["pod-a"], cluster3.pods["pod-b"]
-    with b.client() as client:
-        inst = load_active(client, "remote-b")
+    inst = cluster3.load_on("pod-b", "remote-b")
     assert inst["status"] == "active"
     _wait_models(a.url, True, "remote-b")
     assert "remote-b" in _models(cluster3.pods["pod-c"].url)
@@ -143,31 +142,43 @@ def test_load_with_pod_id_goes_through_the_leader(cluster3: Cluster) -> None:
         )
         assert missing.status_code == 404
         assert missing.json()["code"] == "pod_not_found"
-    with cluster3.pods["pod-c"].client() as cc:
-        assert wait_for_status(cc, iid, "active")["servedModelName"] == "placed-on-c"
-    follower = next(n for n in cluster3.names if n != leader)
-    with cluster3.pods[follower].client() as client:
-        resp = client.post(
-            "/api/v1/models/load",
-            json={
-                "modelPath": "x",
-                "engine": "sim",
-                "podId": "pod-c" if follower != "pod-c" else "pod-b",
-            },
-        )
-        assert resp.status_code == 409
-        assert resp.json()["code"] == "not_leader"
+    placed = cluster3.wait_instance("pod-c", iid, "active")
+    assert placed is not None
+    assert placed["servedModelName"] == "placed-on-c"
+
+
+def test_followers_send_admin_and_dashboard_requests_to_the_leader(cluster3: Cluster) -> None:
+    leader, _ = cluster3.wait_one_leader(10.0)
+    lead_url = cluster3.pods[leader].url
+    follower = cluster3.pods[next(n for n in cluster3.names if n != leader)]
+    with follower.client() as client:
+        load = client.post("/api/v1/models/load?x=1", json={"modelPath": "x", "engine": "sim"})
+        assert load.status_code == 307  # the method and body are repeated at the leader
+        assert load.headers["location"] == f"{lead_url}/api/v1/models/load?x=1"
+        assert load.json()["code"] == "leader_redirect"
+        listing = client.get("/api/v1/models")
+        assert listing.status_code == 307
+        assert listing.headers["location"] == f"{lead_url}/api/v1/models"
+        assert client.get("/").headers.get("location") == f"{lead_url}/"
+        # Each pod's own view stays readable: health, metrics, cluster status, docs.
+        for path in ("/api/health", "/api/health/ready", "/metrics", "/api/cluster/status"):
+            assert client.get(path).status_code == 200, path
+        assert client.get("/openapi.json").status_code == 200
+    # The CLI follows the redirect (with its credentials) to the leader.
+    cli = subprocess.run(
+        [sys.executable, "-m", "sardeenz.cli", "models", "ls", "--json", "--url", follower.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
 
 
 def test_leader_unloads_an_instance_of_another_pod(cluster3: Cluster) -> None:
     leader, _ = cluster3.wait_one_leader(10.0)
-    c = cluster3.pods["pod-c"]
-    with c.client() as cc:
-        iid = next(
-            i["id"]
-            for i in cc.get("/api/v1/models").json()
-            if i["servedModelName"] == "placed-on-c"
-        )
+    iid = next(
+        i["id"] for i in cluster3.instances("pod-c") if i["servedModelName"] == "placed-on-c"
+    )
     with cluster3.pods[leader].client() as client:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # the leader learns of it from pod-c's heartbeat
@@ -177,11 +188,7 @@ def test_leader_unloads_an_instance_of_another_pod(cluster3: Cluster) -> None:
             time.sleep(0.1)
         assert resp.status_code == 200, resp.text
         assert resp.json()["id"] == iid
-    with c.client() as cc:
-        deadline = time.monotonic() + 30
-        while cc.get(f"/api/v1/models/{iid}").status_code != 404:
-            assert time.monotonic() < deadline, "not unloaded on pod-c"
-            time.sleep(0.1)
+    assert cluster3.wait_instance("pod-c", iid, None) is None  # gone from pod-c
 
 
 def test_orders_of_an_old_term_are_refused(cluster3: Cluster) -> None:
