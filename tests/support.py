@@ -68,15 +68,20 @@ class ServerProcess:
         extra_env: dict[str, str] | None = None,
         args: list[str] | None = None,
         port_range: int = 20,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.host = host
+        self.port = port or free_port()
         self.base_port = free_port_range(port_range)
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.log_path = data_dir / "server.log"
         self.env = {
             **os.environ,
             "SARDEENZ_DATA_DIR": str(data_dir),
+            "SARDEENZ_HOST": host,
             "SARDEENZ_PORT": str(self.port),
             "VLLM_BASE_PORT": str(self.base_port),
             "SARDEENZ_PORT_RANGE_SIZE": str(port_range),
@@ -85,13 +90,15 @@ class ServerProcess:
             **(extra_env or {}),
         }
         self.args = args or []
+        self.prefix = prefix or []
+        """Runs before the command, e.g. ``ip netns exec NS`` (tests/cluster/netns.py)."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sardeenz.cli", "serve", *self.args],
+            [*self.prefix, sys.executable, "-m", "sardeenz.cli", "serve", *self.args],
             stdout=logf,
             stderr=subprocess.STDOUT,
             env=self.env,

@@ -15,12 +15,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from sardeenz import __version__
-from sardeenz.api import auth, benchmarks, catalog, engines, gpus, health, memory, models
+from sardeenz.api import auth, benchmarks, catalog, cluster, engines, gpus, health, memory, models
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
+from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.wiring import install_cluster
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
@@ -78,6 +80,7 @@ def build_services(settings: Settings) -> Services:
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
+    cluster = ClusterManager(settings, table, supervisor, inventory)
     return Services(
         settings=settings,
         bus=bus,
@@ -99,6 +102,7 @@ def build_services(settings: Settings) -> Services:
         catalog=catalog,
         ondemand=ondemand,
         reaper=reaper,
+        cluster=cluster,
     )
 
 
@@ -142,6 +146,7 @@ def create_app(settings: Settings) -> Gateway:
         await services.catalog.start()
         await services.ondemand.preload()
         services.reaper.start()
+        await services.cluster.start()  # static peers: one task; single node: nothing
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -154,6 +159,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.benchmarks.shutdown()  # cancel runs before their engines go
             await services.reaper.stop()
             await services.ondemand.close()
+            await services.cluster.stop()
             await services.supervisor.shutdown()
             await services.routing_updater.stop()
             await services.proxy.close()
@@ -182,6 +188,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(memory.router)
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
+    app.include_router(cluster.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
@@ -195,6 +202,8 @@ def create_app(settings: Settings) -> Gateway:
     )
     gateway.api = app
     gateway.services = services
+    if services.cluster.active:
+        install_cluster(gateway, services.cluster, services.proxy)
     return gateway
 
 

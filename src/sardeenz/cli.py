@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sardeenz import __version__
+from sardeenz.cluster.identity import check_cluster_settings
 from sardeenz.config import ConfigError, Settings, load_settings
 from sardeenz.safetext import OneLineFormatter
 
@@ -85,6 +86,7 @@ def serve(
             insecure=insecure,
             log_level=log_level,
         )
+        check_cluster_settings(settings)
     except (ConfigError, ValidationError) as exc:
         err.print(
             f"[red]sardeenz: invalid configuration:[/red] {config_error_line(exc)}",
@@ -232,6 +234,10 @@ def _call(url: str, token: str | None, method: str, path: str, **kw: Any) -> Any
     try:
         with _client(url, token) as client:
             resp = client.request(method, path, **kw)
+            if resp.status_code == 307 and resp.headers.get("location"):
+                # A cluster follower names the leader: ask it, with the same credentials
+                # (an automatic redirect would drop the token on the way to another host).
+                resp = client.request(method, resp.headers["location"], **kw)
     except httpx.HTTPError as exc:
         err.print(f"[red]cannot reach {url}:[/red] {exc}")
         raise typer.Exit(1) from exc
@@ -697,6 +703,45 @@ def profiles_rm(profile_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = No
         err.print(f"[red]error {resp.status_code}:[/red] {resp.text}")
         raise typer.Exit(1)
     console.print(f"deleted profile {profile_id}")
+
+
+cluster_app = typer.Typer(help="The cluster as a running server sees it.")
+app.add_typer(cluster_app, name="cluster")
+
+_POD_STYLE = {"healthy": "green", "suspect": "yellow", "unavailable": "red"}
+
+
+@cluster_app.command("status")
+def cluster_status(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Mode, leader, term and every pod (state, GPUs, instances) as this server sees them."""
+    status = _call(url, token, "GET", "/api/cluster/status")
+    if as_json:
+        print(json.dumps(status))
+        return
+    console.print(
+        f"mode [bold]{status['mode']}[/], leader [bold]{status['leader'] or '(none)'}[/], "
+        f"term {status['term']}",
+        highlight=False,
+    )
+    table = Table(title="Pods")
+    for col in ("Pod", "Address", "State", "Leader", "GPUs", "Instances"):
+        table.add_column(col)
+    for pod in status["pods"]:
+        state = pod["state"]
+        names = sorted({i["servedModelName"] for i in pod["instances"]})
+        table.add_row(
+            pod["id"] + (" (this)" if pod.get("self") else ""),
+            pod["address"],
+            f"[{_POD_STYLE.get(state, 'white')}]{state}[/]",
+            "yes" if pod["isLeader"] else "",
+            str(len(pod["gpus"])),
+            ", ".join(names) or "-",
+        )
+    console.print(table)
 
 
 def main() -> None:

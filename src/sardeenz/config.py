@@ -266,6 +266,56 @@ class Settings(BaseSettings):
         0, ge=0, validation_alias=_env("CLUSTER_EXPECTED_PODS", "cluster_expected_pods")
     )
     namespace: str = Field("sardeenz", validation_alias=_env("NAMESPACE", "namespace"))
+    cluster_secret_previous: SecretStr = Field(
+        SecretStr(""),
+        validation_alias=_env("CLUSTER_SECRET_PREVIOUS", "cluster_secret_previous"),
+    )
+    """During a secret rotation: the old secret, still accepted (never used to sign)."""
+    pod_name: str | None = Field(None, validation_alias=_env("POD_NAME", "pod_name"))
+    """This pod's id in the cluster; default ``<hostname>:<port>``."""
+    advertise_address: str | None = Field(
+        None, validation_alias=_env("SARDEENZ_ADVERTISE_ADDRESS", "POD_IP", "advertise_address")
+    )
+    """The address peers reach this pod at; default the bind host (or the hostname
+    when binding all interfaces)."""
+    advertise_port: int | None = Field(
+        None, ge=1, le=65535, validation_alias=_env("SARDEENZ_ADVERTISE_PORT", "advertise_port")
+    )
+    cluster_ping_interval_seconds: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_PING_INTERVAL_SECONDS", "cluster_ping_interval_seconds"
+        ),
+    )
+    cluster_heartbeat_interval_seconds: float = Field(
+        2.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_HEARTBEAT_INTERVAL_SECONDS", "cluster_heartbeat_interval_seconds"
+        ),
+    )
+    cluster_suspect_after_seconds: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_SUSPECT_AFTER_SECONDS", "cluster_suspect_after_seconds"
+        ),
+    )
+    cluster_unavailable_after_seconds: float = Field(
+        15.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_UNAVAILABLE_AFTER_SECONDS", "cluster_unavailable_after_seconds"
+        ),
+    )
+    cluster_request_timeout_seconds: float = Field(
+        2.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS", "cluster_request_timeout_seconds"
+        ),
+    )
 
     # --- authentication (any JWT setting turns admin auth on) ---------------
     jwt_secret: SecretStr | None = Field(

@@ -83,6 +83,12 @@ class LoadRequest(StrictCamelModel):
     tensor_parallel_size: int = Field(1, ge=1, le=64)
     enable_sleep_mode: bool = False
     extra_args: list[ExtraArg] = Field(default_factory=list, max_length=256)
+    pod_id: str | None = Field(
+        None,
+        max_length=253,
+        description="cluster: the pod to load on (an id from GET /api/cluster/status); "
+        "default this pod",
+    )
     force: bool = Field(
         False,
         description="skip memory checks (e.g. the host-memory check of a CPU-build vLLM load); "

@@ -15,6 +15,7 @@ dispatch with this one class.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
@@ -29,6 +30,8 @@ from sardeenz.proxy.wire import INVALID_API_KEY, api_error, ascii_int, header, s
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
+
+TrustedForward = Callable[[Scope, Receive, Send, ASGIApp], Awaitable[None]]
 
 
 class Gateway:
@@ -51,6 +54,13 @@ class Gateway:
         self._direct = audit.wrap(self._direct_proxy) if audit is not None else self._direct_proxy
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
         self.services: Any = None
+        # Cluster mode only (cluster/wiring.py); None on a single node.
+        self.internal: ASGIApp | None = None
+        """``/internal/*``: the HMAC-guarded pod-to-pod API."""
+        self.trusted_forward: TrustedForward | None = None
+        """A /v1 request another pod forwarded (cluster signature instead of an API key)."""
+        self.redirect: Callable[[Scope, Send], Awaitable[bool]] | None = None
+        """A follower sends admin and dashboard requests to the leader (True: answered)."""
 
     def http_protocol(self, settings: Settings) -> type[asyncio.Protocol]:
         """uvicorn's ``http=``: the fast lane with the express path in front of this app.
@@ -77,6 +87,11 @@ class Gateway:
             if self._keys.enabled and not self._keys.check(
                 header(scope["headers"], b"authorization")
             ):
+                if self.trusted_forward is not None and header(
+                    scope["headers"], b"x-cluster-signature"
+                ):
+                    await self.trusted_forward(scope, receive, send, self._proxy.handle_v1)
+                    return
                 await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
                 return
             await self._proxy.handle_v1(scope, receive, send)
@@ -98,8 +113,14 @@ class Gateway:
             )
             await send({"type": "http.response.body", "body": body})
         elif path.startswith("/api/"):
-            await self._admin(scope, receive, send)
-        else:
+            if self.redirect is None or not await self.redirect(scope, send):
+                await self._admin(scope, receive, send)
+        elif path.startswith("/internal/"):
+            if self.internal is not None:
+                await self.internal(scope, receive, send)
+            else:  # never the dashboard's catch-all: a peer must see "no cluster here"
+                await _api_error(send, 404, "this node is not in a cluster", "not_clustered")
+        elif self.redirect is None or not await self.redirect(scope, send):
             await self._api(scope, receive, send)
 
     async def _direct_proxy(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -8,6 +8,7 @@ from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
+from sardeenz.cluster.manager import ClusterManager
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
@@ -47,6 +48,7 @@ class Services:
     catalog: Catalog
     ondemand: OnDemand
     reaper: IdleReaper
+    cluster: ClusterManager
     started: bool = False
     stopping: bool = False
 

@@ -406,3 +406,24 @@ def test_model_metrics_children_are_cached_and_counted() -> None:
     assert content_type.startswith("text/plain")
     assert b"sardeenz_proxy_requests_total" in body
     assert b"process_cpu_seconds_total" in body
+
+
+def test_local_and_remote_share_by_weight_and_pick_local_finds_the_local_one() -> None:
+    """Local weight 2, remote 1; a forwarded request uses ``pick_local`` only."""
+    table = RoutingTable()
+    table.apply(inst("l1", "m", 20001))
+    table.set_remote("pod-b", [remote("pod-b/x")])
+    served = []
+    for _ in range(30):
+        ep = table.pick("m")
+        assert ep is not None
+        served.append(ep.local)
+    assert served.count(False) == 10
+    assert served.count(True) == 20
+    for _ in range(3):
+        local = table.pick_local("m")
+        assert local is not None
+        assert local.local
+    table.set_remote("pod-b", [])
+    table.remove("l1")
+    assert table.pick_local("m") is None

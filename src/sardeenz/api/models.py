@@ -28,10 +28,23 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     dependencies=[ADMIN],
     status_code=HTTP_202_ACCEPTED,
     response_model=ModelInstance,
-    responses={400: {"description": "invalid request"}, 409: ERRORS[409]},
+    responses={
+        400: {"description": "invalid request"},
+        404: {"description": "cluster: no such pod (`code`: pod_not_found)"},
+        409: ERRORS[409],
+        503: {"description": "cluster: the pod is unavailable (`code`: pod_unavailable)"},
+    },
 )
 async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
-    """Start an engine; returns at once with the instance in `starting`."""
+    """Start an engine; returns at once with the instance in `starting`.
+
+    In a cluster, ``podId`` names the pod to load on (the leader sends the
+    order through ``/internal/models/load``, fenced by its term).
+    """
+    if body.pod_id is not None:
+        remote = await services.cluster.load_on(body.pod_id, body)
+        if remote is not None:
+            return remote
     return await services.load_model(body)
 
 
@@ -43,8 +56,12 @@ async def unload_model(instance_id: str, services: ServicesDep) -> ModelInstance
 
     The instance leaves routing first; its requests in flight get
     ``SARDEENZ_STOP_GRACE_SECONDS`` to finish, those left are cut with an error
-    ``model_unloaded``; then SIGTERM, the grace again, SIGKILL.
+    ``model_unloaded``; then SIGTERM, the grace again, SIGKILL. In a cluster, the
+    leader sends this to the pod that runs the instance.
     """
+    remote = await services.cluster.act_on(instance_id, "unload")
+    if remote is not None:
+        return remote
     return await services.supervisor.unload(instance_id)
 
 
@@ -72,6 +89,9 @@ async def sleep_model(
     """
     chosen = level if level is not None else (body.level if body is not None else 1)
     forced = force if force is not None else (body.force if body is not None else False)
+    remote = await services.cluster.act_on(instance_id, "sleep", chosen)
+    if remote is not None:
+        return remote
     return await services.supervisor.sleep(instance_id, chosen, forced)
 
 
@@ -83,6 +103,9 @@ async def sleep_model(
 )
 async def wake_model(instance_id: str, services: ServicesDep) -> ModelInstance:
     """Wake a sleeping instance; returns once the engine reports it is awake."""
+    remote = await services.cluster.act_on(instance_id, "wake")
+    if remote is not None:
+        return remote
     return await services.supervisor.wake(instance_id)
 
 

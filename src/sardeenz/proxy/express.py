@@ -99,9 +99,14 @@ class ExpressRelay:
         ep = self._table.pick(model)
         if ep is None:
             return None
-        data = client.encode(
-            ep.host, ep.port, b"POST", url, request_header_block(headers, True), body
-        )
+        block = request_header_block(headers, True)
+        if not ep.local:  # another pod's proxy (cluster mode): hop marker + signature
+            hook = self._proxy.remote_headers
+            extra = hook(headers, b"POST", url, body) if hook is not None else None
+            if extra is None:
+                return None  # already forwarded once: the handler serves it locally
+            block += extra
+        data = client.encode(ep.host, ep.port, b"POST", url, block, body)
         exchange = _Exchange(lane, self, metrics.for_model(model), model, ep, keep_alive)
         exchange.request = (url, headers, body)
         conn = client.idle_connection(ep.host, ep.port)

@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
@@ -76,6 +77,8 @@ log = logging.getLogger(__name__)
 
 
 _perf = time.perf_counter
+
+RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes], bytes | None]
 
 _METHODS: Final = {
     m: m.encode() for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
@@ -141,6 +144,10 @@ class InferenceProxy:
         self.inflight = Inflight()
         """Requests in flight per instance (both relay paths register theirs here)."""
         self._last_warning: dict[str, float] = {}
+        self.remote_headers: RemoteHeaders | None = None
+        """Cluster mode (cluster/forwarding.py): the header lines that send a request to
+        another pod's proxy (hop marker + HMAC), or None when it must not go there.
+        Called with the client's headers, method, target and body (the express path too)."""
         table.add_listener(metrics.observe_instance)
         for inst in table.instances():
             metrics.observe_instance(None, inst)
@@ -420,9 +427,23 @@ class InferenceProxy:
         target = url_path + b"?" + query if query else url_path
         tried = False
         while True:
+            sent_headers = headers
+            if not ep.local:  # another pod's proxy (cluster mode): one hop, signed
+                extra = (
+                    self.remote_headers(scope["headers"], method, target, body)
+                    if self.remote_headers
+                    else None
+                )
+                if extra is None:
+                    local = table.pick_local(model) if model is not None else None
+                    if local is None:
+                        return await _no_local_instance(model).send(send, openai)
+                    ep = local
+                else:
+                    sent_headers = headers + extra
             t1 = _perf()
             try:
-                resp = await client.request(ep.host, ep.port, method, target, headers, body)
+                resp = await client.request(ep.host, ep.port, method, target, sent_headers, body)
                 break
             except ConnectFailed as exc:
                 # Nothing reached the engine: safe to try another instance once.
@@ -615,6 +636,16 @@ class InferenceProxy:
             log.warning("instance %s (%s): %s", ep.instance_id, ep.served_name, message)
         else:
             log.debug("instance %s (%s): %s", ep.instance_id, ep.served_name, message)
+
+
+def _no_local_instance(model: str | None) -> ErrorReply:
+    return ErrorReply(
+        503,
+        f"Model {model!r} has no instance on this pod and the request was already "
+        "forwarded once by another pod",
+        "service_unavailable_error",
+        "no_healthy_endpoint",
+    )
 
 
 def _start_watch(receive: Receive, state: _State, task: asyncio.Task[Any]) -> None:

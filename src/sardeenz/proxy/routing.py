@@ -189,6 +189,17 @@ class RoutingTable:
             return schedule[i]
         return self._pick_slow(route)
 
+    def pick_local(self, name: str) -> Endpoint | None:
+        """A local endpoint of ``name`` (for a request another pod forwarded); None if none."""
+        route = self._routes.get(name)
+        if route is None:
+            return None
+        for _ in range(len(route.schedule) or len(route.endpoints)):
+            ep = self.pick(name)
+            if ep is not None and ep.local:
+                return ep
+        return next((e for e in route.endpoints if e.local), None)
+
     def lookup(self, name: str) -> Endpoint | None:
         """Is ``name`` routable? Returns an endpoint without advancing round robin.
 

@@ -48,7 +48,12 @@ log = logging.getLogger(__name__)
 ENV_INSTANCE_ID = "SARDEENZ_INSTANCE_ID"
 ENV_DATA_DIR = "SARDEENZ_DATA_DIR"
 # Secrets of the controller never reach an engine's environment.
-SECRET_ENV = ("CLUSTER_SECRET", "SARDEENZ_JWT_SECRET", "SARDEENZ_API_KEYS")
+SECRET_ENV = (
+    "CLUSTER_SECRET",
+    "CLUSTER_SECRET_PREVIOUS",
+    "SARDEENZ_JWT_SECRET",
+    "SARDEENZ_API_KEYS",
+)
 ERROR_TAIL_LINES = 500
 ENGINE_CALL_TIMEOUT = 120.0  # sleep/wake move weights between GPU and CPU: can take a while
 

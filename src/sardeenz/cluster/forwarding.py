@@ -1,0 +1,67 @@
+"""Both ends of a /v1 request that one pod forwards to another.
+
+Sending pod (the proxy's remote branch): the request goes to the serving
+pod's own proxy, as the client sent it, plus ``X-Sardeenz-Hop`` (our pod id)
+and the HMAC headers over ``POST\\nPATH\\nTIMESTAMP\\nBODY``. A request that
+already carries the hop header is never forwarded again (one hop at most).
+
+Receiving pod (the gateway, only when the client's API key check failed):
+a request whose cluster signature is valid was authenticated where it
+entered the cluster, so it is served without the client's key; a replay or a
+bad signature gets the same 401 as a bad key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from sardeenz.asgi import Message, Receive, Scope, Send
+from sardeenz.cluster.internal import _Reply, read_body, verify
+from sardeenz.cluster.manager import HOP_HEADER, ClusterManager
+from sardeenz.proxy.forwarder import RemoteHeaders
+from sardeenz.proxy.wire import INVALID_API_KEY, header, send_json
+from sardeenz.security.cluster_hmac import ClusterAuthError
+
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def remote_headers(manager: ClusterManager) -> RemoteHeaders:
+    """The proxy's hook: extra header lines for a remote endpoint, None if it must not go."""
+    signer = manager.signer
+    assert signer is not None
+    hop = HOP_HEADER + b": " + manager.identity.pod_id.encode("latin-1", "replace") + b"\r\n"
+
+    def build(
+        headers: list[tuple[bytes, bytes]], method: bytes, target: bytes, body: bytes
+    ) -> bytes | None:
+        if header(headers, HOP_HEADER) is not None:
+            return None  # forwarded to us already: never a second hop
+        return hop + signer.header_block(method.decode("latin-1"), target.decode("latin-1"), body)
+
+    return build
+
+
+def trusted_forward(
+    manager: ClusterManager,
+) -> Callable[[Scope, Receive, Send, Handler], Awaitable[None]]:
+    """The gateway's hook for a /v1 request with a cluster signature and no valid API key."""
+
+    async def run(scope: Scope, receive: Receive, send: Send, handler: Handler) -> None:
+        try:
+            body = await read_body(receive, manager.settings.proxy_max_body_bytes)
+            verify(manager, scope, body)
+        except (ClusterAuthError, _Reply):
+            await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await handler(scope, replay, send)
+
+    return run

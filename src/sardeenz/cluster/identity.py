@@ -1,0 +1,140 @@
+"""Which cluster mode this node runs in, who it is, and whether its settings can work.
+
+Pure functions of the settings and the environment, so ``sardeenz serve``
+can refuse a cluster it cannot run (one line, exit 2) before anything starts,
+and tests can call them directly.
+
+Modes (seed): ``KUBERNETES_SERVICE_HOST`` -> Kubernetes, ``CLUSTER_PEERS``
+-> static peers, else a single node. Kubernetes mode is not implemented yet:
+a node that finds itself in a Kubernetes pod without ``CLUSTER_PEERS`` runs as
+a single node and says so once (refusing to start would break every
+single-pod deployment on Kubernetes); with ``CLUSTER_PEERS`` it runs static.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sardeenz.config import ConfigError, Settings
+from sardeenz.security.cluster_hmac import MIN_SECRET_BYTES
+
+
+class ClusterMode(StrEnum):
+    SINGLE = "single"
+    STATIC = "static"
+    KUBERNETES = "kubernetes"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAddress:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """This pod: its id (``POD_NAME`` or ``hostname:port``) and advertised address."""
+
+    pod_id: str
+    address: PeerAddress
+
+
+def parse_peers(text: str) -> list[PeerAddress]:
+    """``CLUSTER_PEERS``: ``host:port,host:port`` (``[v6]:port`` for IPv6), duplicates dropped."""
+    out: list[PeerAddress] = []
+    for raw in (p.strip() for p in text.split(",")):
+        if not raw:
+            continue
+        if raw.startswith("["):
+            host, sep, port = raw[1:].partition("]:")
+        else:
+            host, sep, port = raw.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"CLUSTER_PEERS entry {raw!r} must look like host:port")
+        peer = PeerAddress(host, int(port))
+        if peer not in out:
+            out.append(peer)
+    return out
+
+
+def detect_mode(settings: Settings, environ: Mapping[str, str] | None = None) -> ClusterMode:
+    """The mode the environment asks for (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    if settings.cluster_peers.strip():
+        return ClusterMode.STATIC
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return ClusterMode.KUBERNETES
+    return ClusterMode.SINGLE
+
+
+def _bind_all(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::", "[::]")
+
+
+def identity_of(settings: Settings) -> Identity:
+    host = settings.advertise_address or (
+        socket.gethostname() if _bind_all(settings.host) else settings.host
+    )
+    port = settings.advertise_port or settings.port
+    pod_id = settings.pod_name or f"{socket.gethostname()}:{settings.port}"
+    return Identity(pod_id=pod_id, address=PeerAddress(host.strip("[]"), port))
+
+
+def is_self(peer: PeerAddress, me: Identity, settings: Settings) -> bool:
+    """Does ``peer`` name this pod? (Every pod may get the same ``CLUSTER_PEERS``.)"""
+    if peer == me.address:
+        return True
+    if peer.port != settings.port:
+        return False
+    if _bind_all(settings.host):
+        try:
+            return ipaddress.ip_address(peer.host).is_loopback
+        except ValueError:
+            return peer.host in ("localhost", socket.gethostname())
+    return peer.host == settings.host
+
+
+def check_cluster_settings(settings: Settings, environ: Mapping[str, str] | None = None) -> None:
+    """Raise ``ConfigError`` (one line) when a cluster is asked for that cannot run."""
+    if detect_mode(settings, environ) is not ClusterMode.STATIC:
+        return
+    parse_peers(settings.cluster_peers)
+    secret = settings.cluster_secret.get_secret_value().encode()
+    if not secret:
+        raise ConfigError(
+            "CLUSTER_PEERS is set but CLUSTER_SECRET is empty: pods authenticate each other "
+            "with it; generate one with 'openssl rand -hex 32' and give every pod the same"
+        )
+    for name, value in (
+        ("CLUSTER_SECRET", secret),
+        ("CLUSTER_SECRET_PREVIOUS", settings.cluster_secret_previous.get_secret_value().encode()),
+    ):
+        if value and len(value) < MIN_SECRET_BYTES:
+            raise ConfigError(
+                f"{name} is {len(value)} bytes: at least {MIN_SECRET_BYTES} are needed "
+                "(generate one with 'openssl rand -hex 32')"
+            )
+    if not (settings.cluster_suspect_after_seconds < settings.cluster_unavailable_after_seconds):
+        raise ConfigError(
+            "SARDEENZ_CLUSTER_SUSPECT_AFTER_SECONDS must be below "
+            "SARDEENZ_CLUSTER_UNAVAILABLE_AFTER_SECONDS"
+        )
+    if settings.cluster_heartbeat_interval_seconds * 2 >= settings.cluster_suspect_after_seconds:
+        raise ConfigError(
+            "SARDEENZ_CLUSTER_HEARTBEAT_INTERVAL_SECONDS must be under half of "
+            "SARDEENZ_CLUSTER_SUSPECT_AFTER_SECONDS (a leader renews its lease with heartbeats)"
+        )

@@ -1,0 +1,163 @@
+"""HMAC-SHA256 signing of inter-pod requests (``/internal/*`` and forwarded ``/v1``).
+
+The seed's contract: the signature is the hex HMAC-SHA256 of
+``METHOD\\nPATH\\nTIMESTAMP\\nBODY`` under the cluster secret, sent in
+``X-Cluster-Signature`` with the timestamp in ``X-Cluster-Timestamp``.
+PATH is the request target as sent (path plus ``?query`` if any), so a query
+cannot be changed either. TIMESTAMP is Unix time in integer milliseconds.
+
+Verification, in order: both headers present and well formed; the timestamp
+within ``window`` seconds of our clock (either side: clocks differ a little);
+the signature equal, in constant time, to the one computed with the current
+secret or, during a rotation, the previous one; the signature not seen before
+within the window (a replay of a captured request is refused even while its
+timestamp is still fresh). Remembered signatures are forgotten once their
+timestamp leaves the window, and at most ``max_remembered`` are kept: past
+that the oldest go first (a flood that large is refused by the window check
+of any replay older than the entries that remain).
+
+Two requests of one signer never share a timestamp (``Signer`` makes its
+timestamps strictly increasing), so two identical legitimate requests within
+one millisecond do not look like a replay of each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import hmac
+import time
+from collections.abc import Callable, Iterable
+from typing import Final
+
+SIGNATURE_HEADER: Final = b"x-cluster-signature"
+TIMESTAMP_HEADER: Final = b"x-cluster-timestamp"
+REPLAY_WINDOW_SECONDS: Final = 30.0
+MIN_SECRET_BYTES: Final = 32
+"""RFC 2104 / RFC 7518 3.2: an HMAC-SHA256 key at least as long as the hash output."""
+
+Clock = Callable[[], float]
+
+
+class ClusterAuthError(Exception):
+    """A request that must not be trusted; ``code`` is stable, the message says why."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def signature(secret: bytes, method: str, path: str, timestamp: str, body: bytes) -> str:
+    """The hex HMAC-SHA256 of ``METHOD\\nPATH\\nTIMESTAMP\\nBODY``."""
+    mac = hmac.new(secret, f"{method.upper()}\n{path}\n{timestamp}\n".encode(), hashlib.sha256)
+    mac.update(body)
+    return mac.hexdigest()
+
+
+class Signer:
+    """Signs outgoing requests with the current secret."""
+
+    def __init__(self, secret: bytes, clock: Clock = time.time) -> None:
+        if not secret:
+            raise ValueError("a cluster secret is required")
+        self._secret = secret
+        self._clock = clock
+        self._last_ms = 0
+
+    def timestamp(self) -> str:
+        now_ms = int(self._clock() * 1000)
+        if now_ms <= self._last_ms:
+            now_ms = self._last_ms + 1
+        self._last_ms = now_ms
+        return str(now_ms)
+
+    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
+        """The two headers to send with ``method path`` and ``body``."""
+        ts = self.timestamp()
+        return {
+            "X-Cluster-Timestamp": ts,
+            "X-Cluster-Signature": signature(self._secret, method, path, ts, body),
+        }
+
+    def header_block(self, method: str, path: str, body: bytes) -> bytes:
+        """The same headers as raw ``name: value\\r\\n`` lines (the proxy's wire form)."""
+        return b"".join(
+            f"{k}: {v}\r\n".encode() for k, v in self.headers(method, path, body).items()
+        )
+
+
+class Verifier:
+    """Checks signed requests; remembers recent signatures to refuse replays.
+
+    ``secrets``: the current secret first, then the previous one during a
+    rotation. Not thread-safe: one per event loop.
+    """
+
+    def __init__(
+        self,
+        secrets: Iterable[bytes],
+        *,
+        window: float = REPLAY_WINDOW_SECONDS,
+        clock: Clock = time.time,
+        max_remembered: int = 200_000,
+    ) -> None:
+        self._secrets = [s for s in secrets if s]
+        if not self._secrets:
+            raise ValueError("a cluster secret is required")
+        self._window = window
+        self._clock = clock
+        self._max = max_remembered
+        self._seen: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    @property
+    def remembered(self) -> int:
+        return len(self._seen)
+
+    def verify(
+        self,
+        method: str,
+        path: str,
+        timestamp: bytes | str | None,
+        sig: bytes | str | None,
+        body: bytes,
+    ) -> None:
+        """Raise ``ClusterAuthError`` unless the request is authentic, fresh and new."""
+        if not timestamp or not sig:
+            raise ClusterAuthError("missing X-Cluster-Signature or X-Cluster-Timestamp", "unsigned")
+        ts_text = timestamp.decode("latin-1") if isinstance(timestamp, bytes) else timestamp
+        sig_text = sig.decode("latin-1") if isinstance(sig, bytes) else sig
+        if not ts_text.isdigit() or len(ts_text) > 16:
+            raise ClusterAuthError("X-Cluster-Timestamp is not Unix milliseconds", "bad_timestamp")
+        now = self._clock()
+        self._forget(now)
+        sent = int(ts_text) / 1000.0
+        if abs(now - sent) > self._window:
+            raise ClusterAuthError(
+                f"X-Cluster-Timestamp is {now - sent:+.1f} s off (window {self._window:g} s)",
+                "stale_timestamp",
+            )
+        given = sig_text.strip().lower().encode("latin-1", "replace")
+        for secret in self._secrets:
+            expected = signature(secret, method, path, ts_text, body).encode()
+            if hmac.compare_digest(expected, given):
+                break
+        else:
+            raise ClusterAuthError("bad cluster signature", "bad_signature")
+        key = given.decode()
+        if key in self._seen:
+            raise ClusterAuthError("replayed request (signature already seen)", "replayed")
+        self._seen[key] = sent
+        heapq.heappush(self._heap, (sent, key))
+        while len(self._seen) > self._max:
+            _, old = heapq.heappop(self._heap)
+            self._seen.pop(old, None)
+
+    def _forget(self, now: float) -> None:
+        """Drop signatures whose timestamp has left the window: they fail that check now."""
+        heap, seen = self._heap, self._seen
+        horizon = now - self._window
+        while heap and heap[0][0] < horizon:
+            _, key = heapq.heappop(heap)
+            seen.pop(key, None)

@@ -1,0 +1,137 @@
+"""A static-peers cluster of real `sardeenz serve` processes on loopback addresses.
+
+Used by tests/cluster/ and benchmarks/cluster.py.
+
+Each pod binds its own address of 127/8 (the whole block answers locally), so
+pods are told apart by address as they would be on a network, and every pod
+gets the same ``CLUSTER_PEERS`` list (itself included), as in a StatefulSet.
+Intervals are short so that elections and failure detection take seconds.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support import ServerProcess, engine_processes, free_port, kill_engines
+
+SECRET = "c" * 64
+TIMING = {
+    "SARDEENZ_CLUSTER_HEARTBEAT_INTERVAL_SECONDS": "0.3",
+    "SARDEENZ_CLUSTER_SUSPECT_AFTER_SECONDS": "1.5",
+    "SARDEENZ_CLUSTER_UNAVAILABLE_AFTER_SECONDS": "2.5",
+    "SARDEENZ_CLUSTER_PING_INTERVAL_SECONDS": "1",
+    "SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS": "0.5",
+}
+
+
+class Cluster:
+    def __init__(self, root: Path, size: int, **extra_env: str) -> None:
+        self.names = [f"pod-{chr(ord('a') + i)}" for i in range(size)]
+        hosts = [f"127.0.0.{i + 1}" for i in range(size)]
+        ports = [free_port() for _ in range(size)]
+        peers = ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=True))
+        self.pods: dict[str, ServerProcess] = {}
+        for name, host, port in zip(self.names, hosts, ports, strict=True):
+            env = {
+                "CLUSTER_PEERS": peers,
+                "CLUSTER_SECRET": SECRET,
+                "POD_NAME": name,
+                **TIMING,
+                **extra_env,
+            }
+            self.pods[name] = ServerProcess(root / name, host=host, port=port, extra_env=env)
+
+    def start(self) -> Cluster:
+        for pod in self.pods.values():
+            pod.start()
+        return self
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        try:
+            resp = httpx.get(f"{self.pods[name].url}/api/cluster/status", timeout=2)
+        except httpx.HTTPError:
+            return None
+        return resp.json() if resp.status_code == 200 else None
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.pods.items() if p.proc is not None and p.proc.poll() is None]
+
+    def wait(
+        self, check: Callable[[dict[str, dict[str, Any]]], bool], timeout: float, what: str
+    ) -> dict[str, dict[str, Any]]:
+        """Poll every live pod's status until ``check(statuses)``; the statuses then."""
+        deadline = time.monotonic() + timeout
+        seen: dict[str, dict[str, Any]] = {}
+        while time.monotonic() < deadline:
+            seen = {}
+            for name in self.alive():
+                st = self.status(name)
+                if st is not None:
+                    seen[name] = st
+            if len(seen) == len(self.alive()) and check(seen):
+                return seen
+            time.sleep(0.1)
+        brief = {n: (s["leader"], s["term"]) for n, s in seen.items()}
+        raise AssertionError(f"{what} not within {timeout}s: {brief}")
+
+    def wait_one_leader(self, timeout: float = 15.0) -> tuple[str, int]:
+        statuses = self.wait(agreed_leader, timeout, "one leader, one term")
+        first = next(iter(statuses.values()))
+        return first["leader"], first["term"]
+
+    def leader_url(self) -> str:
+        leader, _ = self.wait_one_leader()
+        return self.pods[leader].url
+
+    def instances(self, pod: str) -> list[dict[str, Any]]:
+        """``pod``'s instances as the leader's status shows them (followers redirect
+        ``/api/v1/models`` to the leader)."""
+        status = self.status(pod)
+        assert status is not None
+        me = next(p for p in status["pods"] if p.get("self"))
+        instances: list[dict[str, Any]] = me["instances"]
+        return instances
+
+    def load_on(self, pod: str, name: str, *extra: str, timeout: float = 30) -> dict[str, Any]:
+        """Load a sim model on ``pod`` through the leader (``podId``); wait until active."""
+        body = {
+            "modelPath": name,
+            "engine": "sim",
+            "extraArgs": ["--load-seconds", "0.2", *extra],
+            "podId": pod,
+        }
+        resp = httpx.post(f"{self.leader_url()}/api/v1/models/load", json=body, timeout=30)
+        assert resp.status_code == 202, resp.text
+        iid = resp.json()["id"]
+        return self.wait_instance(pod, iid, "active", timeout) or {}
+
+    def wait_instance(
+        self, pod: str, iid: str, status: str | None, timeout: float = 30
+    ) -> dict[str, Any] | None:
+        """Wait until ``pod`` has instance ``iid`` in ``status`` (None: until it is gone)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next((i for i in self.instances(pod) if i["id"] == iid), None)
+            if (found is None and status is None) or (found and found["status"] == status):
+                return found
+            time.sleep(0.1)
+        raise AssertionError(f"instance {iid} on {pod} not {status} in {timeout}s")
+
+    def close(self) -> None:
+        for pod in self.pods.values():
+            pod.stop(signal.SIGKILL)
+            kill_engines(pod.data_dir)
+
+    def orphans(self) -> list[int]:
+        return [p.pid for pod in self.pods.values() for p in engine_processes(pod.data_dir)]
+
+
+def agreed_leader(statuses: dict[str, dict[str, Any]]) -> bool:
+    views = {(s["leader"], s["term"]) for s in statuses.values()}
+    return len(views) == 1 and next(iter(views))[0] is not None

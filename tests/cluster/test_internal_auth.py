@@ -1,0 +1,166 @@
+"""``/internal/*`` and forwarded ``/v1`` requests over real HTTP: only valid signatures pass.
+
+Two pods with API keys on (so a forwarded /v1 request must prove itself with
+the cluster signature); each refusal case of the seed is one request: no
+signature, bad signature, stale timestamp, a replay inside the window,
+a tampered body, the wrong secret. Secret rotation restarts one pod with the
+new secret and the old one as ``CLUSTER_SECRET_PREVIOUS`` (both accepted),
+then with the new one only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sardeenz.security.cluster_hmac import Signer, signature
+from tests.cluster.harness import SECRET, Cluster
+from tests.support import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+API_KEY = "inference-key-0123456789"
+NEW = "n" * 64
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = Cluster(tmp_path_factory.mktemp("pair"), 2, SARDEENZ_API_KEYS=API_KEY)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
+
+
+def _get(url: str, path: str, headers: dict[str, str]) -> httpx.Response:
+    return httpx.get(f"{url}{path}", headers=headers, timeout=5)
+
+
+def test_signed_ping_passes_and_every_bad_signature_is_401(pair: Cluster) -> None:
+    url = pair.pods["pod-a"].url
+    signer = Signer(SECRET.encode())
+    ok = _get(url, "/internal/ping", signer.headers("GET", "/internal/ping", b""))
+    assert ok.status_code == 200
+    assert ok.json()["podId"] == "pod-a"
+
+    def code(resp: httpx.Response) -> str:
+        assert resp.status_code == 401, resp.text
+        return str(resp.json()["code"])
+
+    assert code(httpx.get(f"{url}/internal/ping", timeout=5)) == "unsigned"
+    bad = signer.headers("GET", "/internal/ping", b"")
+    bad["X-Cluster-Signature"] = "0" * 64
+    assert code(_get(url, "/internal/ping", bad)) == "bad_signature"
+    stale_ts = str(int((time.time() - 31) * 1000))
+    stale = {
+        "X-Cluster-Timestamp": stale_ts,
+        "X-Cluster-Signature": signature(SECRET.encode(), "GET", "/internal/ping", stale_ts, b""),
+    }
+    assert code(_get(url, "/internal/ping", stale)) == "stale_timestamp"
+    once = signer.headers("GET", "/internal/ping", b"")
+    assert _get(url, "/internal/ping", once).status_code == 200
+    assert code(_get(url, "/internal/ping", once)) == "replayed"  # within the 30 s window
+    wrong = Signer(b"w" * 64).headers("GET", "/internal/ping", b"")
+    assert code(_get(url, "/internal/ping", wrong)) == "bad_signature"
+    # Signed for another path: refused before the path is even looked at.
+    other = signer.headers("GET", "/internal/state", b"")
+    assert code(_get(url, "/internal/ping", other)) == "bad_signature"
+
+
+def test_tampered_body_is_refused(pair: Cluster) -> None:
+    url = pair.pods["pod-b"].url
+    path = "/internal/election/vote"
+    body = b'{"candidate": "pod-z", "term": 1}'
+    headers = Signer(SECRET.encode()).headers("POST", path, body)
+    tampered = b'{"candidate": "pod-y", "term": 9}'
+    resp = httpx.post(f"{url}{path}", content=tampered, headers=headers, timeout=5)
+    assert resp.status_code == 401
+    assert resp.json()["code"] == "bad_signature"
+
+
+def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
+    url = pair.pods["pod-a"].url
+    assert httpx.get(f"{url}/internal/nope", timeout=5).status_code == 401
+    path = "/internal/nope"
+    signed = _get(url, path, Signer(SECRET.encode()).headers("GET", path, b""))
+    assert signed.status_code == 404
+    path = "/internal/presets/sync"
+    body = b"{}"
+    resp = httpx.post(
+        f"{url}{path}",
+        content=body,
+        headers=Signer(SECRET.encode()).headers("POST", path, body),
+        timeout=5,
+    )
+    assert resp.status_code == 501
+
+
+def test_internal_routes_are_not_in_the_openapi_document(pair: Cluster) -> None:
+    doc = httpx.get(f"{pair.pods['pod-a'].url}/openapi.json", timeout=5).json()
+    assert not [p for p in doc["paths"] if p.startswith("/internal")]
+    assert "/api/cluster/status" in doc["paths"]
+
+
+def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Cluster) -> None:
+    a, b = pair.pods["pod-a"], pair.pods["pod-b"]
+    pair.wait_one_leader(15.0)
+    cluster_load = pair.load_on("pod-b", "keyed")
+    assert cluster_load["status"] == "active"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        models = httpx.get(
+            f"{a.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5
+        ).json()
+        if any(m["id"] == "keyed" for m in models["data"]):
+            break
+        time.sleep(0.05)
+    body = b'{"model": "keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}'
+    # Through pod A with the client's key: forwarded to B, which trusts A's signature.
+    via_a = httpx.post(
+        f"{a.url}/v1/chat/completions",
+        content=body,
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert via_a.status_code == 200, via_a.text
+    # Straight to B without a key: 401; with a valid cluster signature: served, once.
+    path = "/v1/chat/completions"
+    plain = {"Content-Type": "application/json"}
+    assert httpx.post(f"{b.url}{path}", content=body, headers=plain).status_code == 401
+    signed = {**plain, **Signer(SECRET.encode()).headers("POST", path, body)}
+    assert httpx.post(f"{b.url}{path}", content=body, headers=signed, timeout=10).status_code == 200
+    replay = httpx.post(f"{b.url}{path}", content=body, headers=signed, timeout=10)
+    assert replay.status_code == 401
+    assert replay.json()["error"]["code"] == "invalid_api_key"
+    wrong = {**plain, **Signer(b"w" * 64).headers("POST", path, body)}
+    assert httpx.post(f"{b.url}{path}", content=body, headers=wrong).status_code == 401
+
+
+def test_secret_rotation_old_and_new_then_only_new(tmp_path: Path, pair: Cluster) -> None:
+    """One pod of its own, restarted through the two phases of a rotation."""
+    peers = "127.0.0.9:9"  # a peer that never answers: the pod is in static mode
+    env = {"CLUSTER_PEERS": peers, "POD_NAME": "pod-r"}
+    srv = ServerProcess(
+        tmp_path / "r",
+        host="127.0.0.8",
+        extra_env={**env, "CLUSTER_SECRET": NEW, "CLUSTER_SECRET_PREVIOUS": SECRET},
+    ).start()
+    try:
+        for secret in (NEW, SECRET):
+            h = Signer(secret.encode()).headers("GET", "/internal/ping", b"")
+            assert _get(srv.url, "/internal/ping", h).status_code == 200
+        srv.stop()
+        srv.env.pop("CLUSTER_SECRET_PREVIOUS")
+        srv.start()
+        new = Signer(NEW.encode()).headers("GET", "/internal/ping", b"")
+        assert _get(srv.url, "/internal/ping", new).status_code == 200
+        old = Signer(SECRET.encode()).headers("GET", "/internal/ping", b"")
+        resp = _get(srv.url, "/internal/ping", old)
+        assert resp.status_code == 401
+        assert resp.json()["code"] == "bad_signature"
+    finally:
+        srv.stop()
