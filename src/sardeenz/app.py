@@ -19,6 +19,7 @@ from sardeenz.api import auth, benchmarks, catalog, engines, gpus, health, memor
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
+from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.config import Settings
@@ -75,6 +76,9 @@ def build_services(settings: Settings) -> Services:
     ondemand = OnDemand(settings, catalog, table, supervisor)
     reaper = IdleReaper(settings, catalog, supervisor)
     ondemand.evictor = reaper
+    external = ExternalServers(settings, catalog, table)
+    ondemand.external = external
+    catalog.external_state = external.catalog_state
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
@@ -99,6 +103,7 @@ def build_services(settings: Settings) -> Services:
         catalog=catalog,
         ondemand=ondemand,
         reaper=reaper,
+        external=external,
     )
 
 
@@ -140,6 +145,8 @@ def create_app(settings: Settings) -> Gateway:
         await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
         await services.catalog.start()
+        if services.external is not None:
+            services.external.start()
         await services.ondemand.preload()
         services.reaper.start()
         services.started = True
@@ -154,6 +161,8 @@ def create_app(settings: Settings) -> Gateway:
             await services.benchmarks.shutdown()  # cancel runs before their engines go
             await services.reaper.stop()
             await services.ondemand.close()
+            if services.external is not None:
+                await services.external.stop()
             await services.supervisor.shutdown()
             await services.routing_updater.stop()
             await services.proxy.close()
