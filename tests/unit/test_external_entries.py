@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
+from sardeenz.catalog.external import KeyUnavailable, read_key
 from sardeenz.catalog.validation import EntryInvalid, check_entry, parse_external_url
 from sardeenz.domain import EngineKind
 from sardeenz.proxy.routing import ExternalTarget
 from sardeenz.proxy.wire import replace_authorization
+from sardeenz.store.records import CatalogEntry
 
 
 def test_url_parts() -> None:
@@ -64,3 +69,28 @@ def test_the_clients_key_is_replaced_by_the_servers() -> None:
 def test_the_key_is_not_in_a_repr() -> None:
     target = ExternalTarget(auth=b"authorization: Bearer sk-secret\r\n")
     assert b"sk-secret".decode() not in repr(target)
+
+
+def test_the_key_comes_from_the_variable_or_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXT_KEY_FOR_TEST", "sk-from-env")
+    env = CatalogEntry.model_validate(entry(apiKeyEnv="EXT_KEY_FOR_TEST"))
+    assert asyncio.run(read_key(env)) == "sk-from-env"
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-from-file\n")
+    from_file = CatalogEntry.model_validate(entry(apiKeyFile=str(key_file)))
+    assert asyncio.run(read_key(from_file)) == "sk-from-file"
+    key_file.write_text("sk-rotated\n")  # read at every check: a rotated key is used
+    assert asyncio.run(read_key(from_file)) == "sk-rotated"
+    assert asyncio.run(read_key(CatalogEntry.model_validate(entry()))) is None
+    monkeypatch.delenv("EXT_KEY_FOR_TEST")
+    with pytest.raises(KeyUnavailable, match="EXT_KEY_FOR_TEST is not set"):
+        asyncio.run(read_key(env))
+    key_file.write_text("sk-a\r\nx-injected: 1\n")
+    with pytest.raises(KeyUnavailable, match="characters a header cannot carry") as caught:
+        asyncio.run(read_key(from_file))
+    assert "sk-a" not in str(caught.value)
+    key_file.unlink()
+    with pytest.raises(KeyUnavailable, match="apiKeyFile: cannot read"):
+        asyncio.run(read_key(from_file))
