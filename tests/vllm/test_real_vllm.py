@@ -22,6 +22,7 @@ from openai import OpenAI
 
 from tests.support import ServerProcess, engine_processes, wait_for_status
 from tests.vllm.conftest import (
+    ENGINE_ARGS,
     STOP_GRACE_SECONDS,
     TIMINGS,
     load_vllm,
@@ -228,6 +229,42 @@ def test_two_instances_side_by_side_then_unload_leaves_nothing(
         assert client.completions.create(model="tiny-a", prompt="Hi", max_tokens=2).model == (
             "tiny-a"
         )
+
+
+# --- load on first request ------------------------------------------------------------------
+
+
+def test_first_request_to_a_catalog_model_starts_the_real_engine(
+    vllm_server: ServerProcess, tiny_model: Path, pair: dict[str, dict[str, Any]]
+) -> None:
+    # After the side-by-side test unloaded tiny-b: its memory is what this start uses.
+    with vllm_server.client() as api:
+        entry = {"modelPath": str(tiny_model), "engine": "vllm", "extraArgs": ENGINE_ARGS}
+        resp = api.put("/api/v1/catalog/tiny-demand", json=entry)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["state"] == "unloaded"
+        client = OpenAI(
+            base_url=f"{vllm_server.url}/v1", api_key="unused", timeout=300, max_retries=0
+        )
+        listed = {m.id: m for m in client.models.list().data}
+        assert (listed["tiny-demand"].model_extra or {})["state"] == "unloaded"
+        with timed("first request to an unloaded catalog model (real vLLM start)"):
+            chat = client.chat.completions.create(
+                model="tiny-demand",
+                messages=[{"role": "user", "content": "Hello"}],
+                max_tokens=4,
+                extra_body={"min_tokens": 4, "ignore_eos": True},
+            )
+        assert chat.model == "tiny-demand"
+        assert chat.usage is not None
+        assert chat.usage.completion_tokens == 4
+        listed_insts = api.get("/api/v1/models").json()
+        insts = [i for i in listed_insts if i["servedModelName"] == "tiny-demand"]
+        assert [i["status"] for i in insts] == ["active"]
+        assert api.get("/api/v1/catalog/tiny-demand").json()["state"] == "active"
+        # Leave the memory to the next tests.
+        assert api.post(f"/api/v1/models/{insts[0]['id']}/unload").status_code == 200
+        assert api.delete("/api/v1/catalog/tiny-demand").status_code == 200
 
 
 # --- failures parsed from the real engine's output -------------------------------------------

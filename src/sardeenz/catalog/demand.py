@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sardeenz.catalog.eviction import MEMORY_REFUSALS
+from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
-from sardeenz.catalog.validation import load_request
+from sardeenz.catalog.validation import is_external, load_request
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.errors import SardeenzError
@@ -93,11 +94,17 @@ class OnDemand:
         self._tasks: set[asyncio.Task[object]] = set()
         self.evictor: Evictor | None = None
         """Set by the app: lets a start that does not fit unload idle catalog models."""
+        self.external: ExternalServers | None = None
+        """Set by the app: the catalog's ``engine: external`` servers (never started)."""
 
     # ----------------------------------------------------------- the hook
     @property
     def version(self) -> int:
-        return self._catalog.version
+        external = self.external.version if self.external is not None else 0
+        return self._catalog.version + external
+
+    def state(self, name: str) -> str | None:
+        return self.external.state(name) if self.external is not None else None
 
     def resolve(self, name: str) -> str | None:
         return self._catalog.resolve(name)
@@ -110,6 +117,9 @@ class OnDemand:
         return self._waiting.get(name, 0)
 
     async def wait(self, name: str) -> Endpoint | ErrorReply:
+        external = self.external
+        if external is not None and external.manages(name):
+            return await external.wait(name)  # nothing to start: up or not
         queued = self._waiting.get(name, 0)
         if queued >= self._queue_max:
             STATS.reject(name, "queue_full")
@@ -192,6 +202,9 @@ class OnDemand:
 
     async def start(self, name: str) -> None:
         """Start ``name`` unless something of it is running or coming (preload)."""
+        entry = self._catalog.entry(name)
+        if entry is not None and is_external(entry):
+            return  # a server we do not run
         if self._table.pick(name) is not None or self._table.pending(name):
             return
         await self._start_once(name)
@@ -199,7 +212,7 @@ class OnDemand:
     async def preload(self) -> None:
         """Start every ``preload`` entry in the background (errors are logged, not raised)."""
         for name, entry in self._catalog.entries().items():
-            if entry.preload:
+            if entry.preload and not is_external(entry):
                 task = asyncio.get_running_loop().create_task(self._preload(name))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -235,6 +248,8 @@ class OnDemand:
         entry = self._catalog.entry(name)
         if entry is None:
             raise StartFailed(f"model {name!r} is no longer in the catalog")
+        if is_external(entry):
+            raise StartFailed(f"model {name!r} is an external server: nothing to start")
         # Failed instances of this model are what is left of an earlier start:
         # clear them so the model's state is that of the new one.
         for inst in self._starter.list_instances():

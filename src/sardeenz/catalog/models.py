@@ -11,7 +11,7 @@ from sardeenz.store.records import CatalogEntry
 
 CatalogSource = Literal["config", "api"]
 CatalogState = Literal[
-    "unloaded", "starting", "active", "sleeping", "stopping", "failed", "invalid"
+    "unloaded", "starting", "active", "sleeping", "stopping", "failed", "invalid", "unreachable"
 ]
 
 
@@ -24,9 +24,14 @@ class CatalogModel(CamelModel):
     )
     state: CatalogState = Field(
         description="of its instances: active > starting > sleeping > stopping > failed; "
-        "unloaded when none; invalid when the entry does not validate"
+        "unloaded when none; invalid when the entry does not validate. An external "
+        "server: starting (not checked yet), active, unreachable, or failed (no usable key)"
     )
-    error: str | None = Field(None, description="why the entry is invalid (names the field)")
+    error: str | None = Field(
+        None,
+        description="why the entry is invalid (names the field), or why its external "
+        "server is unreachable or failed",
+    )
     overrides_config: bool = Field(
         False, description="an API entry that replaces the config file's entry of this name"
     )

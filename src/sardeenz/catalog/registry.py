@@ -64,6 +64,8 @@ class Catalog:
         self._names: dict[str, str] = {}
         self.version = 0
         """Bumped on every change (``GET /v1/models`` caches on it)."""
+        self.external_state: Callable[[str], tuple[CatalogState, str | None] | None] | None = None
+        """Set by the app: the health of ``engine: external`` entries (catalog/external.py)."""
 
     async def start(self) -> None:
         """Read the stored API entries and build the view; log every bad entry once."""
@@ -172,16 +174,19 @@ class Catalog:
     def _sorted(self) -> list[_Item]:
         return [self._items[n] for n in sorted(self._items)]
 
-    @staticmethod
-    def _model(item: _Item, insts: list[ModelInstance]) -> CatalogModel:
+    def _model(self, item: _Item, insts: list[ModelInstance]) -> CatalogModel:
         state: CatalogState = (
             "invalid" if item.entry is None else state_of({i.status for i in insts})
         )
+        error = item.error
+        external = self.external_state(item.name) if self.external_state is not None else None
+        if item.entry is not None and external is not None:
+            state, error = external
         return CatalogModel(
             name=item.name,
             source=item.source,
             state=state,
-            error=item.error,
+            error=error,
             overrides_config=item.overrides_config,
             instance_ids=sorted(i.id for i in insts),
             entry=item.entry,

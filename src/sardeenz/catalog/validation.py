@@ -10,7 +10,9 @@ functions: no I/O, no service state.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -45,8 +47,96 @@ def check_name(name: object) -> str:
     return name
 
 
+@dataclass(frozen=True, slots=True)
+class ExternalUrl:
+    """Where an ``engine: external`` entry's server is: ``url`` taken apart."""
+
+    host: str
+    port: int
+    prefix: str
+    """Path before ``/v1`` (e.g. ``/openai`` for ``http://gw/openai/v1``), no trailing slash."""
+
+    @property
+    def base(self) -> str:
+        """``http://host:port`` + prefix: where ``/health`` and ``/v1/...`` are appended."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{self.prefix}"
+
+
+def is_external(entry: CatalogEntry) -> bool:
+    return entry.engine == "external"
+
+
+def parse_external_url(url: str) -> ExternalUrl:
+    """``http://host[:port][/prefix][/v1]`` -> its parts; ValueError says what is wrong.
+
+    Only plain HTTP: the proxy's upstream client speaks HTTP/1.1 without TLS (what
+    engines on a trusted network need); an https server goes behind a local TLS
+    terminator (nginx, stunnel) whose http:// address is the entry's url.
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme == "https":
+        raise ValueError(
+            "https:// is not supported yet (the proxy speaks plain HTTP to upstreams); "
+            "put a local TLS-terminating proxy in front and use its http:// address"
+        )
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"must be an http://host[:port] URL, got {url[:200]!r}")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError("must have no user, password, query or fragment (use apiKeyEnv/File)")
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise ValueError(f"invalid port in {url[:200]!r}") from None
+    prefix = parts.path.rstrip("/")
+    if prefix.endswith("/v1"):
+        prefix = prefix[: -len("/v1")]
+    if any(c in prefix for c in " \r\n\t"):
+        raise ValueError("the path must not contain spaces or control characters")
+    return ExternalUrl(parts.hostname, port, prefix)
+
+
+_NOT_FOR_EXTERNAL = (
+    ("extra_args", "extraArgs"),
+    ("gpu_ids", "gpuIds"),
+    ("gpu_memory_limit", "gpuMemoryLimit"),
+    ("sleep_level", "sleepLevel"),
+    ("idle_sleep_seconds", "idleSleepSeconds"),
+    ("idle_unload_seconds", "idleUnloadSeconds"),
+    ("preload", "preload"),
+)
+
+
+_EXTERNAL_ONLY = (("url", "url"), ("api_key_env", "apiKeyEnv"), ("api_key_file", "apiKeyFile"))
+
+
+def _check_external(where: str, entry: CatalogEntry) -> None:
+    if entry.url is None:
+        raise EntryInvalid(f"{where}: url: engine external needs the server's url")
+    try:
+        parse_external_url(entry.url)
+    except ValueError as exc:
+        raise EntryInvalid(f"{where}: url: {exc}") from None
+    if entry.api_key_env is not None and entry.api_key_file is not None:
+        raise EntryInvalid(f"{where}: apiKeyEnv: give apiKeyEnv or apiKeyFile, not both")
+    if entry.api_key_env is not None and not entry.api_key_env.strip():
+        raise EntryInvalid(f"{where}: apiKeyEnv: must name an environment variable")
+    if entry.api_key_file is not None and not entry.api_key_file.strip():
+        raise EntryInvalid(f"{where}: apiKeyFile: must name a file")
+    if not entry.model_path.strip() or len(entry.model_path) > MAX_NAME:
+        raise EntryInvalid(f"{where}: modelPath: the server's model name (1-{MAX_NAME} chars)")
+    defaults = CatalogEntry(model_path="x")
+    for field, alias in _NOT_FOR_EXTERNAL:
+        if getattr(entry, field) != getattr(defaults, field):
+            raise EntryInvalid(f"{where}: {alias}: does not apply to engine external")
+    if entry.tensor_parallel_size != 1:
+        raise EntryInvalid(f"{where}: tensorParallelSize: does not apply to engine external")
+
+
 def load_request(name: str, entry: CatalogEntry) -> LoadRequest:
     """The load request an on-demand start of ``entry`` sends to the supervisor."""
+    if not isinstance(entry.engine, EngineKind | None):
+        raise ValueError(f"catalog entry {name!r} is an external server: nothing to start")
     return LoadRequest(
         model_path=entry.model_path,
         engine=entry.engine,
@@ -57,6 +147,20 @@ def load_request(name: str, entry: CatalogEntry) -> LoadRequest:
         enable_sleep_mode=entry.sleep_level > 0,
         extra_args=list(entry.extra_args),
     )
+
+
+def _check_load(where: str, name: str, entry: CatalogEntry, default_engine: EngineKind) -> None:
+    """The entry's load fields, checked as the load request it stands for."""
+    try:
+        req = load_request(name, entry)
+    except ValidationError as exc:
+        raise EntryInvalid(f"{where}: {_describe(exc)}") from None
+    try:
+        get_adapter(req.engine or default_engine).validate_args(list(req.extra_args))
+    except ValueError as exc:
+        raise EntryInvalid(f"{where}: extraArgs: {exc}") from None
+    if entry.idle_sleep_seconds is not None and entry.sleep_level == 0:
+        raise EntryInvalid(f"{where}: idleSleepSeconds: needs sleepLevel 1 or 2 (0 never sleeps)")
 
 
 def check_entry(name: object, data: object, default_engine: EngineKind) -> CatalogEntry:
@@ -72,16 +176,13 @@ def check_entry(name: object, data: object, default_engine: EngineKind) -> Catal
             entry = CatalogEntry.model_validate(dict(data))
         except ValidationError as exc:
             raise EntryInvalid(f"{where}: {_describe(exc)}") from None
-    try:
-        req = load_request(checked_name, entry)
-    except ValidationError as exc:
-        raise EntryInvalid(f"{where}: {_describe(exc)}") from None
-    try:
-        get_adapter(req.engine or default_engine).validate_args(list(req.extra_args))
-    except ValueError as exc:
-        raise EntryInvalid(f"{where}: extraArgs: {exc}") from None
-    if entry.idle_sleep_seconds is not None and entry.sleep_level == 0:
-        raise EntryInvalid(f"{where}: idleSleepSeconds: needs sleepLevel 1 or 2 (0 never sleeps)")
+    if is_external(entry):
+        _check_external(where, entry)
+    else:
+        for field, alias in _EXTERNAL_ONLY:
+            if getattr(entry, field) is not None:
+                raise EntryInvalid(f"{where}: {alias}: only for engine external")
+        _check_load(where, checked_name, entry, default_engine)
     for alias in entry.aliases:
         try:
             check_name(alias)

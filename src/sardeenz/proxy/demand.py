@@ -34,6 +34,11 @@ class Demand(Protocol):
     def names(self) -> list[str]:
         """Every served name that can start on demand, sorted."""
 
+    def state(self, name: str) -> str | None:
+        """The state of a catalog model that has no instances (an external server:
+        ``starting`` until its first health check, ``active`` or ``unreachable``),
+        or None to take it from the instances."""
+
     async def wait(self, name: str) -> Endpoint | ErrorReply:
         """Start ``name`` if nothing of it is running or coming, and wait for it (bounded)."""
 

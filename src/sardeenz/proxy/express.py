@@ -55,7 +55,13 @@ from sardeenz.proxy.relay import (
 )
 from sardeenz.proxy.routing import Endpoint
 from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, UpstreamClosed
-from sardeenz.proxy.wire import JSON_CT, header, request_header_block, response_headers
+from sardeenz.proxy.wire import (
+    JSON_CT,
+    header,
+    replace_authorization,
+    request_header_block,
+    response_headers,
+)
 from sardeenz.security.auth import ApiKeys
 
 log = logging.getLogger(__name__)
@@ -99,14 +105,26 @@ class ExpressRelay:
         ep = self._table.pick(model)
         if ep is None:
             return None
-        block = request_header_block(headers, True)
-        if not ep.local:  # another pod's proxy (cluster mode): hop marker + signature
-            hook = self._proxy.remote_headers
-            extra = hook(headers, b"POST", url, body) if hook is not None else None
-            if extra is None:
-                return None  # already forwarded once: the handler serves it locally
-            block += extra
-        data = client.encode(ep.host, ep.port, b"POST", url, block, body)
+        ext = ep.external
+        if ext is None:
+            block = request_header_block(headers, True)
+            if not ep.local:  # another pod's proxy (cluster mode): hop marker + signature
+                hook = self._proxy.remote_headers
+                extra = hook(headers, b"POST", url, body) if hook is not None else None
+                if extra is None:
+                    return None  # already forwarded once: the handler serves it locally
+                block += extra
+            data = client.encode(ep.host, ep.port, b"POST", url, block, body)
+        else:  # a catalog server we do not run: its key, its path, its model name
+            out_body = body
+            if ext.model is not None:
+                payload["model"] = ext.model
+                try:
+                    out_body = orjson.dumps(payload)
+                except TypeError:  # an integer beyond 64 bits: the handler copes
+                    return None
+            block = replace_authorization(request_header_block(headers, True), ext.auth)
+            data = client.encode(ep.host, ep.port, b"POST", ext.path_prefix + url, block, out_body)
         exchange = _Exchange(lane, self, metrics.for_model(model), model, ep, keep_alive)
         exchange.request = (url, headers, body)
         conn = client.idle_connection(ep.host, ep.port)

@@ -61,13 +61,14 @@ from sardeenz.proxy.relay import (
     started,
     stream_end_on_failure,
 )
-from sardeenz.proxy.routing import Endpoint, RoutingTable, WakeFailed
+from sardeenz.proxy.routing import Endpoint, ExternalTarget, RoutingTable, WakeFailed
 from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, UpstreamClosed
 from sardeenz.proxy.wire import (
     ErrorReply,
     api_error,
     ascii_int,
     openai_error,
+    replace_authorization,
     request_header_block,
     response_headers,
     send_json,
@@ -281,8 +282,12 @@ class InferenceProxy:
         if lens:
             card["max_model_len"] = min(lens)
         if name in on_demand:  # a catalog model: say whether a request would wait
-            statuses = {i.status for i in self._table.instances(name)}
-            card["state"] = "active" if eps else model_state(statuses)
+            known = self.demand.state(name) if self.demand is not None else None
+            if known is not None:  # an external server: its health check knows
+                card["state"] = known
+            else:
+                statuses = {i.status for i in self._table.instances(name)}
+                card["state"] = "active" if eps else model_state(statuses)
         return card
 
     # ------------------------------------------------------ /api/direct/{port}
@@ -428,7 +433,7 @@ class InferenceProxy:
         tried = False
         while True:
             sent_headers = headers
-            if not ep.local:  # another pod's proxy (cluster mode): one hop, signed
+            if not ep.local and ep.external is None:  # another pod's proxy: one hop, signed
                 extra = (
                     self.remote_headers(scope["headers"], method, target, body)
                     if self.remote_headers
@@ -443,7 +448,14 @@ class InferenceProxy:
                     sent_headers = headers + extra
             t1 = _perf()
             try:
-                resp = await client.request(ep.host, ep.port, method, target, sent_headers, body)
+                if ep.external is None:
+                    resp = await client.request(
+                        ep.host, ep.port, method, target, sent_headers, body
+                    )
+                else:
+                    resp = await client.request(
+                        ep.host, ep.port, method, *_for_external(ep.external, target, headers, body)
+                    )
                 break
             except ConnectFailed as exc:
                 # Nothing reached the engine: safe to try another instance once.
@@ -662,6 +674,20 @@ async def _watch(receive: Receive, state: _State, task: asyncio.Task[Any]) -> No
                 state.client_gone = True
                 task.cancel()
             return
+
+
+def _for_external(
+    ext: ExternalTarget, target: bytes, headers: bytes, body: bytes
+) -> tuple[bytes, bytes, bytes]:
+    """(target, headers, body) for a catalog server we do not run: its path prefix,
+    its API key in place of the client's, and its name for the model."""
+    if ext.model is not None:
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            payload = json.loads(body)  # parsed once already: the stdlib accepted it
+        body = _with_model(payload, ext.model)
+    return ext.path_prefix + target, replace_authorization(headers, ext.auth), body
 
 
 def _with_model(payload: dict[str, Any], model: str) -> bytes:

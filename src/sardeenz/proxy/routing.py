@@ -55,6 +55,19 @@ Listener = Callable[["InstanceView | None", "InstanceView | None"], None]
 
 
 @dataclass(frozen=True, slots=True)
+class ExternalTarget:
+    """How a request to a server Sardeenz does not run (catalog ``engine: external``)
+    differs from one to an engine: a path before ``/v1``, the server's own API key in
+    place of the client's ``Authorization``, and the server's name for the model."""
+
+    path_prefix: bytes = b""
+    auth: bytes = field(default=b"", repr=False)
+    """``authorization: Bearer <key>\\r\\n`` or b"": a secret, never in a repr or a log."""
+    model: str | None = None
+    """The server's model name when it is not the served name (the body is rewritten)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     """One place a served name can be sent to.
 
@@ -74,6 +87,8 @@ class Endpoint:
     max_model_len: int | None = None
     created: int = 0
     """Unix seconds the instance was created; reported by ``GET /v1/models``."""
+    external: ExternalTarget | None = None
+    """Set for a catalog ``engine: external`` server (see ``ExternalTarget``)."""
 
 
 @dataclass(frozen=True, slots=True)

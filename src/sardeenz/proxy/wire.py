@@ -183,3 +183,18 @@ def response_headers(
             event_stream = v.startswith(b"text/event-stream")
         out.append((k, v))
     return out, length, event_stream
+
+
+def replace_authorization(block: bytes, auth: bytes) -> bytes:
+    """A forwarded header block for a server with its own key: the client's
+    ``Authorization`` (its key for Sardeenz, not for that server) is dropped, and
+    ``auth`` (the server's ``authorization: ...\\r\\n`` line, or b"") added.
+
+    Only requests to external catalog servers pay for this (a few microseconds);
+    the match ignores case, whatever layer built the block.
+    """
+    kept = [
+        line for line in block.splitlines(keepends=True) if line[:14].lower() != b"authorization:"
+    ]
+    kept.append(auth)
+    return b"".join(kept)

@@ -48,6 +48,7 @@ class SimEngine:
         self.sleep = SleepControl(cfg, plan, log, self.metrics, self.scheduler)
         self.openai = OpenAIHandlers(cfg, self.scheduler)
         self.engine_core_pid: int | None = None
+        self._bearer = b"Bearer " + cfg.api_key.encode() if cfg.api_key else None
         self.server: uvicorn.Server | None = None
         self._stats_task: asyncio.Task[None] | None = None
         openai = self.openai
@@ -80,6 +81,15 @@ class SimEngine:
                 await respond(send, 404, b'{"detail":"Not Found"}')
                 return
             handler = methods.get(scope["method"])
+            if (
+                self._bearer is not None
+                and scope["path"].startswith("/v1")
+                and not any(
+                    k == b"authorization" and v == self._bearer for k, v in scope["headers"]
+                )
+            ):
+                await respond(send, 401, b'{"error":"Unauthorized"}')  # vLLM's answer
+                return
             if handler is None:
                 await respond(send, 405, b'{"detail":"Method Not Allowed"}')
                 return

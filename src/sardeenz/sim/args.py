@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail like vLLM with a KV cache too small for max-model-len",
     )
     p.add_argument("--disable-uvicorn-access-log", action="store_true")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="like vLLM: /v1 requests need 'Authorization: Bearer <key>' (401 otherwise)",
+    )
     return p
 
 
@@ -122,6 +127,7 @@ class SimConfig:
     wake_s: float
     fail_after_load: bool
     access_log: bool
+    api_key: str | None = None
     non_default_args: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -136,6 +142,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
     names: list[str] = ns.served_model_name or [ns.model]
     wake_ms: float = ns.wake_ms if ns.wake_ms is not None else min(500.0, ns.load_seconds * 100)
     non_default = {k: v for k, v in vars(ns).items() if parser.get_default(k) != v}
+    if "api_key" in non_default:
+        non_default["api_key"] = "<hidden>"  # a secret never goes to the log
     return SimConfig(
         model=ns.model,
         host=ns.host,
@@ -151,5 +159,6 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         wake_s=wake_ms / 1000,
         fail_after_load=ns.fail_after_load,
         access_log=not ns.disable_uvicorn_access_log,
+        api_key=ns.api_key,
         non_default_args=non_default,
     )

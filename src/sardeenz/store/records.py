@@ -185,8 +185,29 @@ class CatalogEntry(StrictCamelModel):
     so an entry is accepted exactly when the load it stands for would be.
     """
 
-    model_path: str
-    engine: EngineKind | None = None
+    model_path: str = Field(
+        description="what the engine loads (HF id or folder); for engine external, the "
+        "model name that server serves (requests are rewritten to it)"
+    )
+    engine: EngineKind | Literal["external"] | None = Field(
+        None, description="vllm or sim (started here), or external: a server at url"
+    )
+    url: str | None = Field(
+        None,
+        max_length=2048,
+        description="engine external only: the server's base URL, http://host:port "
+        "(optionally with a path and /v1)",
+    )
+    api_key_env: str | None = Field(
+        None,
+        max_length=256,
+        description="engine external only: environment variable holding the server's API key",
+    )
+    api_key_file: str | None = Field(
+        None,
+        max_length=4096,
+        description="engine external only: file holding the server's API key",
+    )
     aliases: list[str] = Field(default_factory=list, max_length=64)
     extra_args: list[str] = Field(default_factory=list)
     gpu_ids: list[int] | None = None
