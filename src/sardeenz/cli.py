@@ -6,7 +6,6 @@ import ipaddress
 import json
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +18,7 @@ from rich.table import Table
 
 from sardeenz import __version__
 from sardeenz.config import ConfigError, Settings, load_settings
-from sardeenz.safetext import OneLineFormatter
+from sardeenz.logsetup import configure_logging
 
 app = typer.Typer(
     help="Sardeenz: many LLM engines on shared GPUs behind one OpenAI-compatible endpoint.",
@@ -143,10 +142,8 @@ def config_error_line(exc: ConfigError | ValidationError) -> str:
 
 
 def _configure_logging(settings: Settings) -> None:
-    """One record per line: user text in a message cannot forge a record (``safetext``)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
+    """One record per line (``logsetup``): user text in a message cannot forge a record."""
+    configure_logging(settings.log_level, settings.log_format)
 
 
 def _run_server(settings: Settings) -> None:
