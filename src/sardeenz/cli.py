@@ -32,6 +32,7 @@ console = Console()
 err = Console(stderr=True)
 
 DEFAULT_URL = "http://127.0.0.1:3000"
+DEMO_SUBDIR = "demo"
 UrlOpt = Annotated[
     str, typer.Option("--url", envvar="SARDEENZ_URL", help="Base URL of a running server.")
 ]
@@ -91,6 +92,8 @@ def serve(
             highlight=False,
         )
         raise typer.Exit(2) from exc
+    if settings.demo:
+        settings = demo_settings(settings)
     _configure_logging(settings)
     log = logging.getLogger("sardeenz")
     from sardeenz.store.preflight import EXIT_STORAGE, StorageError, preflight
@@ -104,8 +107,10 @@ def serve(
     if settings.demo:
         gpus = ", ".join(g.name for g in settings.effective_sim_gpus)
         log.warning(
-            "DEMO MODE: simulated GPUs (%s) and the simulated engine; no real model runs here",
+            "DEMO MODE: simulated GPUs (%s) and the simulated engine; no real model runs here; "
+            "data in %s",
             gpus,
+            settings.data_dir,
         )
     elif settings.effective_sim_gpus:
         log.warning("simulated GPUs in use: %s", settings.sim_gpus)
@@ -127,6 +132,16 @@ def serve(
             settings.host,
         )
     _run_server(settings)
+
+
+def demo_settings(settings: Settings) -> Settings:
+    """The demo's own data under ``<data_dir>/demo``: its database, logs and runs.
+
+    Simulated profiles, benchmark runs and audit entries must never mix with a real
+    node's, and a demo started on a node's data dir must not re-adopt its instances.
+    An explicit ``DATABASE_URL`` is the operator's choice and kept as given.
+    """
+    return settings.model_copy(update={"data_dir": settings.data_dir / DEMO_SUBDIR})
 
 
 def config_error_line(exc: ConfigError | ValidationError) -> str:
