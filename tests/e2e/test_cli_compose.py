@@ -236,3 +236,14 @@ def test_help_has_text_on_every_flag_and_no_bool_noise() -> None:
         out = cli(*args, "--help")
         assert out.returncode == 0
         assert "<bool>" not in out.stdout, out.stdout
+
+
+def test_validation_errors_name_the_cli_flags(srv: ServerProcess) -> None:
+    out = cli("models", "load", "m", "--gpu-memory-limit", "-1", "--url", srv.url)
+    assert out.returncode == 1
+    assert "--gpu-memory-limit" in out.stderr
+    assert "gpuMemoryLimit" not in out.stderr
+    out = cli("models", "load", "m", "--arg", "bad\nline", "--url", srv.url)
+    assert out.returncode == 1
+    assert "--arg[0]" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1  # one line, even piped

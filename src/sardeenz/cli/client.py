@@ -8,7 +8,8 @@ server's ``detail (code)``, and ``localhost:3000`` into a URL.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, NoReturn
 
 import httpx
@@ -19,7 +20,8 @@ __all__ = ["DEFAULT_URL", "Api", "TokenOpt", "UrlOpt", "die", "err", "normalize_
 
 DEFAULT_URL = "http://127.0.0.1:3000"
 
-err = Console(stderr=True, highlight=False)
+# soft_wrap: a long error stays one line in a pipe or log (rich would cut it at 80).
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 UrlOpt = Annotated[
     str,
@@ -66,24 +68,33 @@ def _unreachable(url: str, exc: httpx.HTTPError) -> NoReturn:
     die(f"cannot reach {url}: {exc}")
 
 
-def error_message(resp: httpx.Response) -> str:
-    """The server's ``detail (code)``, or its raw text when the body is not ours."""
+def error_message(resp: httpx.Response, flags: Mapping[str, str] | None = None) -> str:
+    """The server's ``detail (code)``, or its raw text when the body is not ours.
+
+    ``flags`` maps request fields to the command's flags: a validation error about
+    ``gpuMemoryLimit`` is reported as one about ``--gpu-memory-limit``, the name the
+    operator typed, not the API's.
+    """
     try:
         body = resp.json()
     except ValueError:
         return resp.text
-    if isinstance(body, dict) and "detail" in body:
-        code = body.get("code")
-        return f"{body['detail']} ({code})" if code else str(body["detail"])
-    return resp.text
+    if not (isinstance(body, dict) and "detail" in body):
+        return resp.text
+    code = body.get("code")
+    detail = str(body["detail"])
+    for field, flag in (flags or {}).items():
+        detail = re.sub(rf"(?<![\w.-]){re.escape(field)}\b", flag, detail)
+    return f"{detail} ({code})" if code else detail
 
 
 class Api:
     """One server: its base URL and the admin token."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None, flags: Mapping[str, str] | None = None) -> None:
         self.url = normalize_url(url)
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.flags = flags
 
     def client(self, timeout: float | None = 60.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout)
@@ -98,7 +109,7 @@ class Api:
         except httpx.HTTPError as exc:
             _unreachable(self.url, exc)
         if resp.status_code >= 400:
-            die(f"error {resp.status_code}: {error_message(resp)}")
+            die(f"error {resp.status_code}: {error_message(resp, self.flags)}")
         if not resp.content:
             return None
         return resp.json()

@@ -41,6 +41,19 @@ LOAD_PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Engine log lines (vLLM's, and the simulated engine's copies of them) that open a phase."""
 
 
+LOAD_FLAGS = {
+    "modelPath": "MODEL_PATH",
+    "engine": "--engine",
+    "servedModelName": "--name",
+    "gpuIds": "--gpu",
+    "gpuMemoryLimit": "--gpu-memory-limit",
+    "tensorParallelSize": "--tp",
+    "enableSleepMode": "--sleep-mode",
+    "extraArgs": "--arg",
+}
+"""Load request fields -> this command's flags, for the server's validation errors."""
+
+
 def load_phase(line: str) -> str | None:
     """The load phase ``line`` announces, if any."""
     for phase, markers in LOAD_PHASES:
@@ -166,7 +179,7 @@ def models_load(
         body["force"] = True
     if extra:
         body["extraArgs"] = extra
-    api = Api(url, token)
+    api = Api(url, token, LOAD_FLAGS)
     inst = api.call("POST", "/api/v1/models/load", json=body)
     if wait:
         inst = _wait_active(api, inst)

@@ -110,7 +110,14 @@ def profiles_check(
         body["gpuIds"] = gpu
     if gpu_memory_limit is not None:
         body["gpuMemoryLimit"] = gpu_memory_limit
-    verdict = Api(url, token).call("POST", "/api/memory/profiles/check", json=body)
+    flags = {
+        "modelPath": "MODEL_PATH",
+        "maxTokens": "--max-tokens",
+        "gpuIds": "--gpu",
+        "tensorParallelSize": "--tp",
+        "gpuMemoryLimit": "--gpu-memory-limit",
+    }
+    verdict = Api(url, token, flags).call("POST", "/api/memory/profiles/check", json=body)
     if as_json:
         emit_json(verdict)
     else:
