@@ -247,3 +247,23 @@ def test_validation_errors_name_the_cli_flags(srv: ServerProcess) -> None:
     assert out.returncode == 1
     assert "--arg[0]" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1  # one line, even piped
+
+
+def test_profile_ids_complete_and_removable_by_prefix(
+    srv: ServerProcess, two: list[dict[str, Any]]
+) -> None:
+    saved = cli(
+        "profiles", "save", "alpha-served", "--name", "p-compose", "--json", "--url", srv.url
+    )
+    assert saved.returncode == 0, saved.stderr
+    profile_id = json.loads(saved.stdout)["id"]
+    assert len(profile_id) == 36
+    listed = cli("profiles", "ls", "--url", srv.url)
+    assert listed.returncode == 0, listed.stderr
+    assert profile_id in [row.split("\t")[0] for row in listed.stdout.splitlines()[1:]]
+    code, out = cli_tty("profiles", "ls", "--url", srv.url)
+    assert code == 0, out
+    assert profile_id in out
+    removed = cli("profiles", "rm", profile_id[:8], "--url", srv.url)
+    assert removed.returncode == 0, removed.stderr
+    assert profile_id in removed.stdout
