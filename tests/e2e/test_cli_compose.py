@@ -267,3 +267,19 @@ def test_profile_ids_complete_and_removable_by_prefix(
     removed = cli("profiles", "rm", profile_id[:8], "--url", srv.url)
     assert removed.returncode == 0, removed.stderr
     assert profile_id in removed.stdout
+
+
+def test_logs_hide_health_polls_unless_asked(srv: ServerProcess, two: list[dict[str, Any]]) -> None:
+    shown = cli("models", "logs", "alpha-served", "--health", "--url", srv.url)
+    assert shown.returncode == 0, shown.stderr
+    assert '"GET /health HTTP/1.1"' in shown.stdout  # the polls are in the engine's log
+    hidden = cli("models", "logs", "alpha-served", "--url", srv.url)
+    assert hidden.returncode == 0, hidden.stderr
+    assert '"GET /health' not in hidden.stdout
+    assert "Route: /health" in hidden.stdout  # only the poll access lines go
+    assert "Application startup complete." in hidden.stdout  # vLLM's own lines stay
+
+
+def test_version_json() -> None:
+    out = cli("version", "--json")
+    assert json.loads(out.stdout)["version"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt, die, err
 from sardeenz.cli.output import Cell, Col, JsonOpt, emit, emit_json
 from sardeenz.cli.resolve import resolve_instance
 
-__all__ = ["EXIT_FAILED", "LOAD_PHASES", "app", "load_phase"]
+__all__ = ["EXIT_FAILED", "LOAD_PHASES", "app", "is_health_poll", "load_phase"]
 
 app = typer.Typer(help="Load, unload and inspect model instances on a running server.")
 
@@ -52,6 +53,14 @@ LOAD_FLAGS = {
     "extraArgs": "--arg",
 }
 """Load request fields -> this command's flags, for the server's validation errors."""
+
+
+_HEALTH_ACCESS = re.compile(r'"GET /health(?:\?[^ "]*)? HTTP/[0-9.]+"')
+
+
+def is_health_poll(line: str) -> bool:
+    """An engine access-log line of a ``GET /health`` (the controller's poll)."""
+    return _HEALTH_ACCESS.search(line) is not None
 
 
 def load_phase(line: str) -> str | None:
@@ -301,15 +310,25 @@ def models_logs(
     lines: Annotated[
         int, typer.Option("--lines", "-n", help="How many past lines to print.")
     ] = 200,
+    health: Annotated[
+        bool,
+        typer.Option("--health", help="Also show the access lines of the /health polls."),
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per line (with -f: per event).")
     ] = False,
 ) -> None:
-    """Print an instance's engine log; -f follows it live."""
+    """Print an instance's engine log; -f follows it live.
+
+    The access lines of the controller's health polls (one every couple of seconds)
+    are hidden unless --health is given; vLLM's other lines are kept as they are.
+    """
     api = Api(url, token)
     inst_id = resolve_instance(api, instance)
     if not follow:
         out = api.call("GET", f"/api/v1/models/{inst_id}/logs", params={"lines": lines})
+        if not health:
+            out["lines"] = [ln for ln in out["lines"] if not is_health_poll(ln)]
         if as_json:
             emit_json(out)
             return
@@ -319,6 +338,8 @@ def models_logs(
     try:
         path = f"/api/v1/models/instances/{inst_id}/events"
         for event, data in api.sse(path, {"replay": "true"}):
+            if event == "log" and not health and is_health_poll(data["line"]):
+                continue
             if as_json:
                 emit_json({"event": event, **data})
             elif event == "log":

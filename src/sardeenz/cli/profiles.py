@@ -158,9 +158,13 @@ def profiles_rm(
     ],
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Delete a profile."""
     api = Api(url, token)
     profile_id = resolve_profile(api, profile)
     api.call("DELETE", f"/api/memory/profiles/{profile_id}")
-    print(f"deleted profile {profile_id}")
+    if as_json:
+        emit_json({"id": profile_id, "deleted": True})
+    else:
+        print(f"deleted profile {profile_id}")

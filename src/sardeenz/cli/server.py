@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -175,6 +176,8 @@ def sim_engine(ctx: typer.Context) -> None:
     raise typer.Exit(sim_main(list(ctx.args)))
 
 
-def version() -> None:
+def version(
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"version": ...}.')] = False,
+) -> None:
     """Print the version."""
-    print(__version__)
+    print(json.dumps({"version": __version__}) if as_json else __version__)
