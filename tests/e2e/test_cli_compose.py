@@ -40,11 +40,11 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-def cli_tty(*args: str, timeout: float = 60) -> tuple[int, str]:
-    """Run the CLI with stdout and stderr on an 80-column terminal: (exit code, text)."""
+def cli_tty(*args: str, timeout: float = 60, columns: int = COLUMNS) -> tuple[int, str]:
+    """Run the CLI with stdout and stderr on a terminal (80 columns): (exit code, text)."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
-    env = {**os.environ, "COLUMNS": str(COLUMNS), "TERM": "xterm-256color"}
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm-256color"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "sardeenz.cli", *args],
         stdin=subprocess.DEVNULL,
@@ -283,3 +283,42 @@ def test_logs_hide_health_polls_unless_asked(srv: ServerProcess, two: list[dict[
 def test_version_json() -> None:
     out = cli("version", "--json")
     assert json.loads(out.stdout)["version"]
+
+
+def test_bench_ids_complete_and_results_fit_100_columns(
+    srv: ServerProcess, two: list[dict[str, Any]]
+) -> None:
+    out = cli(
+        "bench",
+        "run",
+        "--model",
+        "alpha-served",
+        "--name",
+        "compose-run",
+        "--requests",
+        "6",
+        "--concurrency",
+        "2",
+        "--input-tokens",
+        "8",
+        "--output-tokens",
+        "4",
+        "--json",
+        "--url",
+        srv.url,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    run_id = json.loads(out.stdout)["id"]
+    listed = cli("bench", "ls", "--url", srv.url)
+    assert run_id in [row.split("\t")[0] for row in listed.stdout.splitlines()[1:]]
+    code, shown = cli_tty("bench", "show", run_id[:6], "--url", srv.url, columns=100)
+    assert code == 0, shown
+    assert run_id in shown
+    assert max(len(line) for line in shown.splitlines()) <= 100, shown
+    for label in ("TTFT ms", "E2E ms", "decode tok/s", "p90", "p95", "p99", "max"):
+        assert label in shown, label
+    by_name = cli("bench", "show", "compose-run", "--url", srv.url)
+    assert by_name.returncode == 0, by_name.stderr
+    assert f"# Benchmark {run_id}" in by_name.stdout
+    assert "TTFT ms\t" in by_name.stdout

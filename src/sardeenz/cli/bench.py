@@ -9,7 +9,16 @@ import typer
 from rich.table import Table
 
 from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt, die, err
-from sardeenz.cli.output import Cell, Col, JsonOpt, emit, emit_json, is_terminal, table
+from sardeenz.cli.output import (
+    Cell,
+    Col,
+    JsonOpt,
+    console,
+    emit,
+    emit_json,
+    is_terminal,
+    table,
+)
 from sardeenz.cli.resolve import resolve_instance, resolve_run
 
 __all__ = ["app", "results_table"]
@@ -36,17 +45,18 @@ def num(value: Any, digits: int = 1) -> str:
 
 _RESULT_COLS = (
     Col("Model"),
-    Col("Route", right=True),
+    Col("Route"),
     Col("In/Out", right=True),
     Col("Conc", right=True),
     Col("OK/Fail", right=True),
-    Col("TTFT p50/p99 ms", right=True),
-    Col("TPS p50", right=True),
-    Col("E2E p50/p99 ms", right=True),
     Col("Goodput", right=True),
     Col("Req/s", right=True),
     Col("Tok/s", right=True),
 )
+
+STATS = ("min", "avg", "p50", "p90", "p95", "p99", "max")
+_GRID_ROWS = (("TTFT ms", "ttft"), ("E2E ms", "e2e"), ("decode tok/s", "tps"))
+_GRID_COLS = (Col("metric"), *(Col(stat, right=True) for stat in STATS))
 
 
 def _result_rows(run: dict[str, Any]) -> list[list[Cell]]:
@@ -61,9 +71,6 @@ def _result_rows(run: dict[str, Any]) -> list[list[Cell]]:
                 f"{sc['inputTokens']}/{sc['outputTokens']}",
                 str(sc["concurrency"]),
                 f"{sc['successfulRequests']}/{sc['failedRequests']}",
-                f"{num(m.get('ttftP50'))}/{num(m.get('ttftP99'))}",
-                num(m.get("tpsP50")),
-                f"{num(m.get('e2eP50'))}/{num(m.get('e2eP99'))}",
                 goodput,
                 num(m.get("requestsPerSecond"), 2),
                 num(m.get("tokensPerSecondTotal")),
@@ -72,8 +79,24 @@ def _result_rows(run: dict[str, Any]) -> list[list[Cell]]:
     return rows
 
 
+def _grid_rows(metrics: dict[str, Any]) -> list[list[Cell]]:
+    """One row per measure, one column per statistic: the whole distribution at a glance."""
+    return [
+        [label, *(num(metrics.get(f"{key}{stat.capitalize()}")) for stat in STATS)]
+        for label, key in _GRID_ROWS
+    ]
+
+
 def _title(run: dict[str, Any]) -> str:
-    return f"Benchmark {run['id']} {run.get('name') or ''} ({run['mode']}): {run['status']}"
+    name = f" {run['name']}" if run.get("name") else ""
+    return f"Benchmark {run['id']}{name} ({run['mode']}): {run['status']}"
+
+
+def _scenario_title(sc: dict[str, Any]) -> str:
+    return (
+        f"{sc['modelName']} {sc['routingMode']} {sc['inputTokens']}/{sc['outputTokens']} "
+        f"x{sc['concurrency']}"
+    )
 
 
 def results_table(run: dict[str, Any]) -> Table:
@@ -84,13 +107,22 @@ def results_table(run: dict[str, Any]) -> Table:
 
 
 def _print_run(run: dict[str, Any]) -> None:
-    if is_terminal():
-        from sardeenz.cli.output import console
+    """The summary, then per scenario one grid (TTFT / E2E / decode x min..max).
 
+    Seven statistics of three measures in one row of a summary would need ~200
+    columns; as a grid per scenario it fits 100.
+    """
+    measured = [sc for sc in run["scenarios"] if sc.get("metrics")]
+    if is_terminal():
         console.print(results_table(run))
+        for sc in measured:
+            console.print(table(_scenario_title(sc), _GRID_COLS, _grid_rows(sc["metrics"])))
     else:
         print(f"# {_title(run)}")
         emit(None, _RESULT_COLS, _result_rows(run))
+        for sc in measured:
+            print(f"# {_scenario_title(sc)}")
+            emit(None, _GRID_COLS, _grid_rows(sc["metrics"]))
     if run.get("errorMessage"):
         err.print(run["errorMessage"], markup=False, style="red")
     for sc in run["scenarios"]:
@@ -216,21 +248,17 @@ def bench_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt
     cols = (
         Col("ID", is_id=True),
         Col("NAME"),
-        Col("MODE"),
         Col("STATUS"),
-        Col("CREATED"),
+        Col("CREATED"),  # UTC, month-day hour:minute
         Col("OK/FAIL OF", right=True),
-        Col("SECONDS", right=True),
     )
     rows: list[list[Cell]] = [
         [
             r["id"],
-            r.get("name") or "",
-            r["mode"],
+            r.get("name") or "-",
             (r["status"], _RUN_STYLE.get(r["status"], "white")),
-            r["createdAt"][:19],
+            r["createdAt"][5:16].replace("T", " "),
             f"{r['successfulRequests']}/{r['failedRequests']} of {r['totalRequests']}",
-            num(r.get("durationSeconds")),
         ]
         for r in runs
     ]

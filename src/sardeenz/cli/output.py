@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -52,7 +53,9 @@ def emit_json(data: Any) -> None:
 
 def table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]) -> Table:
     """A rich table whose id columns keep every character, at any terminal width."""
-    tab = Table(title=title)
+    # No outer frame and one space between columns: an 80-column terminal keeps
+    # room for a 36-character id next to the columns that matter.
+    tab = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
     for i, col in enumerate(cols):
         if col.is_id:
             widest = max([len(_text(r[i])) for r in rows] + [len(col.header)])
