@@ -1,7 +1,7 @@
 """The ``sardeenz`` command: serve, sim-engine, and operator commands against a server.
 
 One module per command group: ``server`` (serve, sim-engine, version), ``models``,
-``bench``, ``profiles``; ``client`` (URL, calls, errors), ``output`` (table, plain,
+``bench``, ``profiles``, ``cluster``; ``client`` (URL, calls, errors), ``output`` (table, plain,
 JSON) and ``resolve`` (ids by prefix or name) are shared by the operator groups.
 Entry points: ``sardeenz.cli:main`` (the ``sardeenz`` script) and ``python -m
 sardeenz.cli``.
@@ -15,7 +15,7 @@ from typing import Any
 import typer
 import typer.core
 
-from sardeenz.cli import bench, models, profiles, server
+from sardeenz.cli import bench, cluster, models, profiles, server
 from sardeenz.cli.bench import results_table as _results_table
 from sardeenz.cli.server import _configure_logging, config_error_line, demo_settings
 
@@ -43,6 +43,7 @@ app.command()(server.version)
 app.add_typer(models.app, name="models")
 app.add_typer(bench.app, name="bench")
 app.add_typer(profiles.app, name="profiles")
+app.add_typer(cluster.app, name="cluster")
 
 
 def _flag_type(self: typer.core.TyperOption, ctx: Any) -> str | None:
@@ -57,8 +58,9 @@ def _flag_type(self: typer.core.TyperOption, ctx: Any) -> str | None:
     return shown
 
 
-_plain_type: Any = typer.core.TyperOption.display_type_rich
-typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+_plain_type: Any = getattr(typer.core.TyperOption, "display_type_rich", None)
+if hasattr(typer.core.TyperOption, "display_type_rich"):  # typer's rich help (0.2x)
+    typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
 def main() -> None:

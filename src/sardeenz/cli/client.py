@@ -104,6 +104,11 @@ class Api:
         try:
             with self.client() as client:
                 resp = client.request(method, path, **kw)
+                if resp.status_code == 307 and resp.headers.get("location"):
+                    # A cluster follower names the leader: ask it, with the same
+                    # credentials (an automatic redirect would drop the token on the way
+                    # to another host).
+                    resp = client.request(method, resp.headers["location"], **kw)
         except httpx.InvalidURL as exc:
             die(f"not a URL: {self.url} ({exc})", EXIT_USAGE)
         except httpx.HTTPError as exc:
