@@ -17,7 +17,7 @@ KUBE_VERSION := 1.20.2
 KUBE_ENV_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sardeenz/kube-$(KUBE_VERSION)
 KUBE_ENV_BIN := $(KUBE_ENV_DIR)/bin
 
-.PHONY: run test lint typecheck pytest clean demo vllm-env kube-env web frontend-test browser-deps
+.PHONY: docs run test lint typecheck pytest clean demo vllm-env kube-env web frontend-test browser-deps
 
 # The dashboard (frontend/, React + Vite) builds into src/sardeenz/web/, which `serve`
 # serves at /. Not committed; rebuilt only when a source or the lock file changed.
@@ -98,3 +98,7 @@ test: lint typecheck frontend-test pytest
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache
 	rm -rf $(WEB_DIR) frontend/node_modules test-output
+
+# Regenerate the settings table of docs/configuration.md from the code.
+docs: $(STAMP)
+	$(BIN)/python -m sardeenz.tools.gendocs

@@ -156,13 +156,14 @@ class ServerPool:
 
 def engine_processes(data_dir: Path) -> list[psutil.Process]:
     """Every live process started by the server of ``data_dir`` (by its env marker)."""
-    ours = str(data_dir.resolve())
+    # ``--demo`` keeps its data (and so its engines' marker) in ``<data_dir>/demo``.
+    ours = {str(data_dir.resolve()), str(data_dir.resolve() / "demo")}
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.environ().get("SARDEENZ_DATA_DIR") == ours and proc.environ().get(
+            if proc.environ().get("SARDEENZ_DATA_DIR") in ours and proc.environ().get(
                 "SARDEENZ_INSTANCE_ID"
             ):
                 found.append(proc)

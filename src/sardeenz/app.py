@@ -34,6 +34,7 @@ from sardeenz.events import EventBus
 from sardeenz.gateway import Gateway
 from sardeenz.gpu.inventory import create_inventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
+from sardeenz.logsetup import RequestIdMiddleware
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
@@ -187,6 +188,7 @@ def create_app(settings: Settings) -> Gateway:
     )
     app.state.services = services
     install_error_handlers(app)
+    app.add_middleware(RequestIdMiddleware)  # admin requests only: /v1 bypasses FastAPI
     document_error_shapes(app)
     app.include_router(health.router)
     app.include_router(models.router)

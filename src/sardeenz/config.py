@@ -88,6 +88,12 @@ class Settings(BaseSettings):
         "info", validation_alias=_env("SARDEENZ_LOG_LEVEL", "log_level")
     )
     insecure: bool = Field(False, validation_alias=_env("SARDEENZ_INSECURE", "insecure"))
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        validation_alias=_env("SARDEENZ_LOG_FORMAT", "log_format"),
+        description="controller log format: `text` lines, or `json` lines (one object per "
+        "record, with the admin request's `request_id`)",
+    )
 
     # --- demo / simulation --------------------------------------------------
     demo: bool = Field(False, validation_alias=_env("SARDEENZ_DEMO", "demo"))

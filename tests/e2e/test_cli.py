@@ -133,6 +133,10 @@ def test_demo_mode_loads_labelled_simulated_models(server_factory: Any) -> None:
         assert all(i["simulated"] and i["engine"] == "sim" for i in insts)
         assert all("simulated" in i["displayName"] for i in insts)
         assert api.get("/api/health").json()["mode"] == "demo"
+    # The demo's data lives apart from the node's: nothing of it in data_dir itself.
+    assert str(srv.data_dir / "demo") in first
+    assert (srv.data_dir / "demo" / "sardeenz.db").exists()
+    assert not (srv.data_dir / "sardeenz.db").exists()
 
 
 def test_bench_run_follows_progress_and_prints_the_run(server: ServerProcess) -> None:

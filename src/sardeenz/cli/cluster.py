@@ -1,0 +1,55 @@
+"""``sardeenz cluster``: the cluster as a running server sees it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt
+from sardeenz.cli.output import Cell, Col, JsonOpt, console, emit, emit_json
+
+__all__ = ["app"]
+
+app = typer.Typer(help="The cluster as a running server sees it.")
+
+_POD_STYLE = {"healthy": "green", "suspect": "yellow", "unavailable": "red"}
+
+
+@app.command("status")
+def cluster_status(
+    url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Mode, leader, term and every pod (state, GPUs, instances) as this server sees them."""
+    status: dict[str, Any] = Api(url, token).call("GET", "/api/cluster/status")
+    if as_json:
+        emit_json(status)
+        return
+    console.print(
+        f"mode {status['mode']}, leader {status['leader'] or '(none)'}, term {status['term']}",
+        markup=False,
+        soft_wrap=True,
+    )
+    cols = (
+        Col("POD", is_id=True),
+        Col("ADDRESS"),
+        Col("STATE"),
+        Col("LEADER"),
+        Col("GPUS", right=True),
+        Col("INSTANCES"),
+    )
+    rows: list[list[Cell]] = []
+    for pod in status["pods"]:
+        state = pod["state"]
+        names = sorted({i["servedModelName"] for i in pod["instances"]})
+        rows.append(
+            [
+                pod["id"] + (" (this)" if pod.get("self") else ""),
+                pod["address"],
+                (state, _POD_STYLE.get(state, "white")),
+                "yes" if pod["isLeader"] else "-",
+                str(len(pod["gpus"])),
+                ", ".join(names) or "-",
+            ]
+        )
+    emit("Pods", cols, rows)

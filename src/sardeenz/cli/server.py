@@ -1,0 +1,185 @@
+"""``sardeenz serve`` and the process-level commands: sim-engine, version."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from sardeenz import __version__
+from sardeenz.cluster.identity import check_cluster_settings
+from sardeenz.config import ConfigError, Settings, load_settings
+from sardeenz.logsetup import configure_logging
+
+__all__ = ["config_error_line", "demo_settings", "serve", "sim_engine", "version"]
+
+DEMO_SUBDIR = "demo"
+err = Console(stderr=True)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 3000).")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where the database and engine logs live.")
+    ] = None,
+    sim_gpus: Annotated[
+        str | None,
+        typer.Option(help="Simulated GPUs, e.g. 'NVIDIA L4:24GiB,Tesla T4:16GiB'."),
+    ] = None,
+    demo: Annotated[
+        bool | None,
+        typer.Option(
+            "--demo",
+            help="Simulated GPUs, the simulated engine, demo models; data in DATA_DIR/demo.",
+        ),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML file of settings.")] = None,
+    insecure: Annotated[
+        bool | None,
+        typer.Option("--insecure", help="Allow a non-loopback bind without authentication."),
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="Controller log level: debug, info, warning, error.")
+    ] = None,
+) -> None:
+    """Run the Sardeenz server on this node."""
+    try:
+        settings = load_settings(
+            config,
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            sim_gpus=sim_gpus,
+            demo=demo,
+            insecure=insecure,
+            log_level=log_level,
+        )
+        check_cluster_settings(settings)
+    except (ConfigError, ValidationError) as exc:
+        err.print(
+            f"[red]sardeenz: invalid configuration:[/red] {config_error_line(exc)}",
+            soft_wrap=True,
+            highlight=False,
+        )
+        raise typer.Exit(2) from exc
+    if settings.demo:
+        settings = demo_settings(settings)
+    _configure_logging(settings)
+    log = logging.getLogger("sardeenz")
+    from sardeenz.store.preflight import EXIT_STORAGE, StorageError, preflight
+
+    try:
+        for warning in preflight(settings.data_dir, settings.effective_database_url):
+            log.warning("%s", warning)
+    except StorageError as exc:
+        err.print(f"sardeenz: {exc}", soft_wrap=True, highlight=False, markup=False, style="red")
+        raise typer.Exit(EXIT_STORAGE) from None
+    if settings.demo:
+        gpus = ", ".join(g.name for g in settings.effective_sim_gpus)
+        log.warning(
+            "DEMO MODE: simulated GPUs (%s) and the simulated engine; no real model runs here; "
+            "data in %s",
+            gpus,
+            settings.data_dir,
+        )
+    elif settings.effective_sim_gpus:
+        log.warning("simulated GPUs in use: %s", settings.sim_gpus)
+    if not _is_loopback(settings.host) and not settings.auth_enabled and not settings.insecure:
+        err.print(
+            f"[red]sardeenz: refusing to bind {settings.host}: "
+            "no authentication is configured.[/red]\n"
+            "Set SARDEENZ_JWT_SECRET, SARDEENZ_JWT_JWKS_URL or SARDEENZ_OIDC_ISSUER, "
+            "bind 127.0.0.1, or pass --insecure to accept the risk."
+        )
+        raise typer.Exit(2)
+    if settings.auth_enabled:
+        log.info("admin API authentication: on (roles claim %r)", settings.jwt_roles_claim)
+    elif not _is_loopback(settings.host):
+        log.warning("binding %s with NO authentication (--insecure)", settings.host)
+    else:
+        log.warning(
+            "no authentication configured: bound to %s only; every local caller is admin",
+            settings.host,
+        )
+    _run_server(settings)
+
+
+def demo_settings(settings: Settings) -> Settings:
+    """The demo's own data under ``<data_dir>/demo``: its database, logs and runs.
+
+    Simulated profiles, benchmark runs and audit entries must never mix with a real
+    node's, and a demo started on a node's data dir must not re-adopt its instances.
+    An explicit ``DATABASE_URL`` is the operator's choice and kept as given.
+    """
+    return settings.model_copy(update={"data_dir": settings.data_dir / DEMO_SUBDIR})
+
+
+def config_error_line(exc: ConfigError | ValidationError) -> str:
+    """One line per start-up: which setting is wrong and why, without pydantic's banner."""
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    parts = []
+    for e in exc.errors():
+        where = ".".join(str(p) for p in e.get("loc", ())) or "settings"
+        message = str(e.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
+
+
+def _configure_logging(settings: Settings) -> None:
+    """One record per line (``logsetup``): user text in a message cannot forge a record."""
+    configure_logging(settings.log_level, settings.log_format)
+
+
+def _run_server(settings: Settings) -> None:
+    import uvicorn
+
+    from sardeenz.app import create_app
+
+    gateway = create_app(settings)
+    uvicorn.run(
+        gateway,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        # /v1 connections take the fast lane; everything else is uvicorn's.
+        http=gateway.http_protocol(settings),
+        log_level=settings.log_level,
+        access_log=False,
+        # Engines and clients keep connections warm across quiet spells; uvicorn's
+        # 5 s default made a burst after a pause pay one TCP handshake per request.
+        timeout_keep_alive=75,
+        proxy_headers=False,
+        timeout_graceful_shutdown=5,
+        log_config=None,
+    )
+
+
+def sim_engine(ctx: typer.Context) -> None:
+    """The simulated engine: a vLLM-compatible server for demos and tests (see --help)."""
+    from sardeenz.sim.server import main as sim_main
+
+    raise typer.Exit(sim_main(list(ctx.args)))
+
+
+def version(
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"version": ...}.')] = False,
+) -> None:
+    """Print the version."""
+    print(json.dumps({"version": __version__}) if as_json else __version__)
