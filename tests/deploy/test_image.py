@@ -217,6 +217,19 @@ def test_serves_a_model_and_keeps_its_registry_on_the_volume(containers: Contain
         assert instance["modelPath"] not in names
 
 
+def test_runs_as_an_arbitrary_uid_of_group_0(containers: Containers) -> None:
+    """What OpenShift's restricted SCC does: a UID from the project's range, group 0, no
+    entry in /etc/passwd. The data dir must still be writable (it is group 0, g+rwx)."""
+    volume = containers.volume()
+    name, port = containers.run(
+        "--user", "1000650000:0", "-v", f"{volume}:/data", env={"SARDEENZ_INSECURE": "true"}
+    )
+    with wait_ready(containers, name, port) as api:
+        load_active(api, "arbitrary-uid", "--ttft-ms", "5", "--itl-ms", "1")
+    owner = podman("exec", name, "stat", "-c", "%u:%g", "/data/sardeenz.db").stdout.strip()
+    assert owner == "1000650000:0"
+
+
 def test_build_leaves_only_the_tagged_image(image: BuiltImage) -> None:
     """``--layers=false``: no intermediate images pile up for someone to prune."""
     assert image.leftovers == frozenset()
