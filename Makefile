@@ -17,7 +17,12 @@ KUBE_VERSION := 1.20.2
 KUBE_ENV_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sardeenz/kube-$(KUBE_VERSION)
 KUBE_ENV_BIN := $(KUBE_ENV_DIR)/bin
 
-.PHONY: docs run test lint typecheck pytest clean demo vllm-env kube-env web frontend-test browser-deps
+# The deploy test tier (tests/deploy) builds deploy/Containerfile with podman FROM two local
+# Debian base images (no registry is reachable), made once per machine by mmdebstrap.
+DEPLOY_BASE      := localhost/sardeenz-deploy-base:bookworm
+DEPLOY_NODE_BASE := localhost/sardeenz-deploy-node:bookworm
+
+.PHONY: docs run test lint typecheck pytest clean demo vllm-env kube-env deploy-base web frontend-test browser-deps
 
 # The dashboard (frontend/, React + Vite) builds into src/sardeenz/web/, which `serve`
 # serves at /. Not committed; rebuilt only when a source or the lock file changed.
@@ -83,12 +88,20 @@ vllm-env:
 kube-env:
 	bash scripts/kube-env.sh "$(KUBE_ENV_DIR)" >/dev/null
 
-# SARDEENZ_VLLM_PYTHON is what makes the `vllm` tests run instead of skipping, and
-# SARDEENZ_KUBE_APISERVER / SARDEENZ_ETCD (+ SARDEENZ_KUBECTL) the `kube` tests.
+# Same pattern: podman (+ runc, mmdebstrap) installed when missing, the base images made
+# when missing. Where container tools cannot run, it says so and the deploy tier skips.
+deploy-base:
+	@bash scripts/deploy-base.sh >/dev/null || \
+	  echo "deploy-base: could not make the base images; tests/deploy will say why" >&2
+
+# SARDEENZ_VLLM_PYTHON is what makes the `vllm` tests run instead of skipping,
+# SARDEENZ_KUBE_APISERVER / SARDEENZ_ETCD (+ SARDEENZ_KUBECTL) the `kube` tests, and
+# SARDEENZ_DEPLOY_BASE / SARDEENZ_DEPLOY_NODE_BASE the `deploy` image test.
 # Two workers, one test file each at a time: most tests wait on real processes,
 # and the real-vLLM tier overlaps with the rest instead of adding its minutes.
-pytest: $(STAMP) vllm-env kube-env web browser-deps
+pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps
 	SARDEENZ_VLLM_PYTHON="$(VLLM_ENV_PYTHON)" \
+	SARDEENZ_DEPLOY_BASE="$(DEPLOY_BASE)" SARDEENZ_DEPLOY_NODE_BASE="$(DEPLOY_NODE_BASE)" \
 	SARDEENZ_KUBE_APISERVER="$(KUBE_ENV_BIN)/kube-apiserver" SARDEENZ_ETCD="$(KUBE_ENV_BIN)/etcd" \
 	SARDEENZ_KUBECTL="$(KUBE_ENV_BIN)/kubectl" \
 	$(BIN)/pytest -q -n 2 --dist loadfile

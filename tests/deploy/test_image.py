@@ -1,0 +1,235 @@
+"""The CPU image of deploy/Containerfile, really built here and really run.
+
+Built FROM the local Debian base images (``make deploy-base``; no registry is reachable),
+then run as an operator would: the data dir on a named volume, the port published on
+127.0.0.1 only. The run loads a simulated model, sends a chat completion through it, stops
+the container, and starts a new one on the same volume to show the registry survived:
+the audit trail's record of the load (a clean stop unloads instances, so the instances
+themselves are not what persists). Containers, volume and image are removed at the end;
+the cached base images are kept.
+
+Build time and image size are written to test-output/deploy-image.json.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.deploy.podman import REPO, ULIMITS, ToolsUnavailable, base_images, build_args, podman
+from tests.support import free_port, load_active
+
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1200)]
+
+BUILD_TIMEOUT_SECONDS = 900.0
+"""97-208 s measured from the base images on two shared cores; npm ci and pip dominate."""
+READY_TIMEOUT_SECONDS = 120.0
+STOP_TIMEOUT_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    build_seconds: float
+    size_bytes: int
+    leftovers: frozenset[str]
+    """Untagged images the build added (intermediate stages)."""
+
+
+def dangling_images() -> frozenset[str]:
+    return frozenset(podman("images", "-q", "--filter", "dangling=true").stdout.split())
+
+
+@pytest.fixture(scope="module")
+def image() -> Iterator[BuiltImage]:
+    try:
+        base, node_base = base_images()
+    except ToolsUnavailable as exc:
+        pytest.skip(str(exc))
+    tag = f"localhost/sardeenz-test:{secrets.token_hex(4)}"
+    before = dangling_images()
+    start = time.monotonic()
+    try:
+        podman(*build_args(base, node_base, tag), timeout=BUILD_TIMEOUT_SECONDS)
+        built = BuiltImage(
+            tag=tag,
+            build_seconds=time.monotonic() - start,
+            size_bytes=int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout),
+            leftovers=dangling_images() - before,
+        )
+        out = REPO / "test-output"
+        out.mkdir(exist_ok=True)
+        (out / "deploy-image.json").write_text(
+            json.dumps(
+                {
+                    "image": "cpu",
+                    "build_seconds": round(built.build_seconds, 1),
+                    "size_bytes": built.size_bytes,
+                    "size_mb": round(built.size_bytes / 1e6),
+                }
+            )
+        )
+        yield built
+    finally:
+        podman("rmi", "-f", tag, check=False)
+
+
+@dataclass
+class Containers:
+    """Every container and volume a test made, removed at teardown whatever happened."""
+
+    image: str
+    names: list[str] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)
+
+    def volume(self) -> str:
+        name = f"sardeenz-test-{secrets.token_hex(4)}"
+        podman("volume", "create", name)
+        self.volumes.append(name)
+        return name
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> tuple[str, int]:
+        """A detached container (published on 127.0.0.1 only): (name, host port)."""
+        name = f"sardeenz-test-{secrets.token_hex(4)}"
+        port = free_port()
+        env_args = [a for k, v in (env or {}).items() for a in ("-e", f"{k}={v}")]
+        self.names.append(name)
+        podman(
+            "run", "-d", "--name", name, *ULIMITS, "-p", f"127.0.0.1:{port}:3000",
+            *env_args, *args, self.image,
+        )  # fmt: skip
+        return name, port
+
+    def logs(self, name: str) -> str:
+        proc = podman("logs", name, check=False)
+        return (proc.stdout + proc.stderr)[-4000:]
+
+    def close(self) -> None:
+        for name in self.names:
+            podman("rm", "-f", "-t", "0", name, check=False)
+        for volume in self.volumes:
+            podman("volume", "rm", "-f", volume, check=False)
+
+
+@pytest.fixture
+def containers(image: BuiltImage) -> Iterator[Containers]:
+    made = Containers(image.tag)
+    yield made
+    made.close()
+
+
+def wait_ready(made: Containers, name: str, port: int) -> httpx.Client:
+    """A (new) client once ``/api/health/ready`` answers 200; bounded, the logs if never."""
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    with httpx.Client(base_url=url, timeout=10.0) as poll:
+        while time.monotonic() < deadline:
+            state = podman("inspect", "--format", "{{.State.Status}}", name).stdout.strip()
+            if state != "running":
+                raise AssertionError(f"container {name} is {state}:\n{made.logs(name)}")
+            try:
+                if poll.get("/api/health/ready").status_code == 200:
+                    return httpx.Client(base_url=url, timeout=10.0)
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+    raise AssertionError(f"not ready in {READY_TIMEOUT_SECONDS:.0f} s:\n{made.logs(name)}")
+
+
+def inspect(tag: str) -> dict[str, Any]:
+    data: list[dict[str, Any]] = json.loads(podman("image", "inspect", tag).stdout)
+    return data[0]
+
+
+def test_image_runs_non_root_with_healthcheck_and_data_volume(image: BuiltImage) -> None:
+    data = inspect(image.tag)
+    config = data["Config"]
+    assert config["User"] == "10001"
+    assert config["Entrypoint"] == ["sardeenz", "serve"]
+    assert "/data" in config["Volumes"]
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["SARDEENZ_HOST"] == "0.0.0.0"
+    assert env["SARDEENZ_DATA_DIR"] == "/data"
+    assert env["SARDEENZ_DEMO"] == "true"
+    # Authentication is never switched off by the image: the operator says so explicitly.
+    assert "SARDEENZ_INSECURE" not in env
+    # Podman reports it at the top level, Docker under Config.
+    healthcheck = " ".join((data.get("Healthcheck") or config["Healthcheck"])["Test"])
+    assert "/api/health/live" in healthcheck
+
+
+def test_public_bind_without_auth_is_refused(containers: Containers) -> None:
+    proc = podman("run", "--rm", *ULIMITS, containers.image, check=False, timeout=120)
+    assert proc.returncode != 0
+    assert "refusing to bind 0.0.0.0" in proc.stdout + proc.stderr
+
+
+def test_serves_a_model_and_keeps_its_registry_on_the_volume(containers: Containers) -> None:
+    volume = containers.volume()
+    insecure = {"SARDEENZ_INSECURE": "true"}
+    first, port = containers.run("-v", f"{volume}:/data", env=insecure)
+    with wait_ready(containers, first, port) as api:
+        # The dashboard was built in the node stage and shipped inside the wheel.
+        index = api.get("/")
+        assert index.status_code == 200
+        assert "<div" in index.text
+        assert podman("healthcheck", "run", first, check=False).returncode == 0
+
+        instance = load_active(api, "deploy-check", "--ttft-ms", "5", "--itl-ms", "1")
+        chat = api.post(
+            "/v1/chat/completions",
+            json={
+                "model": "deploy-check",
+                "messages": [{"role": "user", "content": "hello"}],
+                "max_tokens": 5,
+            },
+        )
+        assert chat.status_code == 200, chat.text
+        assert chat.json()["choices"][0]["message"]["content"]
+        loads = [
+            e
+            for e in api.get("/api/audit").json()
+            if e["path"] == "/api/v1/models/load" and e["status"] == 202
+        ]
+        assert len(loads) == 1, loads
+
+    stopped = time.monotonic()
+    podman("stop", "-t", str(STOP_TIMEOUT_SECONDS), first, timeout=STOP_TIMEOUT_SECONDS + 30)
+    # SIGTERM, not the SIGKILL at the timeout: a clean stop (engines unloaded) well before.
+    assert time.monotonic() - stopped < STOP_TIMEOUT_SECONDS
+    assert "shutting down" in containers.logs(first)
+    code = podman("inspect", "--format", "{{.State.ExitCode}}", first).stdout.strip()
+    assert code == "0", containers.logs(first)
+
+    second, port = containers.run("-v", f"{volume}:/data", env=insecure)
+    with wait_ready(containers, second, port) as api:
+        kept = [e for e in api.get("/api/audit").json() if e["id"] == loads[0]["id"]]
+        assert kept == loads
+        # The stopped instance is not re-adopted: a clean stop unloaded it.
+        names = {m["modelPath"] for m in api.get("/api/v1/models").json()}
+        assert instance["modelPath"] not in names
+
+
+def test_runs_as_an_arbitrary_uid_of_group_0(containers: Containers) -> None:
+    """What OpenShift's restricted SCC does: a UID from the project's range, group 0, no
+    entry in /etc/passwd. The data dir must still be writable (it is group 0, g+rwx)."""
+    volume = containers.volume()
+    name, port = containers.run(
+        "--user", "1000650000:0", "-v", f"{volume}:/data", env={"SARDEENZ_INSECURE": "true"}
+    )
+    with wait_ready(containers, name, port) as api:
+        load_active(api, "arbitrary-uid", "--ttft-ms", "5", "--itl-ms", "1")
+    owner = podman("exec", name, "stat", "-c", "%u:%g", "/data/sardeenz.db").stdout.strip()
+    assert owner == "1000650000:0"
+
+
+def test_build_leaves_only_the_tagged_image(image: BuiltImage) -> None:
+    """``--layers=false``: no intermediate images pile up for someone to prune."""
+    assert image.leftovers == frozenset()
