@@ -35,6 +35,7 @@ from sardeenz.config import Settings
 from sardeenz.proxy.routing import REMOTE_WEIGHT, Endpoint, ExternalTarget, RoutingTable
 from sardeenz.proxy.wire import ErrorReply
 from sardeenz.store.records import CatalogEntry
+from sardeenz.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +113,7 @@ class ExternalServers:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         http, self._http = self._http, None
         if http is not None:
             await http.aclose()

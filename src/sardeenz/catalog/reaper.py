@@ -15,7 +15,6 @@ and starts every idle clock (and the minimum residency) afresh.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, ModelInstance
 from sardeenz.errors import SardeenzError
 from sardeenz.proxy import metrics
+from sardeenz.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +93,7 @@ class IdleReaper:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
 
     async def _run(self) -> None:
         while True:

@@ -19,7 +19,6 @@ ClusterManager, which cancels it on shutdown.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ import orjson
 
 from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.identity import PeerAddress
+from sardeenz.tasks import stop_task
 
 if TYPE_CHECKING:
     from sardeenz.cluster.manager import ClusterManager
@@ -85,10 +85,7 @@ class ClusterDriver:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()

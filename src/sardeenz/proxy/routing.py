@@ -22,7 +22,6 @@ sent across the network.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import math
@@ -32,6 +31,7 @@ from functools import reduce
 
 from sardeenz.domain import InstanceStatus, ModelInstance
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent, Subscription
+from sardeenz.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -525,11 +525,7 @@ class RoutingUpdater:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)
 
     async def _run(self, sub: Subscription) -> None:
         table = self._table
