@@ -337,11 +337,7 @@ class _Exchange:
         """
         if self._done:
             return
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.abort_exchange()
-        if self.connecting is not None:
-            self.connecting.cancel()
+        self._abort_upstream()
         self.on_error(UpstreamClosed("ended by the controller", received=True))
 
     # ------------------------------------------------------------ client side
@@ -349,12 +345,16 @@ class _Exchange:
         """The client left: close the engine connection so the engine aborts."""
         if self._done:
             return
+        self._abort_upstream()
+        self._end(499, reusable=False)
+
+    def _abort_upstream(self) -> None:
+        """Close the engine connection (or the attempt to open one): the engine aborts."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.abort_exchange()
         if self.connecting is not None:
             self.connecting.cancel()
-        self._end(499, reusable=False)
 
     def writing_paused(self, paused: bool) -> None:
         conn = self._conn
