@@ -19,7 +19,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
 
-from tests.support import ServerProcess, kill_engines
+from tests.support import ServerProcess, host_network, kill_engines
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def playwright() -> Iterator[Playwright]:
         pytest.skip("Debian chromium is not installed: run `make browser-deps`")
     if not WEB_INDEX.exists():
         pytest.skip("the dashboard is not built: run `make web`")
-    with sync_playwright() as pw:
+    with host_network(changes=False), sync_playwright() as pw:
         yield pw
 
 

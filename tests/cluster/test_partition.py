@@ -23,7 +23,7 @@ import pytest
 
 from tests.cluster import netns
 from tests.cluster.harness import SECRET, TIMING
-from tests.support import ServerProcess, kill_engines
+from tests.support import ServerProcess, host_network, kill_engines
 
 pytestmark = [
     pytest.mark.slow,
@@ -111,18 +111,19 @@ def agreed(names: list[str]) -> Any:
 
 @pytest.fixture(scope="module")
 def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
-    fabric = netns.Fabric(LEFT, len(NAMES) - LEFT).open()
-    cluster = Pods(fabric, tmp_path_factory.mktemp("partition"))
-    try:
-        for srv in cluster.servers.values():
-            srv.start()
-        yield cluster
-    finally:
-        for srv in cluster.servers.values():
-            srv.stop(signal.SIGKILL)
-            kill_engines(srv.data_dir)
-        fabric.close()
-        cluster.print_timeline()
+    with host_network(changes=True):
+        fabric = netns.Fabric(LEFT, len(NAMES) - LEFT).open()
+        cluster = Pods(fabric, tmp_path_factory.mktemp("partition"))
+        try:
+            for srv in cluster.servers.values():
+                srv.start()
+            yield cluster
+        finally:
+            for srv in cluster.servers.values():
+                srv.stop(signal.SIGKILL)
+                kill_engines(srv.data_dir)
+            fabric.close()
+            cluster.print_timeline()
 
 
 def _lists(pods: Pods, name: str, model: str) -> bool:
