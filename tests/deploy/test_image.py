@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.deploy.podman import REPO, ULIMITS, ToolsUnavailable, base_images, build_args, podman
-from tests.support import free_port, load_active
+from tests.support import free_port, host_network, load_active
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1200)]
 
@@ -120,9 +120,12 @@ class Containers:
 
 @pytest.fixture
 def containers(image: BuiltImage) -> Iterator[Containers]:
-    made = Containers(image.tag)
-    yield made
-    made.close()
+    # Running a container adds a veth and a bridge on the host: the browser tier must
+    # not be loading pages meanwhile (tests/support.host_network).
+    with host_network(changes=True):
+        made = Containers(image.tag)
+        yield made
+        made.close()
 
 
 def wait_ready(made: Containers, name: str, port: int) -> httpx.Client:
