@@ -19,7 +19,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 KUSTOMIZE_ROOT = REPO / "deploy" / "kubernetes"
-OVERLAYS = ("kubernetes", "openshift")
+KUBE_MODE_OVERLAYS = ("kubernetes", "openshift")
+"""Overlays whose pods run in Kubernetes mode: a Role for the Lease and the pod watch."""
+OVERLAYS = (*KUBE_MODE_OVERLAYS, "static-peers")
 APP_LABEL = {"app": "sardeenz"}
 """The label every object carries and every selector uses (Kubernetes mode's pod watch
 selects its peers by it)."""

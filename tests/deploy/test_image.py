@@ -155,7 +155,7 @@ def test_image_runs_non_root_with_healthcheck_and_data_volume(image: BuiltImage)
     data = inspect(image.tag)
     config = data["Config"]
     assert config["User"] == "10001"
-    assert config["Entrypoint"] == ["sardeenz", "serve"]
+    assert config["Entrypoint"] == ["dumb-init", "--single-child", "--", "sardeenz", "serve"]
     assert "/data" in config["Volumes"]
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["SARDEENZ_HOST"] == "0.0.0.0"
@@ -207,9 +207,14 @@ def test_serves_a_model_and_keeps_its_registry_on_the_volume(containers: Contain
     podman("stop", "-t", str(STOP_TIMEOUT_SECONDS), first, timeout=STOP_TIMEOUT_SECONDS + 30)
     # SIGTERM, not the SIGKILL at the timeout: a clean stop (engines unloaded) well before.
     assert time.monotonic() - stopped < STOP_TIMEOUT_SECONDS
-    assert "shutting down" in containers.logs(first)
+    logs = containers.logs(first)
+    assert "shutting down" in logs
+    assert "Application shutdown complete" in logs
+    # uvicorn re-raises the SIGTERM it handled once shut down, so Sardeenz (no longer PID 1,
+    # which ignores it) ends as "terminated by SIGTERM": 128 + 15, relayed by dumb-init.
+    # A SIGKILL at the timeout would be 137.
     code = podman("inspect", "--format", "{{.State.ExitCode}}", first).stdout.strip()
-    assert code == "0", containers.logs(first)
+    assert code == "143", logs
 
     second, port = containers.run("-v", f"{volume}:/data", env=insecure)
     with wait_ready(containers, second, port) as api:
@@ -238,3 +243,40 @@ def test_runs_as_an_arbitrary_uid_of_group_0(containers: Containers) -> None:
 def test_build_leaves_only_the_tagged_image(image: BuiltImage) -> None:
     """``--layers=false``: no intermediate images pile up for someone to prune."""
     assert image.leftovers == frozenset()
+
+
+ORPHAN = """
+import os, subprocess, sys
+print(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"]).pid)
+os._exit(0)
+"""
+
+STATE = """
+import sys
+try:
+    print(open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()[0])
+except FileNotFoundError:
+    print("gone")
+"""
+
+
+def test_pid_1_reaps_orphans(containers: Containers) -> None:
+    """A process whose parent died is re-parented to PID 1 of the container (an exec'd
+    command here; a vLLM worker whose EngineCore crashed in production). Sardeenz waits only
+    for its own children, so without an init as PID 1 it would stay a zombie for good."""
+    name, port = containers.run(env={"SARDEENZ_INSECURE": "true"})
+    with wait_ready(containers, name, port):
+        python = "/opt/sardeenz/bin/python"
+        init = podman("exec", name, "cat", "/proc/1/cmdline").stdout.split("\0")
+        assert init[:-1] == ["dumb-init", "--single-child", "--", "sardeenz", "serve"], init
+        orphan = podman("exec", name, python, "-c", ORPHAN).stdout.strip()
+        assert orphan.isdigit(), orphan
+        # It lives ~1 s, then exits: only a reaper makes its /proc entry go away.
+        deadline = time.monotonic() + 30.0
+        state = "?"
+        while time.monotonic() < deadline:
+            state = podman("exec", name, python, "-c", STATE, orphan).stdout.strip()
+            if state == "gone":
+                break
+            time.sleep(0.5)
+        assert state == "gone", f"orphan {orphan} is in state {state} (Z: never reaped)"

@@ -31,9 +31,18 @@ import pytest
 import yaml
 
 from sardeenz.app import create_app
+from sardeenz.cluster.identity import (
+    ClusterMode,
+    check_cluster_settings,
+    detect_mode,
+    identity_of,
+    is_self,
+    parse_peers,
+)
 from sardeenz.config import load_settings
 from tests.deploy.manifests import (
     APP_LABEL,
+    KUBE_MODE_OVERLAYS,
     OVERLAYS,
     REPO,
     KustomizeMissing,
@@ -70,6 +79,14 @@ def kubectl_bin() -> str:
 
 @pytest.fixture(scope="module", params=OVERLAYS)
 def overlay(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    try:
+        return request.param, objects(render(request.param))
+    except KustomizeMissing as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module", params=KUBE_MODE_OVERLAYS)
+def kube_mode_overlay(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
     try:
         return request.param, objects(render(request.param))
     except KustomizeMissing as exc:
@@ -169,9 +186,9 @@ def test_pod_gets_identity_secrets_gpu_volume_and_drain_time(
 
 
 def test_rbac_is_namespaced_and_exactly_what_kubernetes_mode_uses(
-    overlay: tuple[str, list[dict[str, Any]]],
+    kube_mode_overlay: tuple[str, list[dict[str, Any]]],
 ) -> None:
-    _, objs = overlay
+    _, objs = kube_mode_overlay
     kinds = {o["kind"] for o in objs}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
     rules = one(objs, "Role")["rules"]
@@ -244,6 +261,66 @@ def test_openshift_overlay_fits_the_restricted_scc_and_routes_to_the_service() -
     svc_ports = {p["name"] for p in one(objs, "Service", "sardeenz")["spec"]["ports"]}
     assert route["spec"]["port"]["targetPort"] in svc_ports
     assert route["spec"]["tls"]["termination"] == "edge"
+
+
+def expand(env: list[dict[str, Any]], fields: dict[str, str]) -> dict[str, str]:
+    """A container's environment as the kubelet makes it: downward-API fields filled in and
+    ``$(VAR)`` replaced from variables defined earlier in the list (later ones stay as is)."""
+    out: dict[str, str] = {}
+    for item in env:
+        if "valueFrom" in item:
+            ref = item["valueFrom"].get("fieldRef")
+            if ref:
+                out[item["name"]] = fields[ref["fieldPath"]]
+            continue
+        value = item["value"]
+        for name, known in out.items():
+            value = value.replace(f"$({name})", known)
+        out[item["name"]] = value
+    return out
+
+
+def test_static_peers_overlay_forms_a_cluster_without_the_kubernetes_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No Role, no token; every pod of the StatefulSet finds itself exactly once in the one
+    CLUSTER_PEERS list, runs static (not Kubernetes) mode inside a pod, and the list, the
+    replica count and the quorum's expected pods agree."""
+    try:
+        objs = objects(render("static-peers"))
+    except KustomizeMissing as exc:
+        pytest.skip(str(exc))
+    kinds = {o["kind"] for o in objs}
+    assert not kinds & {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    assert one(objs, "ServiceAccount")["automountServiceAccountToken"] is False
+    sts = one(objs, "StatefulSet")
+    replicas = sts["spec"]["replicas"]
+    assert replicas >= 3
+    ids = set()
+    for ordinal in range(replicas):
+        pod = f"sardeenz-{ordinal}"
+        env = expand(
+            container(objs)["env"],
+            {"metadata.name": pod, "status.podIP": f"10.0.0.{ordinal + 1}",
+             "metadata.namespace": "sardeenz"},
+        )  # fmt: skip
+        secret_refs = [e["name"] for e in container(objs)["env"] if "secretKeyRef" in str(e)]
+        for name in secret_refs:  # what the operator's Secret holds (docs/deploy.md)
+            env[name] = secrets.token_hex(32)
+        env.update(SARDEENZ_HOST="0.0.0.0", SARDEENZ_PORT="3000")  # the image's ENV
+        env["KUBERNETES_SERVICE_HOST"] = "10.96.0.1"  # what the kubelet adds to every pod
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        settings = load_settings()
+        assert detect_mode(settings) is ClusterMode.STATIC
+        check_cluster_settings(settings)
+        me = identity_of(settings)
+        assert me.pod_id == pod
+        peers = parse_peers(settings.cluster_peers)
+        assert len(peers) == replicas == settings.cluster_expected_pods
+        assert [p for p in peers if is_self(p, me, settings)] == [me.address]
+        ids.add(me.address)
+    assert len(ids) == replicas
 
 
 # --- against a real kube-apiserver ----------------------------------------------------------
@@ -394,8 +471,8 @@ def test_overlay_applies_dry_run_then_for_real(
     rendered = render(name, namespace=namespace, workdir=tmp_path / "ns")
     objs = objects(rendered)
     assert {o["metadata"]["namespace"] for o in objs} == {namespace}
-    binding = one(objs, "RoleBinding")
-    assert binding["subjects"][0]["namespace"] == namespace
+    for binding in (o for o in objs if o["kind"] == "RoleBinding"):
+        assert binding["subjects"][0]["namespace"] == namespace
     # Client-side validation against the server's OpenAPI schema, then the server's own
     # admission and validation, with nothing stored.
     dry = cluster("apply", "--dry-run=server", "--validate=true", "-f", "-", stdin=rendered)
