@@ -45,8 +45,12 @@ class FakePods:
         self.calls: list[str] = []
         self.target_status = InstanceStatus.ACTIVE
         self.refuse_load: SardeenzError | None = None
+        self.leader = True
         self.stuck: set[str] = set()
         """Pods whose table never changes (a pod that stopped applying heartbeats)."""
+
+    def leading(self) -> bool:
+        return self.leader
 
     def known(self, pod: str) -> bool:
         return pod in self.routes_of
@@ -225,3 +229,19 @@ async def test_refusals(tmp_path: Path) -> None:
     assert await code(instanceId="src", targetPodId="pod-b") == "instance_moving"
     await svc.stop()
     assert [m.id for m in svc.list()] == [first.id]
+
+
+async def test_a_pod_that_stops_leading_takes_no_further_step(tmp_path: Path) -> None:
+    pods = FakePods()
+    start = pods.load
+
+    async def load_then_lose(pod: str, req: LoadRequest) -> ModelInstance:
+        out = await start(pod, req)
+        pods.leader = False  # a partition: another pod leads now
+        return out
+
+    pods.load = load_then_lose  # type: ignore[method-assign]
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "not_leader")
+    assert pods.calls == ["load pod-b None"]
+    assert [s.name for s in move.steps][-2:] == ["target-left-running", "failed"]

@@ -104,6 +104,10 @@ class Pods:
     def manager(self) -> ClusterManager:
         return self._m
 
+    def leading(self) -> bool:
+        """Orders to peers are fenced by the term; this guards the local steps too."""
+        return self._m.is_leader()
+
     def known(self, pod_id: str) -> bool:
         return pod_id == self.me or (self._m.active and self._m.peers.get(pod_id) is not None)
 
@@ -169,7 +173,10 @@ class Pods:
         if pod_id == self.me:
             await self._m.supervisor.unload(instance_id)
         else:
-            await self._m.order(pod_id, f"/internal/models/{instance_id}/unload", {})
+            # Drain (nothing left after ours), SIGTERM, grace, SIGKILL: longer than
+            # an order's default timeout when the grace is long.
+            wait = self._m.settings.stop_grace_seconds * 2 + 30
+            await self._m.order(pod_id, f"/internal/models/{instance_id}/unload", {}, timeout=wait)
 
     async def withdraw(self, pod_id: str, instance_id: str, ttl: float) -> None:
         if pod_id == self.me:

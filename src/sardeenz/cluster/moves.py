@@ -32,7 +32,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from datetime import datetime
 from enum import StrEnum
 from typing import TypeVar
@@ -352,8 +352,8 @@ class MoveService:
 
     async def _restore(self, pod: str, iid: str) -> None:
         try:
-            await self._pods.restore(pod, iid)
-        except SardeenzError as exc:  # its withdrawal expires on its own
+            await self._call(self._pods.restore(pod, iid), "source_restore")
+        except MoveFailed as exc:  # its withdrawal expires on its own
             log.warning("restoring %s on pod %s failed: %s", iid, pod, exc)
 
     async def _wait_routes(self, pod: str, iid: str, *, present: bool) -> None:
@@ -381,9 +381,16 @@ class MoveService:
                 )
             await asyncio.sleep(POLL)
 
-    @staticmethod
-    async def _call(aw: Awaitable[T], code: str) -> T:
-        """A step's call; a refusal or a dead peer becomes the move's failure reason."""
+    async def _call(self, aw: Awaitable[T], code: str) -> T:
+        """A step's call; a refusal or a dead peer becomes the move's failure reason.
+
+        A pod that lost the leadership mid-move takes no further step, not even on
+        its own instances (the new leader knows nothing of this move).
+        """
+        if not self._pods.leading():
+            if isinstance(aw, Coroutine):
+                aw.close()
+            raise MoveFailed("this pod no longer leads the cluster", "not_leader")
         try:
             return await aw
         except SardeenzError as exc:
