@@ -16,21 +16,13 @@ import pytest
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.moves import Move, MoveRequest, MoveService
 from sardeenz.config import Settings
-from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.errors import Conflict, SardeenzError
+from tests.unit.test_cluster_peers import instance
 
 
 def inst(iid: str, status: InstanceStatus = InstanceStatus.ACTIVE) -> ModelInstance:
-    return ModelInstance(
-        id=iid,
-        model_path="m",
-        served_model_name="m",
-        display_name="m",
-        engine=EngineKind.SIM,
-        status=status,
-        port=20000,
-        gpu_ids=[0],
-    )
+    return instance(iid, "m", status).model_copy(update={"gpu_ids": [0]})
 
 
 class FakePods:
