@@ -14,7 +14,8 @@ from typing import cast
 import pytest
 
 from sardeenz.cluster.handover import Pods
-from sardeenz.cluster.moves import Move, MoveRequest, MoveService
+from sardeenz.cluster.move_types import Move, MoveRequest
+from sardeenz.cluster.moves import MoveService
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.errors import Conflict, SardeenzError
@@ -237,3 +238,25 @@ async def test_a_pod_that_stops_leading_takes_no_further_step(tmp_path: Path) ->
     assert (move.state, move.code) == ("failed", "not_leader")
     assert pods.calls == ["load pod-b None"]
     assert [s.name for s in move.steps][-2:] == ["target-left-running", "failed"]
+
+
+async def test_a_source_that_went_meanwhile_keeps_the_target(tmp_path: Path) -> None:
+    pods = FakePods()
+    start = pods.load
+
+    async def load_and_lose_the_source(pod: str, req: LoadRequest) -> ModelInstance:
+        out = await start(pod, req)
+        del pods.instances[("pod-a", "src")]  # unloaded by hand, or crashed
+
+        async def refuse(pod: str, iid: str, ttl: float) -> None:
+            raise SardeenzError("no such instance", code="instance_not_found")
+
+        pods.withdraw = refuse  # type: ignore[method-assign]
+        return out
+
+    pods.load = load_and_lose_the_source  # type: ignore[method-assign]
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "instance_not_found")
+    assert [s.name for s in move.steps][-2:] == ["target-kept", "failed"]
+    assert pods.calls == ["load pod-b None"]
+    assert ("pod-b", "tgt") in pods.instances

@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from starlette.status import HTTP_202_ACCEPTED
 
 from sardeenz.api.deps import ServicesDep
-from sardeenz.cluster.moves import Move, MoveRequest
+from sardeenz.cluster.move_types import Move, MoveRequest
 from sardeenz.security.policy import ADMIN, READONLY
 
 router = APIRouter(prefix="/api/cluster/moves", tags=["cluster"])

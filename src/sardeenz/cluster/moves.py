@@ -33,23 +33,12 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Coroutine
-from datetime import datetime
-from enum import StrEnum
 from typing import TypeVar
 
-from pydantic import Field
-
 from sardeenz.cluster.handover import Pods
+from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState, MoveStep
 from sardeenz.config import Settings
-from sardeenz.domain import (
-    CamelModel,
-    GpuId,
-    InstanceStatus,
-    LoadRequest,
-    ModelInstance,
-    StrictCamelModel,
-    utcnow,
-)
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance, utcnow
 from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError, Unavailable
 from sardeenz.tasks import stop_task
 
@@ -59,62 +48,6 @@ T = TypeVar("T")
 HISTORY = 100
 """Finished moves kept for ``GET /api/cluster/moves``."""
 POLL = 0.1
-
-
-class MoveState(StrEnum):
-    PENDING = "pending"
-    STARTING_TARGET = "starting-target"
-    SWITCHING = "switching"
-    DRAINING = "draining"
-    UNLOADING_SOURCE = "unloading-source"
-    DONE = "done"
-    FAILED = "failed"
-
-
-FINISHED = frozenset({MoveState.DONE, MoveState.FAILED})
-
-
-class MoveRequest(StrictCamelModel):
-    """Body of ``POST /api/cluster/moves``."""
-
-    instance_id: str = Field(..., min_length=1, max_length=64)
-    target_pod_id: str = Field(
-        ..., min_length=1, max_length=253, description="the pod id (the same pod: a GPU move)"
-    )
-    gpu_ids: list[GpuId] | None = Field(
-        None, max_length=64, description="GPUs on the target pod (default: its ledger picks)"
-    )
-    drain_seconds: float | None = Field(
-        None,
-        ge=0,
-        le=3600,
-        description="how long the source's requests in flight get to finish "
-        "(default SARDEENZ_STOP_GRACE_SECONDS); those left are cut",
-    )
-
-
-class MoveStep(CamelModel):
-    name: str
-    at: datetime
-    detail: str | None = None
-
-
-class Move(CamelModel):
-    id: str
-    instance_id: str
-    model: str = Field(description="the served model name")
-    source_pod_id: str
-    source_gpu_ids: list[int]
-    target_pod_id: str
-    target_gpu_ids: list[int] | None = Field(description="as asked; the target's own once known")
-    target_instance_id: str | None = None
-    state: MoveState = MoveState.PENDING
-    steps: list[MoveStep] = Field(default_factory=list)
-    reason: str | None = None
-    code: str | None = Field(None, description="stable code of the failure")
-    created_at: datetime = Field(default_factory=utcnow)
-    finished_at: datetime | None = None
-    duration_seconds: float | None = None
 
 
 class MoveFailed(Exception):
@@ -261,6 +194,12 @@ class MoveService:
             try:
                 await self._withdraw(move, src_pod, source.id, "source")
             except MoveFailed:
+                still = self._pods.instance(src_pod, source.id)
+                if still is None or still.status is not InstanceStatus.ACTIVE:
+                    # The source went meanwhile (unloaded, crashed): the target is now the
+                    # model's only instance, so it stays.
+                    self._step(move, "target-kept", "the source is no longer active")
+                    raise
                 await self._restore(src_pod, source.id)
                 await self._rollback(move, target, routed=True)
                 raise
@@ -319,6 +258,8 @@ class MoveService:
                     raise MoveFailed(f"target failed to start: {why}", "target_failed")
             elif seen:
                 raise MoveFailed("target instance disappeared while starting", "target_failed")
+            if not self._pods.available(move.target_pod_id):
+                raise MoveFailed(f"pod {move.target_pod_id} became unavailable", "pod_unavailable")
             if time.monotonic() > deadline:
                 await self._rollback(move, target, routed=False)
                 raise MoveFailed("target not active in time", "target_timeout")
