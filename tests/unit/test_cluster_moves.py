@@ -105,6 +105,11 @@ class FakePods:
         return 3, 0
 
 
+@pytest.fixture(autouse=True)
+def no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sardeenz.cluster.moves.SETTLE", 0.0)
+
+
 def service(pods: FakePods, tmp_path: Path) -> MoveService:
     svc = MoveService(cast(Pods, pods), Settings(data_dir=tmp_path, stop_grace_seconds=1))
     svc.route_timeout = 0.5
@@ -129,6 +134,8 @@ async def test_a_move_touches_the_source_only_once_the_target_is_routed_everywhe
     assert move.state == "done"
     assert pods.calls == [
         "load pod-b None",
+        "withdraw pod-b/tgt",  # not routed by other pods before it settled
+        "restore pod-b/tgt",
         "withdraw pod-a/src",
         "drain pod-a/src",
         "unload pod-a/src",
@@ -153,7 +160,7 @@ async def test_a_target_that_fails_is_removed_and_the_source_untouched(tmp_path:
     pods.target_status = InstanceStatus.FAILED
     move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
     assert (move.state, move.code) == ("failed", "target_failed")
-    assert pods.calls == ["load pod-b None", "unload pod-b/tgt"]
+    assert pods.calls == ["load pod-b None", "withdraw pod-b/tgt", "unload pod-b/tgt"]
     assert all(t == {"pod-a/src"} for t in pods.routes_of.values())
 
 
@@ -175,6 +182,8 @@ async def test_a_pod_that_never_routes_to_the_target_rolls_the_move_back(tmp_pat
     assert pods.calls == [
         "load pod-b None",
         "withdraw pod-b/tgt",
+        "restore pod-b/tgt",
+        "withdraw pod-b/tgt",
         "drain pod-b/tgt",
         "unload pod-b/tgt",
     ]
@@ -194,7 +203,13 @@ async def test_a_pod_that_keeps_routing_to_the_source_restores_it(tmp_path: Path
     pods.load = load_then_stick  # type: ignore[method-assign]
     move = await run(svc, instanceId="src", targetPodId="pod-b")
     assert (move.state, move.code) == ("failed", "route_timeout")
-    assert pods.calls[:3] == ["load pod-b None", "withdraw pod-a/src", "restore pod-a/src"]
+    assert pods.calls[:5] == [
+        "load pod-b None",
+        "withdraw pod-b/tgt",
+        "restore pod-b/tgt",
+        "withdraw pod-a/src",
+        "restore pod-a/src",
+    ]
     assert ("pod-a", "src") in pods.instances  # still serving
     assert "drain pod-a/src" not in pods.calls
 
@@ -248,7 +263,11 @@ async def test_a_source_that_went_meanwhile_keeps_the_target(tmp_path: Path) -> 
         out = await start(pod, req)
         del pods.instances[("pod-a", "src")]  # unloaded by hand, or crashed
 
+        withdraw = pods.withdraw
+
         async def refuse(pod: str, iid: str, ttl: float) -> None:
+            if pod == "pod-b":
+                return await withdraw(pod, iid, ttl)
             raise SardeenzError("no such instance", code="instance_not_found")
 
         pods.withdraw = refuse  # type: ignore[method-assign]
@@ -258,5 +277,5 @@ async def test_a_source_that_went_meanwhile_keeps_the_target(tmp_path: Path) -> 
     move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
     assert (move.state, move.code) == ("failed", "instance_not_found")
     assert [s.name for s in move.steps][-2:] == ["target-kept", "failed"]
-    assert pods.calls == ["load pod-b None"]
+    assert pods.calls == ["load pod-b None", "withdraw pod-b/tgt", "restore pod-b/tgt"]
     assert ("pod-b", "tgt") in pods.instances

@@ -56,8 +56,14 @@ def _serving(manager: ClusterManager, instance_id: str) -> ModelInstance:
 
 
 def withdraw_here(manager: ClusterManager, instance_id: str, ttl: float) -> dict[str, Any]:
-    """Stop advertising ``instance_id`` to peers for ``ttl`` s; it keeps serving here."""
-    _serving(manager, instance_id)
+    """Stop advertising ``instance_id`` to peers for ``ttl`` s; it keeps serving here.
+
+    A ``starting`` instance may be withdrawn too: a move's target is advertised
+    only once it has settled (cluster/moves.py).
+    """
+    inst = manager.supervisor.get(instance_id)  # NotFound: instance_not_found
+    if inst.status not in (InstanceStatus.ACTIVE, InstanceStatus.STARTING):
+        _serving(manager, instance_id)  # the refusal, with its code
     manager.withdrawn[instance_id] = manager.now() + ttl
     manager.beat_soon()
     return {"instanceId": instance_id, "withdrawn": True}

@@ -4,8 +4,9 @@ The leader runs each move as one task, in this order, so that at every moment
 every pod's routing table holds at least one route to the model:
 
 1. ``starting-target``: load the same model (path, engine, names, arguments,
-   memory limit, tensor parallel, sleep mode) on the target pod/GPUs; wait
-   until it is ``active``.
+   memory limit, tensor parallel, sleep mode) on the target pod/GPUs, held
+   out of other pods' tables (withdrawn, cluster/handover.py); wait until it
+   is ``active``, then ``SETTLE`` s more, then let its pod advertise it.
 2. ``switching``: wait until every live pod's table routes to the target
    (read through ``/internal/routes``); withdraw the source (its pod stops
    advertising it but keeps serving it, cluster/handover.py says why); wait
@@ -48,6 +49,10 @@ T = TypeVar("T")
 HISTORY = 100
 """Finished moves kept for ``GET /api/cluster/moves``."""
 POLL = 0.1
+SETTLE = 1.0
+"""Seconds a target is active before other pods may route to it. Measured
+(benchmarks/move.py): streams sent to a target in its first ~0.25 s of activity
+stalled 180-440 ms; with this pause, no gap during a move exceeded 1.6x the ITL."""
 
 
 class MoveFailed(Exception):
@@ -243,6 +248,15 @@ class MoveService:
         move.target_instance_id = target.id
         move.target_gpu_ids = list(target.gpu_ids)
         self._step(move, "target-loading", f"instance {target.id} on pod {move.target_pod_id}")
+        # Not advertised to other pods until it has settled (SETTLE).
+        hold = self._settings.ready_timeout_seconds + self.route_timeout * 2 + 60
+        try:
+            held = self._pods.withdraw(move.target_pod_id, target.id, hold)
+            await self._call(held, "target_hold")
+        except MoveFailed as exc:  # e.g. it failed at once (its engine could not spawn)
+            await self._rollback(move, target, routed=False)
+            code = exc.code if exc.code == "not_leader" else "target_failed"
+            raise MoveFailed(f"target failed to start: {exc.reason}", code) from exc
         deadline = time.monotonic() + self._settings.ready_timeout_seconds + self.route_timeout
         seen = False
         while True:
@@ -250,7 +264,10 @@ class MoveService:
             if now is not None:
                 seen = True
                 if now.status is InstanceStatus.ACTIVE:
-                    self._step(move, "target-active")
+                    self._step(move, "target-active", f"advertised to other pods in {SETTLE:g}s")
+                    await asyncio.sleep(SETTLE)
+                    restore = self._pods.restore(move.target_pod_id, target.id)
+                    await self._call(restore, "target_restore")
                     return now
                 if now.status in (InstanceStatus.FAILED, InstanceStatus.STOPPING):
                     why = now.error_message or f"target instance is {now.status.value}"
