@@ -15,14 +15,27 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from sardeenz import __version__
-from sardeenz.api import auth, benchmarks, catalog, cluster, engines, gpus, health, memory, models
+from sardeenz.api import (
+    auth,
+    benchmarks,
+    catalog,
+    cluster,
+    engines,
+    gpus,
+    health,
+    memory,
+    models,
+    moves,
+)
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
+from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.wiring import install_cluster
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
@@ -108,6 +121,7 @@ def build_services(settings: Settings) -> Services:
         ondemand=ondemand,
         reaper=reaper,
         cluster=cluster,
+        moves=MoveService(Pods(cluster), settings),
         external=external,
     )
 
@@ -167,6 +181,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.benchmarks.shutdown()  # cancel runs before their engines go
             await services.reaper.stop()
             await services.ondemand.close()
+            await services.moves.stop()
             await services.cluster.stop()
             if services.external is not None:
                 await services.external.stop()
@@ -200,6 +215,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
     app.include_router(cluster.router)
+    app.include_router(moves.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 

@@ -10,6 +10,7 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.moves import MoveService
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
@@ -50,6 +51,7 @@ class Services:
     ondemand: OnDemand
     reaper: IdleReaper
     cluster: ClusterManager
+    moves: MoveService
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

@@ -57,3 +57,14 @@ def test_a_pod_replaced_at_the_same_address_is_forgotten() -> None:
     store.upsert("new-name", moved)
     assert store.pod_at(moved) == "new-name"
     assert store.pod_at(addr) is None
+
+
+def test_an_unrouted_instance_is_no_endpoint_but_still_listed() -> None:
+    """A move's withdrawn source: peers stop routing to it, the pod still shows it."""
+    active = InstanceStatus.ACTIVE
+    hb = beat(instance("i1", "m", active), instance("i2", "m", active))
+    withdrawn = hb.model_copy(update={"unrouted": ["i1"]})
+    assert [e.instance_id for e in remote_endpoints(withdrawn)] == ["pod-b/i2"]
+    assert [i.id for i in withdrawn.instances] == ["i1", "i2"]
+    assert route_key(withdrawn) != route_key(hb)
+    assert Heartbeat.model_validate_json(withdrawn.model_dump_json()).unrouted == ["i1"]

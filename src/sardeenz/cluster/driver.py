@@ -71,6 +71,11 @@ class ClusterDriver:
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._next_stand = 0.0
+        self._beat_soon = False
+
+    def beat_soon(self) -> None:
+        """Heartbeat on the next tick instead of at the interval."""
+        self._beat_soon = True
 
     def start(self) -> None:
         # httpx logs every request at INFO: a heartbeat every 2 s to every peer would
@@ -103,7 +108,8 @@ class ClusterDriver:
                 else:
                     await self._ping_round(force=False)
                 now = m.now()
-                if now >= next_beat:
+                if now >= next_beat or self._beat_soon:
+                    self._beat_soon = False
                     next_beat = now + self._beat_every
                     await self._heartbeat_round()
                 m.note_leadership()
@@ -122,6 +128,12 @@ class ClusterDriver:
             await asyncio.sleep(self._tick)
 
     # -------------------------------------------------------------- messages
+    async def call(
+        self, address: PeerAddress, method: str, path: str, payload: Any = None
+    ) -> dict[str, Any] | None:
+        """A signed request to a peer; its JSON answer, or None on any failure."""
+        return await self._call(address, method, path, payload)
+
     async def _call(
         self, address: PeerAddress, method: str, path: str, payload: Any = None
     ) -> dict[str, Any] | None:

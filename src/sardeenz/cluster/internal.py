@@ -8,8 +8,9 @@ it is in the public OpenAPI document. Leader orders (model load, unload,
 sleep, wake) carry the leader's ``term`` and are refused with 409
 ``stale_term`` when it is older than the newest term this pod has seen.
 
-Routes: ``GET ping``, ``POST heartbeat``, ``GET state``, ``POST
-election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``;
+Routes: ``GET ping``, ``POST heartbeat``, ``GET state``, ``GET routes``, ``POST
+election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``,
+``POST models/{id}/withdraw|restore|drain`` (a move's steps, cluster/handover.py);
 ``presets/sync`` and ``memory-profiles`` answer 501 until the leader's
 preset and profile reconciliation exist.
 """
@@ -23,6 +24,7 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from sardeenz.asgi import Receive, Scope, Send
+from sardeenz.cluster import handover
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.peers import Heartbeat
 from sardeenz.domain import LoadRequest
@@ -43,6 +45,11 @@ class _Vote(BaseModel):
 class _Order(BaseModel):
     term: int = Field(ge=0)
     level: int = Field(1, ge=1, le=2)
+
+
+class _HandoverOrder(BaseModel):
+    term: int = Field(ge=0)
+    seconds: float = Field(30.0, ge=0, le=86400)
 
 
 class _LoadOrder(BaseModel):
@@ -138,6 +145,8 @@ class InternalApi:
             return 200, m.on_heartbeat(Heartbeat.model_validate_json(body))
         if route == "state" and method == "GET":
             return 200, await m.status()
+        if route == "routes" and method == "GET":
+            return 200, handover.routes_here(m)
         if route == "election/prevote" and method == "POST":
             vote = _Vote.model_validate_json(body)
             return 200, m.on_prevote(vote.candidate, vote.term)
@@ -162,9 +171,21 @@ class InternalApi:
                 else:
                     inst = await sup.wake(iid)
                 return 200, inst.model_dump(mode="json")
+            if action in ("withdraw", "restore", "drain"):
+                return 200, await self._handover(iid, action, body)
         if route in ("presets/sync", "memory-profiles"):
             return 501, api_error(f"/internal/{route} is not implemented yet", "not_implemented")
         return 404, api_error(f"no internal route {method} {path[:100]}", "not_found")
+
+    async def _handover(self, iid: str, action: str, body: bytes) -> dict[str, Any]:
+        """A move's steps on this pod's instance (cluster/handover.py)."""
+        order = _HandoverOrder.model_validate_json(body or b"{}")
+        self._fence(order.term)
+        if action == "withdraw":
+            return handover.withdraw_here(self._m, iid, order.seconds)
+        if action == "restore":
+            return handover.restore_here(self._m, iid)
+        return await handover.drain_here(self._m, iid, order.seconds)
 
     def _fence(self, term: int) -> None:
         if not self._m.accepts_order(term):

@@ -96,6 +96,10 @@ class ClusterManager:
         self._driver: ClusterDriver | None = None
         self._gpus: list[GpuFigures] = []
         self._last_leader: tuple[str | None, int] = (None, 0)
+        self.withdrawn: dict[str, float] = {}
+        """Instance id -> monotonic expiry: served here, not advertised to peers (a move's
+        source on its way out, cluster/handover.py). Expiry so that a leader dying mid-move
+        cannot leave an instance unadvertised forever."""
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -175,6 +179,7 @@ class ClusterManager:
             ]
         except Exception as exc:  # GPU figures are informative; a heartbeat must still go
             log.debug("GPU snapshot for the heartbeat failed: %s", exc)
+        instances = self.supervisor.list_instances()
         return Heartbeat(
             pod_id=self.identity.pod_id,
             host=self.identity.address.host,
@@ -182,9 +187,28 @@ class ClusterManager:
             term=self.election.term,
             leader=self.election.is_leader(self.now()),
             routing_version=self.table.version,
-            instances=self.supervisor.list_instances(),
+            instances=instances,
             gpus=self._gpus,
+            unrouted=self._unrouted({i.id for i in instances}),
         )
+
+    def _unrouted(self, present: set[str]) -> list[str]:
+        now = self.now()
+        for iid in [i for i, until in self.withdrawn.items() if until < now or i not in present]:
+            del self.withdrawn[iid]
+        return sorted(self.withdrawn)
+
+    def beat_soon(self) -> None:
+        """Send the next heartbeat now (a routing change peers should learn quickly)."""
+        if self._driver is not None:
+            self._driver.beat_soon()
+
+    async def query(self, pod_id: str, method: str, path: str) -> dict[str, Any] | None:
+        """A signed read of another pod's ``/internal`` (None: unknown pod or no answer)."""
+        peer = self.peers.get(pod_id)
+        if peer is None or self._driver is None:
+            return None
+        return await self._driver.call(peer.address, method, path)
 
     async def status(self) -> dict[str, Any]:
         """``GET /api/cluster/status``: this pod's view of the cluster."""
@@ -274,7 +298,13 @@ class ClusterManager:
         return ok
 
     # -------------------------------------------------------- leader orders
-    async def order(self, pod_id: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+    async def order(
+        self,
+        pod_id: str,
+        path: str,
+        payload: dict[str, Any],
+        timeout: float | None = None,  # noqa: ASYNC109 - passed to the HTTP client
+    ) -> dict[str, Any]:
         """Run an admin action on another pod through ``/internal``, fenced by our term.
 
         Only the leader gives orders (409 ``not_leader`` elsewhere, naming the
@@ -302,7 +332,7 @@ class ClusterManager:
                 peer.address,
                 path,
                 {**payload, "term": self.election.term},
-                timeout=max(30.0, self.settings.cluster_request_timeout_seconds),
+                timeout=timeout or max(30.0, self.settings.cluster_request_timeout_seconds),
             )
         except httpx.HTTPError as exc:
             raise Unavailable(

@@ -37,6 +37,9 @@ class Heartbeat(CamelModel):
     routing_version: int = 0
     instances: list[ModelInstance] = Field(default_factory=list, max_length=4096)
     gpus: list[GpuFigures] = Field(default_factory=list, max_length=1024)
+    unrouted: list[str] = Field(default_factory=list, max_length=4096)
+    """Instance ids the sender still serves but withdraws from other pods' routing
+    (the source of a move, cluster/handover.py): peers route none of them."""
 
     @property
     def address(self) -> PeerAddress:
@@ -109,7 +112,7 @@ def route_key(hb: Heartbeat) -> tuple[Any, ...]:
                     i.memory_metrics.max_model_len if i.memory_metrics else None,
                 )
                 for i in hb.instances
-                if i.status is InstanceStatus.ACTIVE
+                if i.status is InstanceStatus.ACTIVE and i.id not in hb.unrouted
             )
         ),
     )
@@ -120,7 +123,7 @@ def remote_endpoints(hb: Heartbeat) -> list[Endpoint]:
     address = hb.address
     out = []
     for inst in hb.instances:
-        if inst.status is not InstanceStatus.ACTIVE:
+        if inst.status is not InstanceStatus.ACTIVE or inst.id in hb.unrouted:
             continue
         out.append(
             Endpoint(

@@ -7,8 +7,8 @@ reads are answered locally and writes refused with 503 ``no_leader``, so a
 pod that cannot reach a quorum changes nothing.
 
 Always local, so each pod's own view can be read: health probes, metrics,
-``/api/cluster/*``, the login configuration, the API documents. ``/v1`` and
-``/api/direct`` never come here.
+``/api/cluster/*`` (but the moves, which the leader holds), the login
+configuration, the API documents. ``/v1`` and ``/api/direct`` never come here.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ LOCAL_PREFIXES: Final = (
     "/redoc",
 )
 
+LEADER_PREFIXES: Final = ("/api/cluster/moves",)
+"""Under a local prefix, but held by the leader: redirected like the rest of the admin API."""
+
 Redirect = Callable[[Scope, Send], Awaitable[bool]]
 
 
@@ -38,7 +41,8 @@ def leader_redirect(manager: ClusterManager) -> Redirect:
 
     async def redirect(scope: Scope, send: Send) -> bool:
         path: str = scope["path"]
-        if path.startswith(LOCAL_PREFIXES) or manager.is_leader():
+        local = path.startswith(LOCAL_PREFIXES) and not path.startswith(LEADER_PREFIXES)
+        if local or manager.is_leader():
             return False
         leader = manager.leader()
         peer = manager.peers.get(leader) if leader is not None else None

@@ -443,6 +443,11 @@ class InferenceProxy:
                     local = table.pick_local(model) if model is not None else None
                     if local is None:
                         return await _no_local_instance(model).send(send, openai)
+                    # In flight under the instance that serves it: a drain of that
+                    # instance (an unload, a move) must wait for this request too.
+                    inflight.discard(ep.instance_id, state)
+                    inflight.add(local.instance_id, state)
+                    flight[0] = local.instance_id
                     ep = local
                 else:
                     sent_headers = headers + extra

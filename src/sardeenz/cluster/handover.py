@@ -1,0 +1,211 @@
+"""Acting on an instance of any pod for a move: local calls here, leader orders elsewhere.
+
+A move (cluster/moves.py) is a sequence of small steps on two pods; each step
+exists in two forms, which this module keeps side by side so they cannot drift:
+
+* the **pod side** (``withdraw_here``, ``restore_here``, ``drain_here``,
+  ``routes_here``): what a pod does to one of its own instances, called
+  directly when the leader is that pod and from ``/internal`` otherwise;
+* the **leader side** (``Pods``): the same step aimed at a pod id, a local
+  call for the leader's own pod, a fenced order (cluster/manager.py) or a
+  signed read (``/internal/routes``) for the others.
+
+Why "withdraw" exists: routes come from heartbeats, so after an instance
+leaves routing a peer may still send it a request for up to a heartbeat
+(and the request carries the hop header: the receiving pod cannot pass it
+on). A withdrawn instance is left out of the pod's heartbeats (``unrouted``)
+but keeps serving locally, so those late forwarded requests are still
+answered; it is drained and held only once every pod's table has dropped it.
+A withdrawal expires (``ttl``) unless the drain makes it final, so a leader
+that dies mid-move cannot leave an instance unadvertised for ever.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sardeenz.cluster.election import PeerState
+from sardeenz.cluster.manager import ClusterManager
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
+from sardeenz.errors import Conflict, NotFound
+from sardeenz.runtime.drain import drain_for_unload
+
+# ------------------------------------------------------------------ pod side
+
+
+def routes_here(manager: ClusterManager) -> dict[str, Any]:
+    """This pod's routing table as ``{name: ["pod/instance", ...]}`` (locals named too)."""
+    table, me = manager.table, manager.identity.pod_id
+    routes = {
+        name: [e.instance_id if not e.local else f"{me}/{e.instance_id}" for e in eps]
+        for name in table.names()
+        if (eps := table.endpoints(name))
+    }
+    return {"podId": me, "version": table.version, "routes": routes}
+
+
+def _serving(manager: ClusterManager, instance_id: str) -> ModelInstance:
+    inst = manager.supervisor.get(instance_id)  # NotFound: instance_not_found
+    if inst.status is not InstanceStatus.ACTIVE:
+        raise Conflict(
+            f"instance {instance_id} is {inst.status.value}, not active",
+            code="instance_not_active",
+        )
+    return inst
+
+
+def withdraw_here(manager: ClusterManager, instance_id: str, ttl: float) -> dict[str, Any]:
+    """Stop advertising ``instance_id`` to peers for ``ttl`` s; it keeps serving here.
+
+    A ``starting`` instance may be withdrawn too: a move's target is advertised
+    only once it has settled (cluster/moves.py).
+    """
+    inst = manager.supervisor.get(instance_id)  # NotFound: instance_not_found
+    if inst.status not in (InstanceStatus.ACTIVE, InstanceStatus.STARTING):
+        _serving(manager, instance_id)  # the refusal, with its code
+    manager.withdrawn[instance_id] = manager.now() + ttl
+    manager.beat_soon()
+    return {"instanceId": instance_id, "withdrawn": True}
+
+
+def restore_here(manager: ClusterManager, instance_id: str) -> dict[str, Any]:
+    """Advertise ``instance_id`` again (a move rolled back)."""
+    manager.withdrawn.pop(instance_id, None)
+    manager.beat_soon()
+    return {"instanceId": instance_id, "withdrawn": False}
+
+
+async def drain_here(manager: ClusterManager, instance_id: str, seconds: float) -> dict[str, Any]:
+    """Take ``instance_id`` out of local routing for good and wait for its requests.
+
+    The hold is the one an unload places (runtime/drain.py), so the unload that
+    follows finds nothing left to drain; requests still running after ``seconds``
+    are cut with ``model_unloaded``. The withdrawal becomes permanent: a held
+    instance must never be advertised again.
+    """
+    _serving(manager, instance_id)
+    manager.withdrawn[instance_id] = math.inf
+    traffic = manager.supervisor.traffic
+    traffic.hold(instance_id, InstanceStatus.STOPPING)
+    in_flight = traffic.in_flight(instance_id)
+    cut = await drain_for_unload(traffic, instance_id, seconds)
+    return {"instanceId": instance_id, "inFlight": in_flight, "cut": cut}
+
+
+# --------------------------------------------------------------- leader side
+
+
+class Pods:
+    """The leader's hands: every step of a move, aimed at a pod id (this one included)."""
+
+    def __init__(self, manager: ClusterManager) -> None:
+        self._m = manager
+
+    @property
+    def me(self) -> str:
+        return self._m.identity.pod_id
+
+    @property
+    def manager(self) -> ClusterManager:
+        return self._m
+
+    def leading(self) -> bool:
+        """Orders to peers are fenced by the term; this guards the local steps too."""
+        return self._m.is_leader()
+
+    def known(self, pod_id: str) -> bool:
+        return pod_id == self.me or (self._m.active and self._m.peers.get(pod_id) is not None)
+
+    def available(self, pod_id: str) -> bool:
+        m = self._m
+        return pod_id == self.me or m.detector.state(pod_id, m.now()) is not PeerState.UNAVAILABLE
+
+    def live(self) -> list[str]:
+        """This pod and every peer the failure detector does not call unavailable."""
+        m = self._m
+        if not m.active:
+            return [self.me]
+        return [self.me, *(p.pod_id for p in m.peers.all() if self.available(p.pod_id))]
+
+    async def gpu_indices(self, pod_id: str) -> list[int]:
+        if pod_id == self.me:
+            return [g.index for g in await self._m.inventory.snapshot()]
+        peer = self._m.peers.get(pod_id)
+        hb = peer.heartbeat if peer is not None else None
+        return [g.index for g in hb.gpus] if hb is not None else []
+
+    def locate(self, instance_id: str) -> tuple[str, ModelInstance] | None:
+        """The pod running ``instance_id`` and the instance as last seen."""
+        found = self.instance(self.me, instance_id)
+        if found is not None:
+            return self.me, found
+        if self._m.active:
+            for peer in self._m.peers.all():
+                found = self.instance(peer.pod_id, instance_id)
+                if found is not None:
+                    return peer.pod_id, found
+        return None
+
+    def instance(self, pod_id: str, instance_id: str) -> ModelInstance | None:
+        """The instance on ``pod_id`` (for a peer: as of its last heartbeat)."""
+        if pod_id == self.me:
+            try:
+                return self._m.supervisor.get(instance_id)
+            except NotFound:
+                return None
+        peer = self._m.peers.get(pod_id)
+        hb = peer.heartbeat if peer is not None else None
+        if hb is None:
+            return None
+        return next((i for i in hb.instances if i.id == instance_id), None)
+
+    async def routes(self, pod_id: str) -> set[str] | None:
+        """``pod/instance`` of every endpoint in ``pod_id``'s table (None: no answer)."""
+        data = (
+            routes_here(self._m)
+            if pod_id == self.me
+            else await self._m.query(pod_id, "GET", "/internal/routes")
+        )
+        if data is None or not isinstance(data.get("routes"), dict):
+            return None
+        return {str(e) for eps in data["routes"].values() if isinstance(eps, list) for e in eps}
+
+    async def load(self, pod_id: str, req: LoadRequest) -> ModelInstance:
+        remote = await self._m.load_on(pod_id, req)
+        return remote if remote is not None else await self._m.supervisor.load(req)
+
+    async def unload(self, pod_id: str, instance_id: str) -> None:
+        if pod_id == self.me:
+            await self._m.supervisor.unload(instance_id)
+        else:
+            # Drain (nothing left after ours), SIGTERM, grace, SIGKILL: longer than
+            # an order's default timeout when the grace is long.
+            wait = self._m.settings.stop_grace_seconds * 2 + 30
+            await self._m.order(pod_id, f"/internal/models/{instance_id}/unload", {}, timeout=wait)
+
+    async def withdraw(self, pod_id: str, instance_id: str, ttl: float) -> None:
+        if pod_id == self.me:
+            withdraw_here(self._m, instance_id, ttl)
+        else:
+            path = f"/internal/models/{instance_id}/withdraw"
+            await self._m.order(pod_id, path, {"seconds": ttl})
+
+    async def restore(self, pod_id: str, instance_id: str) -> None:
+        if pod_id == self.me:
+            restore_here(self._m, instance_id)
+        else:
+            await self._m.order(pod_id, f"/internal/models/{instance_id}/restore", {})
+
+    async def drain(self, pod_id: str, instance_id: str, seconds: float) -> tuple[int, int]:
+        """Hold and drain: (requests in flight when it began, how many had to be cut)."""
+        if pod_id == self.me:
+            data = await drain_here(self._m, instance_id, seconds)
+        else:
+            path = f"/internal/models/{instance_id}/drain"
+            data = await self._m.order(pod_id, path, {"seconds": seconds}, timeout=seconds + 30)
+        in_flight, cut = data.get("inFlight"), data.get("cut")
+        return (
+            in_flight if isinstance(in_flight, int) else 0,
+            cut if isinstance(cut, int) else 0,
+        )

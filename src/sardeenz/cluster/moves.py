@@ -1,0 +1,355 @@
+"""Blue-green moves: an instance changes pod (or GPUs) without a failed request.
+
+The leader runs each move as one task, in this order, so that at every moment
+every pod's routing table holds at least one route to the model:
+
+1. ``starting-target``: load the same model (path, engine, names, arguments,
+   memory limit, tensor parallel, sleep mode) on the target pod/GPUs, held
+   out of other pods' tables (withdrawn, cluster/handover.py); wait until it
+   is ``active``, then ``SETTLE`` s more, then let its pod advertise it.
+2. ``switching``: wait until every live pod's table routes to the target
+   (read through ``/internal/routes``); withdraw the source (its pod stops
+   advertising it but keeps serving it, cluster/handover.py says why); wait
+   until no other pod's table routes to it, then a short grace for requests
+   already on their way.
+3. ``draining``: the source pod holds the source out of its own table and
+   waits for its requests in flight (``drainSeconds``, default
+   ``SARDEENZ_STOP_GRACE_SECONDS``; what is left after it is cut with
+   ``model_unloaded``, runtime/drain.py).
+4. ``unloading-source``: the usual unload (SIGTERM, grace, SIGKILL).
+
+A target that is refused or fails to start is unloaded and the move ends
+``failed`` with the reason; the source was never touched. A failure while
+switching restores the source's advertisement and retires the target the
+same careful way. Moves live in the leader's memory (the last ``HISTORY``):
+if the leader dies mid-move the move is lost, both instances may keep running
+(the operator unloads one), and a withdrawn source is advertised again when
+its withdrawal expires (``withdrawSeconds`` after the withdraw).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Coroutine
+from typing import TypeVar
+
+from sardeenz.cluster.handover import Pods
+from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState, MoveStep
+from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance, utcnow
+from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError, Unavailable
+from sardeenz.tasks import stop_task
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HISTORY = 100
+"""Finished moves kept for ``GET /api/cluster/moves``."""
+POLL = 0.1
+SETTLE = 1.0
+"""Seconds a target is active before other pods may route to it. Measured
+(benchmarks/move.py): streams sent to a target in its first ~0.25 s of activity
+stalled 180-440 ms; with this pause, no gap during a move exceeded 1.6x the ITL."""
+
+
+class MoveFailed(Exception):
+    def __init__(self, reason: str, code: str) -> None:
+        super().__init__(reason)
+        self.reason, self.code = reason, code
+
+
+class MoveService:
+    """The leader's moves: validation, the in-memory list, one owned task per move."""
+
+    def __init__(self, pods: Pods, settings: Settings) -> None:
+        self._pods = pods
+        self._settings = settings
+        self._moves: dict[str, Move] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        beat = settings.cluster_heartbeat_interval_seconds
+        self.route_timeout = max(10.0, 3 * settings.cluster_unavailable_after_seconds, 5 * beat)
+        """Bound on each wait for route propagation (target in, source out)."""
+        self.transit_grace = max(0.5, beat)
+        """After the last pod dropped the source: requests it picked just before are
+        still on their way to the source pod."""
+
+    # ---------------------------------------------------------------- reads
+    def list(self) -> list[Move]:
+        return sorted(self._moves.values(), key=lambda m: m.created_at, reverse=True)
+
+    def get(self, move_id: str) -> Move:
+        move = self._moves.get(move_id)
+        if move is None:
+            raise NotFound(f"no move {move_id!r} (moves live on the leader)", code="move_not_found")
+        return move
+
+    def moving(self, instance_id: str) -> Move | None:
+        """The unfinished move ``instance_id`` is the source or target of."""
+        for move in self._moves.values():
+            if move.state not in FINISHED and instance_id in (
+                move.instance_id,
+                move.target_instance_id,
+            ):
+                return move
+        return None
+
+    # ---------------------------------------------------------------- start
+    async def start(self, req: MoveRequest) -> Move:
+        """Validate (nothing is done on a refusal), record, and run the move in the background."""
+        pods = self._pods
+        found = pods.locate(req.instance_id)
+        if found is None:
+            raise NotFound(f"no instance with id {req.instance_id!r}", code="instance_not_found")
+        source_pod, source = found
+        target_pod = req.target_pod_id
+        if not pods.known(target_pod):
+            raise NotFound(f"no pod {target_pod!r} in this cluster", code="pod_not_found")
+        if target_pod == source_pod and (
+            req.gpu_ids is None or sorted(set(req.gpu_ids)) == sorted(source.gpu_ids)
+        ):
+            raise InvalidRequest(
+                f"instance {source.id} already runs on pod {source_pod} GPUs "
+                f"{source.gpu_ids}: a move within a pod needs other gpuIds",
+                code="move_to_itself",
+            )
+        if not pods.available(target_pod):
+            raise Unavailable(f"pod {target_pod!r} is unavailable", code="pod_unavailable")
+        if req.gpu_ids:
+            have = await pods.gpu_indices(target_pod)
+            unknown = sorted(set(req.gpu_ids) - set(have))
+            if unknown:
+                raise InvalidRequest(
+                    f"pod {target_pod} has no GPU {unknown} (it has {have})",
+                    code="unknown_gpu",
+                    unknownGpuIds=unknown,
+                    availableGpuIds=have,
+                )
+        # No await from here on: the "already moving" check and the record are one step.
+        busy = self.moving(source.id)
+        if busy is not None:
+            raise Conflict(
+                f"instance {source.id} is already moving (move {busy.id}, {busy.state.value})",
+                code="instance_moving",
+                moveId=busy.id,
+            )
+        if source.status is not InstanceStatus.ACTIVE:
+            raise Conflict(
+                f"instance {source.id} is {source.status.value}: only an active instance moves",
+                code="instance_not_active",
+            )
+        move = Move(
+            id=uuid.uuid4().hex[:12],
+            instance_id=source.id,
+            model=source.served_model_name,
+            source_pod_id=source_pod,
+            source_gpu_ids=list(source.gpu_ids),
+            target_pod_id=target_pod,
+            target_gpu_ids=list(req.gpu_ids) if req.gpu_ids is not None else None,
+        )
+        self._moves[move.id] = move
+        self._forget_old()
+        drain = req.drain_seconds
+        drain_s = self._settings.stop_grace_seconds if drain is None else drain
+        task = asyncio.get_running_loop().create_task(
+            self._run(move, source, drain_s), name=f"sardeenz-move-{move.id}"
+        )
+        self._tasks[move.id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(move.id, None))
+        log.info(
+            "move %s: %s (%s) from %s to %s%s",
+            move.id,
+            source.id,
+            move.model,
+            source_pod,
+            target_pod,
+            f" GPUs {req.gpu_ids}" if req.gpu_ids is not None else "",
+        )
+        return move
+
+    async def stop(self) -> None:
+        """Shutdown: moves in progress end where they are (documented as a leader loss)."""
+        for task in list(self._tasks.values()):
+            await stop_task(task)
+
+    def _forget_old(self) -> None:
+        done = [m for m in self.list() if m.state in FINISHED]
+        for move in done[HISTORY:]:
+            self._moves.pop(move.id, None)
+
+    # ------------------------------------------------------------------ run
+    def _step(self, move: Move, name: str, detail: str | None = None) -> None:
+        move.steps.append(MoveStep(name=name, at=utcnow(), detail=detail))
+        log.info("move %s: %s%s", move.id, name, f" ({detail})" if detail else "")
+
+    async def _run(self, move: Move, source: ModelInstance, drain_s: float) -> None:
+        t0 = time.monotonic()
+        src_pod = move.source_pod_id
+        try:
+            target = await self._start_target(move, source)
+            move.state = MoveState.SWITCHING
+            try:
+                await self._wait_routes(move.target_pod_id, target.id, present=True)
+            except MoveFailed:
+                await self._rollback(move, target, routed=True)
+                raise
+            self._step(move, "target-routed", "every pod's table routes to the target")
+            try:
+                await self._withdraw(move, src_pod, source.id, "source")
+            except MoveFailed:
+                still = self._pods.instance(src_pod, source.id)
+                if still is None or still.status is not InstanceStatus.ACTIVE:
+                    # The source went meanwhile (unloaded, crashed): the target is now the
+                    # model's only instance, so it stays.
+                    self._step(move, "target-kept", "the source is no longer active")
+                    raise
+                await self._restore(src_pod, source.id)
+                await self._rollback(move, target, routed=True)
+                raise
+            move.state = MoveState.DRAINING
+            drained = self._pods.drain(src_pod, source.id, drain_s)
+            in_flight, cut = await self._call(drained, "source_drain")
+            self._step(
+                move,
+                "drain-end",
+                f"{in_flight} request(s) in flight at the start, {cut} cut after {drain_s:g}s",
+            )
+            move.state = MoveState.UNLOADING_SOURCE
+            await self._call(self._pods.unload(src_pod, source.id), "source_unload")
+            self._step(move, "source-gone")
+            move.state = MoveState.DONE
+        except MoveFailed as exc:
+            move.state, move.reason, move.code = MoveState.FAILED, exc.reason, exc.code
+            self._step(move, "failed", exc.reason)
+            log.warning("move %s failed: %s", move.id, exc.reason)
+        except Exception as exc:  # a bug must end the move visibly, not hang it
+            log.exception("move %s crashed", move.id)
+            move.state, move.reason, move.code = MoveState.FAILED, str(exc), "internal_error"
+        finally:
+            move.finished_at = utcnow()
+            move.duration_seconds = round(time.monotonic() - t0, 3)
+
+    async def _start_target(self, move: Move, source: ModelInstance) -> ModelInstance:
+        move.state = MoveState.STARTING_TARGET
+        req = LoadRequest(
+            model_path=source.model_path,
+            engine=source.engine,
+            served_model_name=source.served_model_name,
+            display_name=source.display_name,
+            gpu_ids=move.target_gpu_ids,
+            gpu_memory_limit=source.gpu_memory_limit,
+            tensor_parallel_size=source.tensor_parallel_size,
+            enable_sleep_mode=source.sleep_mode_enabled,
+            extra_args=list(source.extra_args),
+        )
+        target = await self._call(self._pods.load(move.target_pod_id, req), "target_refused")
+        move.target_instance_id = target.id
+        move.target_gpu_ids = list(target.gpu_ids)
+        self._step(move, "target-loading", f"instance {target.id} on pod {move.target_pod_id}")
+        # Not advertised to other pods until it has settled (SETTLE).
+        hold = self._settings.ready_timeout_seconds + self.route_timeout * 2 + 60
+        try:
+            held = self._pods.withdraw(move.target_pod_id, target.id, hold)
+            await self._call(held, "target_hold")
+        except MoveFailed as exc:  # e.g. it failed at once (its engine could not spawn)
+            await self._rollback(move, target, routed=False)
+            code = exc.code if exc.code == "not_leader" else "target_failed"
+            raise MoveFailed(f"target failed to start: {exc.reason}", code) from exc
+        deadline = time.monotonic() + self._settings.ready_timeout_seconds + self.route_timeout
+        seen = False
+        while True:
+            now = self._pods.instance(move.target_pod_id, target.id)
+            if now is not None:
+                seen = True
+                if now.status is InstanceStatus.ACTIVE:
+                    self._step(move, "target-active", f"advertised to other pods in {SETTLE:g}s")
+                    await asyncio.sleep(SETTLE)
+                    restore = self._pods.restore(move.target_pod_id, target.id)
+                    await self._call(restore, "target_restore")
+                    return now
+                if now.status in (InstanceStatus.FAILED, InstanceStatus.STOPPING):
+                    why = now.error_message or f"target instance is {now.status.value}"
+                    await self._rollback(move, target, routed=False)
+                    raise MoveFailed(f"target failed to start: {why}", "target_failed")
+            elif seen:
+                raise MoveFailed("target instance disappeared while starting", "target_failed")
+            if not self._pods.available(move.target_pod_id):
+                raise MoveFailed(f"pod {move.target_pod_id} became unavailable", "pod_unavailable")
+            if time.monotonic() > deadline:
+                await self._rollback(move, target, routed=False)
+                raise MoveFailed("target not active in time", "target_timeout")
+            await asyncio.sleep(POLL)
+
+    async def _withdraw(self, move: Move, pod: str, iid: str, who: str) -> None:
+        """Out of every other pod's table, still serving on its own; then the transit grace."""
+        ttl = self.route_timeout * 2 + 60
+        await self._call(self._pods.withdraw(pod, iid, ttl), f"{who}_withdraw")
+        self._step(move, f"{who}-withdrawn", f"pod {pod} stops advertising {iid}")
+        await self._wait_routes(pod, iid, present=False)
+        self._step(move, f"{who}-unrouted", "no other pod's table routes to it")
+        await asyncio.sleep(self.transit_grace)
+
+    async def _rollback(self, move: Move, target: ModelInstance, *, routed: bool) -> None:
+        """Remove the target (best effort: the move fails anyway, with its own reason).
+
+        A target that may be in some table is retired like a source (withdraw, wait,
+        drain), so the rollback fails no request either.
+        """
+        pod = move.target_pod_id
+        try:
+            if routed:
+                await self._withdraw(move, pod, target.id, "target")
+                await self._call(self._pods.drain(pod, target.id, 5.0), "target_drain")
+            await self._call(self._pods.unload(pod, target.id), "target_unload")
+            self._step(move, "target-removed")
+        except MoveFailed as exc:
+            self._step(move, "target-left-running", exc.reason)
+            log.warning("move %s: target %s left on pod %s: %s", move.id, target.id, pod, exc)
+
+    async def _restore(self, pod: str, iid: str) -> None:
+        try:
+            await self._call(self._pods.restore(pod, iid), "source_restore")
+        except MoveFailed as exc:  # its withdrawal expires on its own
+            log.warning("restoring %s on pod %s failed: %s", iid, pod, exc)
+
+    async def _wait_routes(self, pod: str, iid: str, *, present: bool) -> None:
+        """Until every live pod's table has (``present``) or lacks ``pod/iid``.
+
+        The instance's own pod is left out when waiting for its absence: it keeps
+        routing to its withdrawn instance until the drain. Unavailable pods are left
+        out too (their routes expire everywhere anyway).
+        """
+        key = f"{pod}/{iid}"
+        deadline = time.monotonic() + self.route_timeout
+        while True:
+            pending = [p for p in self._pods.live() if present or p != pod]
+            views = await asyncio.gather(*(self._pods.routes(p) for p in pending))
+            late = [
+                p for p, v in zip(pending, views, strict=True) if v is None or (key in v) != present
+            ]
+            if not late:
+                return
+            if time.monotonic() > deadline:
+                what = "route to" if present else "dropped"
+                raise MoveFailed(
+                    f"pods {late} have not {what} {key} within {self.route_timeout:g}s",
+                    "route_timeout",
+                )
+            await asyncio.sleep(POLL)
+
+    async def _call(self, aw: Awaitable[T], code: str) -> T:
+        """A step's call; a refusal or a dead peer becomes the move's failure reason.
+
+        A pod that lost the leadership mid-move takes no further step, not even on
+        its own instances (the new leader knows nothing of this move).
+        """
+        if not self._pods.leading():
+            if isinstance(aw, Coroutine):
+                aw.close()
+            raise MoveFailed("this pod no longer leads the cluster", "not_leader")
+        try:
+            return await aw
+        except SardeenzError as exc:
+            raise MoveFailed(exc.message, exc.code or code) from exc

@@ -1,0 +1,115 @@
+"""Concurrent streaming clients for the move test and benchmarks/move.py.
+
+Each client sends streaming chat completions one after another (aiohttp, one
+connection pool) until told to stop, and checks every stream: status 200, the
+exact number of content chunks asked for (the sim engine generates exactly
+``max_tokens``), a ``finish_reason`` and the final ``[DONE]``. Arrival times of
+the chunks are kept per stream so the benchmark can measure gaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+
+@dataclass
+class Stream:
+    started: float
+    chunks: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class Load:
+    streams: list[Stream] = field(default_factory=list)
+
+    @property
+    def ok(self) -> list[Stream]:
+        return [s for s in self.streams if s.error is None]
+
+    @property
+    def failed(self) -> list[Stream]:
+        return [s for s in self.streams if s.error is not None]
+
+    def gaps(self, start: float, end: float) -> list[float]:
+        """Every inter-token gap (per stream) that ends inside ``[start, end]``."""
+        out: list[float] = []
+        for s in self.ok:
+            pairs = zip(s.chunks, s.chunks[1:], strict=False)
+            out.extend(b - a for a, b in pairs if start <= b <= end)
+        return out
+
+    def first_token_waits(self, start: float, end: float) -> list[float]:
+        firsts = [(s.started, s.chunks[0]) for s in self.ok if s.chunks]
+        return [t - t0 for t0, t in firsts if start <= t <= end]
+
+
+async def _one(session: aiohttp.ClientSession, url: str, model: str, tokens: int) -> Stream:
+    stream = Stream(started=time.monotonic())
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": tokens,
+        "stream": True,
+    }
+    try:
+        async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+            if resp.status != 200:
+                stream.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                return stream
+            done = finished = False
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    stream.error = f"error chunk: {chunk['error']}"
+                    return stream
+                choice = (chunk.get("choices") or [{}])[0]
+                if choice.get("delta", {}).get("content"):
+                    stream.chunks.append(time.monotonic())
+                if choice.get("finish_reason"):
+                    finished = True
+            if not (done and finished and len(stream.chunks) == tokens):
+                stream.error = f"incomplete: {len(stream.chunks)}/{tokens}, done={done}"
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        stream.error = f"{type(exc).__name__}: {exc}"
+    return stream
+
+
+async def run_clients(
+    url: str,
+    model: str,
+    clients: int,
+    stop: asyncio.Event,
+    tokens: int,
+    load: Load,
+    stagger: float = 1.0,
+) -> None:
+    """``clients`` loops of streaming requests until ``stop``; each ends its stream first.
+
+    Starts are spread over ``stagger`` s and lengths over ``tokens`` +-25 %, so that
+    streams begin and end at every moment (not all in step, which would leave
+    instants with nothing in flight).
+    """
+    conn = aiohttp.TCPConnector(limit=clients + 8)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+
+        async def client(i: int) -> None:
+            await asyncio.sleep(stagger * i / clients)
+            length = max(1, tokens + (i % 11 - 5) * tokens // 20)
+            while not stop.is_set():
+                load.streams.append(await _one(session, url, model, length))
+
+        await asyncio.gather(*(client(i) for i in range(clients)))

@@ -1,0 +1,281 @@
+"""cluster/moves.py: the move's state machine against a fake cluster (no process, no HTTP).
+
+What the cluster tier cannot provoke on demand: a pod that never confirms a
+route change, a refused load, and the order of the calls (the source is never
+touched before the target is routed everywhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from sardeenz.cluster.handover import Pods
+from sardeenz.cluster.move_types import Move, MoveRequest
+from sardeenz.cluster.moves import MoveService
+from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
+from sardeenz.errors import Conflict, SardeenzError
+from tests.unit.test_cluster_peers import instance
+
+
+def inst(iid: str, status: InstanceStatus = InstanceStatus.ACTIVE) -> ModelInstance:
+    return instance(iid, "m", status).model_copy(update={"gpu_ids": [0]})
+
+
+class FakePods:
+    """Three pods; records every call; routes follow withdraw/unload unless told to stick."""
+
+    def __init__(self) -> None:
+        self.me = "pod-a"
+        self.instances: dict[tuple[str, str], ModelInstance] = {("pod-a", "src"): inst("src")}
+        self.routes_of: dict[str, set[str]] = {
+            p: {"pod-a/src"} for p in ("pod-a", "pod-b", "pod-c")
+        }
+        self.calls: list[str] = []
+        self.target_status = InstanceStatus.ACTIVE
+        self.refuse_load: SardeenzError | None = None
+        self.leader = True
+        self.stuck: set[str] = set()
+        """Pods whose table never changes (a pod that stopped applying heartbeats)."""
+
+    def leading(self) -> bool:
+        return self.leader
+
+    def known(self, pod: str) -> bool:
+        return pod in self.routes_of
+
+    def available(self, pod: str) -> bool:
+        return True
+
+    def live(self) -> list[str]:
+        return sorted(self.routes_of)
+
+    async def gpu_indices(self, pod: str) -> list[int]:
+        return [0, 1]
+
+    def locate(self, iid: str) -> tuple[str, ModelInstance] | None:
+        return next(((p, i) for (p, k), i in self.instances.items() if k == iid), None)
+
+    def instance(self, pod: str, iid: str) -> ModelInstance | None:
+        return self.instances.get((pod, iid))
+
+    async def routes(self, pod: str) -> set[str] | None:
+        return set(self.routes_of[pod])
+
+    def _route(self, key: str, present: bool) -> None:
+        for pod, table in self.routes_of.items():
+            if pod in self.stuck:
+                continue
+            if present:
+                table.add(key)
+            else:
+                table.discard(key)
+
+    async def load(self, pod: str, req: LoadRequest) -> ModelInstance:
+        self.calls.append(f"load {pod} {req.gpu_ids}")
+        if self.refuse_load is not None:
+            raise self.refuse_load
+        self.instances[(pod, "tgt")] = inst("tgt", self.target_status)
+        if self.target_status is InstanceStatus.ACTIVE:
+            self._route(f"{pod}/tgt", True)
+        return inst("tgt", InstanceStatus.STARTING)
+
+    async def unload(self, pod: str, iid: str) -> None:
+        self.calls.append(f"unload {pod}/{iid}")
+        self.instances.pop((pod, iid), None)
+        self._route(f"{pod}/{iid}", False)
+
+    async def withdraw(self, pod: str, iid: str, ttl: float) -> None:
+        self.calls.append(f"withdraw {pod}/{iid}")
+        for other, table in self.routes_of.items():
+            if other != pod and other not in self.stuck:
+                table.discard(f"{pod}/{iid}")
+
+    async def restore(self, pod: str, iid: str) -> None:
+        self.calls.append(f"restore {pod}/{iid}")
+        self._route(f"{pod}/{iid}", True)
+
+    async def drain(self, pod: str, iid: str, seconds: float) -> tuple[int, int]:
+        self.calls.append(f"drain {pod}/{iid}")
+        self.routes_of[pod].discard(f"{pod}/{iid}")
+        return 3, 0
+
+
+@pytest.fixture(autouse=True)
+def no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sardeenz.cluster.moves.SETTLE", 0.0)
+
+
+def service(pods: FakePods, tmp_path: Path) -> MoveService:
+    svc = MoveService(cast(Pods, pods), Settings(data_dir=tmp_path, stop_grace_seconds=1))
+    svc.route_timeout = 0.5
+    svc.transit_grace = 0.0
+    return svc
+
+
+async def run(svc: MoveService, **body: object) -> Move:
+    move = await svc.start(MoveRequest.model_validate(body))
+    for _ in range(200):
+        if move.state in ("done", "failed"):
+            return move
+        await asyncio.sleep(0.02)
+    raise AssertionError(move)
+
+
+async def test_a_move_touches_the_source_only_once_the_target_is_routed_everywhere(
+    tmp_path: Path,
+) -> None:
+    pods = FakePods()
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert move.state == "done"
+    assert pods.calls == [
+        "load pod-b None",
+        "withdraw pod-b/tgt",  # not routed by other pods before it settled
+        "restore pod-b/tgt",
+        "withdraw pod-a/src",
+        "drain pod-a/src",
+        "unload pod-a/src",
+    ]
+    assert [s.name for s in move.steps] == [
+        "target-loading",
+        "target-active",
+        "target-routed",
+        "source-withdrawn",
+        "source-unrouted",
+        "drain-end",
+        "source-gone",
+    ]
+    assert move.steps[5].detail == "3 request(s) in flight at the start, 0 cut after 1s"
+    assert all(t == {"pod-b/tgt"} for t in pods.routes_of.values())
+    assert move.duration_seconds is not None
+    assert move.finished_at is not None
+
+
+async def test_a_target_that_fails_is_removed_and_the_source_untouched(tmp_path: Path) -> None:
+    pods = FakePods()
+    pods.target_status = InstanceStatus.FAILED
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "target_failed")
+    assert pods.calls == ["load pod-b None", "withdraw pod-b/tgt", "unload pod-b/tgt"]
+    assert all(t == {"pod-a/src"} for t in pods.routes_of.values())
+
+
+async def test_a_refused_load_fails_the_move_with_the_pods_code(tmp_path: Path) -> None:
+    pods = FakePods()
+    pods.refuse_load = Conflict("does not fit", code="model_does_not_fit")
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b", gpuIds=[1])
+    assert (move.state, move.code, move.reason) == ("failed", "model_does_not_fit", "does not fit")
+    assert pods.calls == ["load pod-b [1]"]
+
+
+async def test_a_pod_that_never_routes_to_the_target_rolls_the_move_back(tmp_path: Path) -> None:
+    pods = FakePods()
+    pods.stuck = {"pod-c"}
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "route_timeout")
+    assert "pod-c" in (move.reason or "")
+    # The target is retired like a source; the source was never withdrawn.
+    assert pods.calls == [
+        "load pod-b None",
+        "withdraw pod-b/tgt",
+        "restore pod-b/tgt",
+        "withdraw pod-b/tgt",
+        "drain pod-b/tgt",
+        "unload pod-b/tgt",
+    ]
+    assert pods.instances.keys() == {("pod-a", "src")}
+
+
+async def test_a_pod_that_keeps_routing_to_the_source_restores_it(tmp_path: Path) -> None:
+    pods = FakePods()
+    svc = service(pods, tmp_path)
+    start = pods.load
+
+    async def load_then_stick(pod: str, req: LoadRequest) -> ModelInstance:
+        out = await start(pod, req)
+        pods.stuck = {"pod-c"}  # pod-c got the target's route, then stopped listening
+        return out
+
+    pods.load = load_then_stick  # type: ignore[method-assign]
+    move = await run(svc, instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "route_timeout")
+    assert pods.calls[:5] == [
+        "load pod-b None",
+        "withdraw pod-b/tgt",
+        "restore pod-b/tgt",
+        "withdraw pod-a/src",
+        "restore pod-a/src",
+    ]
+    assert ("pod-a", "src") in pods.instances  # still serving
+    assert "drain pod-a/src" not in pods.calls
+
+
+async def test_refusals(tmp_path: Path) -> None:
+    pods = FakePods()
+    svc = service(pods, tmp_path)
+
+    async def code(**body: object) -> str:
+        with pytest.raises(SardeenzError) as err:
+            await svc.start(MoveRequest.model_validate(body))
+        return err.value.code
+
+    assert await code(instanceId="nope", targetPodId="pod-b") == "instance_not_found"
+    assert await code(instanceId="src", targetPodId="pod-z") == "pod_not_found"
+    assert await code(instanceId="src", targetPodId="pod-a") == "move_to_itself"
+    assert await code(instanceId="src", targetPodId="pod-a", gpuIds=[0]) == "move_to_itself"
+    assert await code(instanceId="src", targetPodId="pod-b", gpuIds=[5]) == "unknown_gpu"
+    pods.instances[("pod-a", "src")] = inst("src", InstanceStatus.SLEEPING)
+    assert await code(instanceId="src", targetPodId="pod-b") == "instance_not_active"
+    assert svc.list() == []
+    assert pods.calls == []
+    pods.instances[("pod-a", "src")] = inst("src")
+    first = await svc.start(MoveRequest(instance_id="src", target_pod_id="pod-a", gpu_ids=[1]))
+    assert await code(instanceId="src", targetPodId="pod-b") == "instance_moving"
+    await svc.stop()
+    assert [m.id for m in svc.list()] == [first.id]
+
+
+async def test_a_pod_that_stops_leading_takes_no_further_step(tmp_path: Path) -> None:
+    pods = FakePods()
+    start = pods.load
+
+    async def load_then_lose(pod: str, req: LoadRequest) -> ModelInstance:
+        out = await start(pod, req)
+        pods.leader = False  # a partition: another pod leads now
+        return out
+
+    pods.load = load_then_lose  # type: ignore[method-assign]
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "not_leader")
+    assert pods.calls == ["load pod-b None"]
+    assert [s.name for s in move.steps][-2:] == ["target-left-running", "failed"]
+
+
+async def test_a_source_that_went_meanwhile_keeps_the_target(tmp_path: Path) -> None:
+    pods = FakePods()
+    start = pods.load
+
+    async def load_and_lose_the_source(pod: str, req: LoadRequest) -> ModelInstance:
+        out = await start(pod, req)
+        del pods.instances[("pod-a", "src")]  # unloaded by hand, or crashed
+
+        withdraw = pods.withdraw
+
+        async def refuse(pod: str, iid: str, ttl: float) -> None:
+            if pod == "pod-b":
+                return await withdraw(pod, iid, ttl)
+            raise SardeenzError("no such instance", code="instance_not_found")
+
+        pods.withdraw = refuse  # type: ignore[method-assign]
+        return out
+
+    pods.load = load_and_lose_the_source  # type: ignore[method-assign]
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "instance_not_found")
+    assert [s.name for s in move.steps][-2:] == ["target-kept", "failed"]
+    assert pods.calls == ["load pod-b None", "withdraw pod-b/tgt", "restore pod-b/tgt"]
+    assert ("pod-b", "tgt") in pods.instances
