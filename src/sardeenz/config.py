@@ -329,6 +329,18 @@ class Settings(BaseSettings):
             "SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS", "cluster_request_timeout_seconds"
         ),
     )
+    scheduler_strategy: Literal["balanced", "maximize-models"] = Field(
+        "balanced",
+        validation_alias=_env("SARDEENZ_SCHEDULER_STRATEGY", "scheduler_strategy"),
+    )
+    cluster_profile_sync_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_PROFILE_SYNC_INTERVAL_SECONDS",
+            "cluster_profile_sync_interval_seconds",
+        ),
+    )
 
     # --- authentication (any JWT setting turns admin auth on) ---------------
     jwt_secret: SecretStr | None = Field(
