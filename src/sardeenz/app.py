@@ -23,6 +23,8 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.placement import ClusterPlacement
+from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.wiring import install_cluster
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
@@ -86,6 +88,8 @@ def build_services(settings: Settings) -> Services:
     proxy.demand = ondemand
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
     cluster = ClusterManager(settings, table, supervisor, inventory)
+    cluster.promised_bytes = ledger.promised_bytes_by_gpu
+    cluster.profiles_version = lambda: profiles.version
     return Services(
         settings=settings,
         bus=bus,
@@ -108,6 +112,8 @@ def build_services(settings: Settings) -> Services:
         ondemand=ondemand,
         reaper=reaper,
         cluster=cluster,
+        placement=ClusterPlacement(cluster, profiles),
+        profile_sync=ProfileSync(cluster, profiles),
         external=external,
     )
 
@@ -155,6 +161,7 @@ def create_app(settings: Settings) -> Gateway:
         await services.ondemand.preload()
         services.reaper.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
+        services.profile_sync.start()  # cluster only: the leader's profile reconciliation
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -167,6 +174,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.benchmarks.shutdown()  # cancel runs before their engines go
             await services.reaper.stop()
             await services.ondemand.close()
+            await services.profile_sync.stop()
             await services.cluster.stop()
             if services.external is not None:
                 await services.external.stop()
@@ -214,7 +222,7 @@ def create_app(settings: Settings) -> Gateway:
     gateway.api = app
     gateway.services = services
     if services.cluster.active:
-        install_cluster(gateway, services.cluster, services.proxy)
+        install_cluster(gateway, services.cluster, services.proxy, services.profile_sync)
     return gateway
 
 

@@ -345,6 +345,16 @@ class Settings(BaseSettings):
         "before it is reported failed",
         validation_alias=_env(
             "SARDEENZ_PRESET_STEP_TIMEOUT_SECONDS", "preset_step_timeout_seconds"
+    scheduler_strategy: Literal["balanced", "maximize-models"] = Field(
+        "balanced",
+        validation_alias=_env("SARDEENZ_SCHEDULER_STRATEGY", "scheduler_strategy"),
+    )
+    cluster_profile_sync_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_PROFILE_SYNC_INTERVAL_SECONDS",
+            "cluster_profile_sync_interval_seconds",
         ),
     )
 

@@ -10,6 +10,8 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.placement import ClusterPlacement
+from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
@@ -50,6 +52,10 @@ class Services:
     ondemand: OnDemand
     reaper: IdleReaper
     cluster: ClusterManager
+    placement: ClusterPlacement
+    """The leader's scheduler acting on loads without ``podId`` (cluster/placement.py)."""
+    profile_sync: ProfileSync
+    """Memory profiles shared across the cluster (cluster/profile_sync.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

@@ -154,6 +154,12 @@ class ClusterDriver:
             return None
         return data if isinstance(data, dict) else None
 
+    async def call(
+        self, address: PeerAddress, method: str, path: str, payload: Any = None
+    ) -> dict[str, Any] | None:
+        """A signed request for other cluster services (profile sync): as ``_call``."""
+        return await self._call(address, method, path, payload)
+
     async def order(
         self,
         address: PeerAddress,

@@ -9,9 +9,10 @@ sleep, wake) carry the leader's ``term`` and are refused with 409
 ``stale_term`` when it is older than the newest term this pod has seen.
 
 Routes: ``GET ping``, ``POST heartbeat``, ``GET state``, ``POST
-election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``;
-``presets/sync`` and ``memory-profiles`` answer 501 until the leader's
-preset and profile reconciliation exist.
+election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``,
+``GET memory-profiles`` (this pod's profiles) and ``POST memory-profiles``
+(the leader's merged set, fenced; cluster/profile_sync.py); ``presets/sync``
+answers 501 until the leader's presets exist.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.peers import Heartbeat
+from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.domain import LoadRequest
 from sardeenz.errors import SardeenzError
 from sardeenz.proxy.wire import api_error, header, send_json
@@ -94,8 +96,9 @@ def verify(manager: ClusterManager, scope: Scope, body: bytes) -> None:
 
 
 class InternalApi:
-    def __init__(self, manager: ClusterManager) -> None:
+    def __init__(self, manager: ClusterManager, profile_sync: ProfileSync | None = None) -> None:
         self._m = manager
+        self._profiles = profile_sync
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -119,7 +122,8 @@ class InternalApi:
         except ValidationError as exc:
             status, data = 400, {"detail": _first_error(exc), "code": "invalid_request"}
         except SardeenzError as exc:
-            status, data = exc.status, {"detail": exc.message, "code": exc.code}
+            # extras too (a refusal's fit verdict): the leader hands them on as they came
+            status, data = exc.status, {**exc.extra, "detail": exc.message, "code": exc.code}
         except Exception:
             log.exception("internal route %s failed", scope["path"])
             status, data = 500, {"detail": "internal error", "code": "internal_error"}
@@ -162,6 +166,11 @@ class InternalApi:
                 else:
                     inst = await sup.wake(iid)
                 return 200, inst.model_dump(mode="json")
+        if route == "memory-profiles" and self._profiles is not None:
+            if method == "GET":
+                return 200, await self._profiles.local()
+            if method == "POST":
+                return await self._profiles.receive(body)
         if route in ("presets/sync", "memory-profiles"):
             return 501, api_error(f"/internal/{route} is not implemented yet", "not_implemented")
         return 404, api_error(f"no internal route {method} {path[:100]}", "not_found")
