@@ -15,7 +15,18 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from sardeenz import __version__
-from sardeenz.api import auth, benchmarks, catalog, cluster, engines, gpus, health, memory, models
+from sardeenz.api import (
+    auth,
+    benchmarks,
+    catalog,
+    cluster,
+    engines,
+    gpus,
+    health,
+    memory,
+    models,
+    presets,
+)
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
@@ -24,6 +35,7 @@ from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.placement import ClusterPlacement
+from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.wiring import install_cluster
 from sardeenz.config import Settings
@@ -51,6 +63,7 @@ from sardeenz.store.benchmarks import BenchmarkRepository
 from sardeenz.store.catalog import CatalogRepository
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
+from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
 
 log = logging.getLogger("sardeenz")
@@ -90,6 +103,7 @@ def build_services(settings: Settings) -> Services:
     cluster = ClusterManager(settings, table, supervisor, inventory)
     cluster.promised_bytes = ledger.promised_bytes_by_gpu
     cluster.profiles_version = lambda: profiles.version
+    placement = ClusterPlacement(cluster, profiles)
     return Services(
         settings=settings,
         bus=bus,
@@ -112,7 +126,8 @@ def build_services(settings: Settings) -> Services:
         ondemand=ondemand,
         reaper=reaper,
         cluster=cluster,
-        placement=ClusterPlacement(cluster, profiles),
+        placement=placement,
+        presets=PresetService(cluster, PresetRepository(db), placement),
         profile_sync=ProfileSync(cluster, profiles),
         external=external,
     )
@@ -162,6 +177,7 @@ def create_app(settings: Settings) -> Gateway:
         services.reaper.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
         services.profile_sync.start()  # cluster only: the leader's profile reconciliation
+        services.presets.start()  # reconciles the applied preset (on the leader)
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -175,6 +191,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.reaper.stop()
             await services.ondemand.close()
             await services.profile_sync.stop()
+            await services.presets.stop()
             await services.cluster.stop()
             if services.external is not None:
                 await services.external.stop()
@@ -208,6 +225,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
     app.include_router(cluster.router)
+    app.include_router(presets.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
@@ -222,7 +240,9 @@ def create_app(settings: Settings) -> Gateway:
     gateway.api = app
     gateway.services = services
     if services.cluster.active:
-        install_cluster(gateway, services.cluster, services.proxy, services.profile_sync)
+        install_cluster(
+            gateway, services.cluster, services.proxy, services.profile_sync, services.presets
+        )
     return gateway
 
 

@@ -345,6 +345,8 @@ class Settings(BaseSettings):
         "before it is reported failed",
         validation_alias=_env(
             "SARDEENZ_PRESET_STEP_TIMEOUT_SECONDS", "preset_step_timeout_seconds"
+        ),
+    )
     scheduler_strategy: Literal["balanced", "maximize-models"] = Field(
         "balanced",
         validation_alias=_env("SARDEENZ_SCHEDULER_STRATEGY", "scheduler_strategy"),

@@ -11,6 +11,7 @@ from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.placement import ClusterPlacement
+from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
@@ -56,6 +57,8 @@ class Services:
     """The leader's scheduler acting on loads without ``podId`` (cluster/placement.py)."""
     profile_sync: ProfileSync
     """Memory profiles shared across the cluster (cluster/profile_sync.py)."""
+    presets: PresetService
+    """Desired states: storage, distribution, apply, reconcile (cluster/preset_service.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

@@ -31,9 +31,7 @@ def model(name: str, replicas: int = 1, **kw: object) -> PresetModel:
     )
 
 
-def seen(
-    pod: str, iid: str, name: str, status: str = "active", age_s: int = 0
-) -> Observed:
+def seen(pod: str, iid: str, name: str, status: str = "active", age_s: int = 0) -> Observed:
     return Observed(pod, iid, name, InstanceStatus(status), T0 - timedelta(seconds=age_s))
 
 
@@ -60,7 +58,8 @@ def test_body_is_camel_case_and_checked_like_a_load() -> None:
     )
     load = body.models[0].load_request()
     assert load.enable_sleep_mode is True
-    assert load.gpu_type == "L4" and load.min_vram_gib == 20
+    assert load.gpu_type == "L4"
+    assert load.min_vram_gib == 20
     assert body.models[0].model_dump(by_alias=True)["minVramGiB"] == 20
     with pytest.raises(ValidationError, match="appears twice"):
         PresetBody.model_validate({"models": [model("a").model_dump(), model("a").model_dump()]})
@@ -193,7 +192,8 @@ def test_what_fits_nowhere_is_unschedulable_with_reasons_per_pod() -> None:
     stuck = plan.unschedulable[0]
     assert set(stuck.reasons) == {"p1", "p2"}
     # Each pod has 2 GiB left after the first two replicas: the scheduler says so.
-    assert "per GPU" in stuck.reasons["p1"] and "per GPU" in stuck.reasons["p2"]
+    assert "per GPU" in stuck.reasons["p1"]
+    assert "per GPU" in stuck.reasons["p2"]
     assert stuck.as_json()["reasons"] == stuck.reasons
 
 

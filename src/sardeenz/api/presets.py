@@ -29,7 +29,7 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 @router.get("", dependencies=[READONLY])
 async def list_presets(services: ServicesDep) -> list[dict[str, Any]]:
     """Every preset; the applied one carries its reconcile status."""
-    return await services.presets.list()
+    return await services.presets.all()
 
 
 @router.get("/{name}", responses=NOT_FOUND, dependencies=[READONLY])

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.peers import Heartbeat
+from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.domain import LoadRequest
 from sardeenz.errors import SardeenzError
@@ -96,9 +97,15 @@ def verify(manager: ClusterManager, scope: Scope, body: bytes) -> None:
 
 
 class InternalApi:
-    def __init__(self, manager: ClusterManager, profile_sync: ProfileSync | None = None) -> None:
+    def __init__(
+        self,
+        manager: ClusterManager,
+        profile_sync: ProfileSync | None = None,
+        presets: PresetService | None = None,
+    ) -> None:
         self._m = manager
         self._profiles = profile_sync
+        self._presets = presets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -171,6 +178,11 @@ class InternalApi:
                 return 200, await self._profiles.local()
             if method == "POST":
                 return await self._profiles.receive(body)
+        if route == "presets/sync" and self._presets is not None:
+            if method == "POST":
+                return await self._presets.receive(body)
+            if method == "GET":
+                return 200, await self._presets.stored()
         if route in ("presets/sync", "memory-profiles"):
             return 501, api_error(f"/internal/{route} is not implemented yet", "not_implemented")
         return 404, api_error(f"no internal route {method} {path[:100]}", "not_found")

@@ -193,8 +193,7 @@ def without(snapshot: ClusterSnapshot, leaving: Sequence[Observed]) -> ClusterSn
         gone[o.pod_id] = gone.get(o.pod_id, 0) + 1
     return ClusterSnapshot(
         tuple(
-            replace(p, instances=max(0, p.instances - gone.get(p.pod_id, 0)))
-            for p in snapshot.pods
+            replace(p, instances=max(0, p.instances - gone.get(p.pod_id, 0))) for p in snapshot.pods
         )
     )
 

@@ -86,9 +86,7 @@ class ApplyRun:
 
 
 class PresetService:
-    def __init__(
-        self, manager: ClusterManager, repo: PresetRepository, placer: Placer
-    ) -> None:
+    def __init__(self, manager: ClusterManager, repo: PresetRepository, placer: Placer) -> None:
         self._m = manager
         self._repo = repo
         self._placer = placer
@@ -117,7 +115,7 @@ class PresetService:
         self._task = None
 
     # ------------------------------------------------------------------ CRUD
-    async def list(self) -> list[dict[str, Any]]:
+    async def all(self) -> list[dict[str, Any]]:
         return [self._view(r) for r in await self._repo.list_all()]
 
     async def get(self, name: str) -> dict[str, Any]:
@@ -235,7 +233,8 @@ class PresetService:
             if await m.act_on(step.instance_id, "unload") is None:
                 await m.supervisor.unload(step.instance_id)
             return {}
-        assert step.load is not None and step.pod_id is not None
+        assert step.load is not None
+        assert step.pod_id is not None
         remote = await m.load_on(step.pod_id, step.load)
         instance = remote or await m.supervisor.load(step.load.model_copy(update={"pod_id": None}))
         await self._wait_serving(step.pod_id, instance.id)
@@ -336,7 +335,9 @@ class PresetService:
         self._failures = self._failures + 1 if failed else 0
         if self._failures:
             delay = min(MAX_BACKOFF_SECONDS, 5.0 * 2 ** (self._failures - 1))
-            self._next_pass = time.monotonic() + max(delay, self._m.settings.preset_reconcile_seconds)
+            self._next_pass = time.monotonic() + max(
+                delay, self._m.settings.preset_reconcile_seconds
+            )
 
     def _available_pods(self) -> frozenset[str]:
         m = self._m
@@ -393,6 +394,10 @@ class PresetService:
                 self._acked[peer.pod_id] = self._revision
             except SardeenzError as exc:
                 log.info("preset sync to %s failed (retried next tick): %s", peer.pod_id, exc)
+
+    async def stored(self) -> dict[str, Any]:
+        """``GET /internal/presets/sync``: this pod's own copy (what a sync left here)."""
+        return {"presets": [r.as_json() for r in await self._repo.list_all()]}
 
     async def receive(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """``POST /internal/presets/sync``: the leader's whole set replaces ours."""

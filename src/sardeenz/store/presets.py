@@ -73,8 +73,14 @@ class PresetRepository:
     async def get(self, name: str) -> PresetRow | None:
         async with self._db.engine.connect() as conn:
             row = (
-                await conn.execute(sa.select(cluster_presets).where(cluster_presets.c.name == name))
-            ).mappings().first()
+                (
+                    await conn.execute(
+                        sa.select(cluster_presets).where(cluster_presets.c.name == name)
+                    )
+                )
+                .mappings()
+                .first()
+            )
             return _row(row) if row is not None else None
 
     async def put(self, name: str, models: list[dict[str, Any]]) -> PresetRow:
@@ -84,8 +90,14 @@ class PresetRepository:
         names = {str(m["servedModelName"]) for m in models}
         async with self._db.engine.begin() as conn:
             old = (
-                await conn.execute(sa.select(cluster_presets).where(cluster_presets.c.name == name))
-            ).mappings().first()
+                (
+                    await conn.execute(
+                        sa.select(cluster_presets).where(cluster_presets.c.name == name)
+                    )
+                )
+                .mappings()
+                .first()
+            )
             if old is None:
                 await conn.execute(
                     cluster_presets.insert().values(
