@@ -26,6 +26,7 @@ from sardeenz.api import (
     memory,
     models,
     moves,
+    presets,
 )
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
@@ -36,6 +37,9 @@ from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
+from sardeenz.cluster.placement import ClusterPlacement
+from sardeenz.cluster.preset_service import PresetService
+from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.wiring import install_cluster
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
@@ -62,6 +66,7 @@ from sardeenz.store.benchmarks import BenchmarkRepository
 from sardeenz.store.catalog import CatalogRepository
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
+from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
 
 log = logging.getLogger("sardeenz")
@@ -99,6 +104,9 @@ def build_services(settings: Settings) -> Services:
     proxy.demand = ondemand
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
     cluster = ClusterManager(settings, table, supervisor, inventory)
+    cluster.promised_bytes = ledger.promised_bytes_by_gpu
+    cluster.profiles_version = lambda: profiles.version
+    placement = ClusterPlacement(cluster, profiles)
     return Services(
         settings=settings,
         bus=bus,
@@ -122,6 +130,9 @@ def build_services(settings: Settings) -> Services:
         reaper=reaper,
         cluster=cluster,
         moves=MoveService(Pods(cluster), settings),
+        placement=placement,
+        presets=PresetService(cluster, PresetRepository(db), placement),
+        profile_sync=ProfileSync(cluster, profiles),
         external=external,
     )
 
@@ -169,6 +180,8 @@ def create_app(settings: Settings) -> Gateway:
         await services.ondemand.preload()
         services.reaper.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
+        services.profile_sync.start()  # cluster only: the leader's profile reconciliation
+        services.presets.start()  # reconciles the applied preset (on the leader)
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -182,6 +195,8 @@ def create_app(settings: Settings) -> Gateway:
             await services.reaper.stop()
             await services.ondemand.close()
             await services.moves.stop()
+            await services.profile_sync.stop()
+            await services.presets.stop()
             await services.cluster.stop()
             if services.external is not None:
                 await services.external.stop()
@@ -216,6 +231,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(catalog.router)
     app.include_router(cluster.router)
     app.include_router(moves.router)
+    app.include_router(presets.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
@@ -230,7 +246,9 @@ def create_app(settings: Settings) -> Gateway:
     gateway.api = app
     gateway.services = services
     if services.cluster.active:
-        install_cluster(gateway, services.cluster, services.proxy)
+        install_cluster(
+            gateway, services.cluster, services.proxy, services.profile_sync, services.presets
+        )
     return gateway
 
 

@@ -329,6 +329,36 @@ class Settings(BaseSettings):
             "SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS", "cluster_request_timeout_seconds"
         ),
     )
+    preset_reconcile_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="The leader compares the applied preset with what runs at least this "
+        "often (and at once when a pod joins or becomes unavailable)",
+        validation_alias=_env("SARDEENZ_PRESET_RECONCILE_SECONDS", "preset_reconcile_seconds"),
+    )
+    preset_step_timeout_seconds: float = Field(
+        900.0,
+        gt=0,
+        le=86_400,
+        description="How long one preset step (a replica's load until active) may take "
+        "before it is reported failed",
+        validation_alias=_env(
+            "SARDEENZ_PRESET_STEP_TIMEOUT_SECONDS", "preset_step_timeout_seconds"
+        ),
+    )
+    scheduler_strategy: Literal["balanced", "maximize-models"] = Field(
+        "balanced",
+        validation_alias=_env("SARDEENZ_SCHEDULER_STRATEGY", "scheduler_strategy"),
+    )
+    cluster_profile_sync_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_PROFILE_SYNC_INTERVAL_SECONDS",
+            "cluster_profile_sync_interval_seconds",
+        ),
+    )
 
     # --- authentication (any JWT setting turns admin auth on) ---------------
     jwt_secret: SecretStr | None = Field(

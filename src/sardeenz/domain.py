@@ -89,6 +89,21 @@ class LoadRequest(StrictCamelModel):
         description="cluster: the pod to load on (an id from GET /api/cluster/status); "
         "default this pod",
     )
+    gpu_type: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="cluster placement without podId: only GPUs whose name contains this "
+        "(case-insensitive) or matches it as a glob, e.g. `A100` or `*A100*80GB`",
+    )
+    min_vram_gib: float | None = Field(
+        None,
+        alias="minVramGiB",  # the unit as written everywhere else, not to_camel's "Gib"
+        gt=0,
+        le=100_000,
+        description="cluster placement without podId: only GPUs with at least this much "
+        "memory in total (GiB)",
+    )
     force: bool = Field(
         False,
         description="skip memory checks (e.g. the host-memory check of a CPU-build vLLM load); "

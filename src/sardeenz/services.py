@@ -11,6 +11,9 @@ from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
+from sardeenz.cluster.placement import ClusterPlacement
+from sardeenz.cluster.preset_service import PresetService
+from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
@@ -52,6 +55,12 @@ class Services:
     reaper: IdleReaper
     cluster: ClusterManager
     moves: MoveService
+    placement: ClusterPlacement
+    """The leader's scheduler acting on loads without ``podId`` (cluster/placement.py)."""
+    profile_sync: ProfileSync
+    """Memory profiles shared across the cluster (cluster/profile_sync.py)."""
+    presets: PresetService
+    """Desired states: storage, distribution, apply, reconcile (cluster/preset_service.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

@@ -31,7 +31,14 @@ TIMING = {
 
 
 class Cluster:
-    def __init__(self, root: Path, size: int, **extra_env: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        size: int,
+        pod_env: dict[str, dict[str, str]] | None = None,
+        **extra_env: str,
+    ) -> None:
+        """``pod_env``: environment of single pods by name (e.g. their simulated GPUs)."""
         self.names = [f"pod-{chr(ord('a') + i)}" for i in range(size)]
         hosts = [f"127.0.0.{i + 1}" for i in range(size)]
         ports = [free_port() for _ in range(size)]
@@ -44,6 +51,7 @@ class Cluster:
                 "POD_NAME": name,
                 **TIMING,
                 **extra_env,
+                **(pod_env or {}).get(name, {}),
             }
             self.pods[name] = ServerProcess(root / name, host=host, port=port, extra_env=env)
 

@@ -96,7 +96,9 @@ def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
         headers=Signer(SECRET.encode()).headers("POST", path, body),
         timeout=5,
     )
-    assert resp.status_code == 501
+    # Signed, so the route answers: a sync without the leader's term and presets is refused.
+    assert resp.status_code == 400
+    assert resp.json()["code"] == "invalid_request"
 
 
 def test_internal_routes_are_not_in_the_openapi_document(pair: Cluster) -> None:

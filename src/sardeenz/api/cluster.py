@@ -1,4 +1,9 @@
-"""``GET /api/cluster/status``: this pod's view of the cluster (answered by every pod)."""
+"""``/api/cluster``: this pod's view of the cluster and the scheduler's verdict.
+
+Answered by every pod (never redirected to the leader): each pod's view can
+be read, and every pod holds every heartbeat, so any pod can say where a load
+would go (the leader acts on the same computation).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from sardeenz.api.deps import ServicesDep
+from sardeenz.domain import LoadRequest
 from sardeenz.security.policy import READONLY
 
 router = APIRouter(prefix="/api/cluster", tags=["cluster"])
@@ -37,3 +43,39 @@ class ClusterStatus(BaseModel):
 async def cluster_status(services: ServicesDep) -> dict[str, Any]:
     """Mode, leader, term and every pod this one knows (itself first)."""
     return await services.cluster.status()
+
+
+class ScheduleVerdict(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    strategy: str = Field(description="balanced | maximize-models")
+    placed: bool = Field(description="false: no pod can take the load now")
+    verdict: str = Field(description="one line for people")
+    podId: str | None = None
+    gpuIds: list[int] = Field(default_factory=list)
+    needBytesPerGpu: int | None = None
+    needSource: str | None = Field(None, description="profile | estimate | unknown | booking")
+    freeAfterBytes: dict[str, int] = Field(
+        default_factory=dict, description="GPU index -> bytes available after the load"
+    )
+    minFreeAfterBytes: int | None = None
+    reasons: dict[str, str] = Field(
+        default_factory=dict, description="pod id -> why it cannot take the load"
+    )
+
+
+@router.post("/schedule", response_model=ScheduleVerdict, dependencies=[READONLY])
+async def cluster_schedule(body: LoadRequest, services: ServicesDep) -> dict[str, Any]:
+    """Dry run: where ``POST /api/v1/models/load`` with this body (no ``podId``) would
+    go now, and how much memory the chosen GPUs would keep free; nothing is loaded.
+    On a single node the node itself is the only pod."""
+    decision = await services.placement.decide(body)
+    return decision.as_json()
+
+
+@router.get("/memory-profiles", dependencies=[READONLY])
+async def cluster_memory_profiles(services: ServicesDep) -> dict[str, Any]:
+    """The merged memory profiles (one per model, length and GPU type, the newest
+    measurement) with ``count`` (measurements of that key) and ``pods``; on a follower,
+    the set the leader last pushed to it."""
+    return services.profile_sync.merged()

@@ -31,7 +31,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     responses={
         400: {"description": "invalid request"},
         404: {"description": "cluster: no such pod (`code`: pod_not_found)"},
-        409: ERRORS[409],
+        409: {
+            "description": "conflicting state (`code` says which); in a cluster, no pod can "
+            "take the load: `no_pod_fits` with `reasons` per pod"
+        },
         503: {"description": "cluster: the pod is unavailable (`code`: pod_unavailable)"},
     },
 )
@@ -39,12 +42,18 @@ async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
     """Start an engine; returns at once with the instance in `starting`.
 
     In a cluster, ``podId`` names the pod to load on (the leader sends the
-    order through ``/internal/models/load``, fenced by its term).
+    order through ``/internal/models/load``, fenced by its term); without it
+    the leader's scheduler chooses the pod and GPUs (``SARDEENZ_SCHEDULER_STRATEGY``,
+    constraints ``gpuType``, ``minVramGiB``, ``tensorParallelSize``).
     """
     if body.pod_id is not None:
         remote = await services.cluster.load_on(body.pod_id, body)
         if remote is not None:
             return remote
+    else:
+        placed = await services.placement.place(body)
+        if placed is not None:
+            return placed
     return await services.load_model(body)
 
 

@@ -165,7 +165,7 @@ class Pods:
         data = (
             routes_here(self._m)
             if pod_id == self.me
-            else await self._m.query(pod_id, "GET", "/internal/routes")
+            else await self._m.ask(pod_id, "GET", "/internal/routes")
         )
         if data is None or not isinstance(data.get("routes"), dict):
             return None

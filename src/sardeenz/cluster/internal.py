@@ -10,9 +10,11 @@ sleep, wake) carry the leader's ``term`` and are refused with 409
 
 Routes: ``GET ping``, ``POST heartbeat``, ``GET state``, ``GET routes``, ``POST
 election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``,
-``POST models/{id}/withdraw|restore|drain`` (a move's steps, cluster/handover.py);
-``presets/sync`` and ``memory-profiles`` answer 501 until the leader's
-preset and profile reconciliation exist.
+``POST models/{id}/withdraw|restore|drain`` (a move's steps, cluster/handover.py),
+``GET memory-profiles`` (this pod's profiles) and ``POST memory-profiles``
+(the leader's merged set, fenced; cluster/profile_sync.py), ``GET|POST
+presets/sync`` (this pod's presets; the leader's whole set, fenced;
+cluster/preset_service.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.cluster import handover
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.peers import Heartbeat
+from sardeenz.cluster.preset_service import PresetService
+from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.domain import LoadRequest
 from sardeenz.errors import SardeenzError
 from sardeenz.proxy.wire import api_error, header, send_json
@@ -101,8 +105,15 @@ def verify(manager: ClusterManager, scope: Scope, body: bytes) -> None:
 
 
 class InternalApi:
-    def __init__(self, manager: ClusterManager) -> None:
+    def __init__(
+        self,
+        manager: ClusterManager,
+        profile_sync: ProfileSync | None = None,
+        presets: PresetService | None = None,
+    ) -> None:
         self._m = manager
+        self._profiles = profile_sync
+        self._presets = presets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -126,7 +137,8 @@ class InternalApi:
         except ValidationError as exc:
             status, data = 400, {"detail": _first_error(exc), "code": "invalid_request"}
         except SardeenzError as exc:
-            status, data = exc.status, {"detail": exc.message, "code": exc.code}
+            # extras too (a refusal's fit verdict): the leader hands them on as they came
+            status, data = exc.status, {**exc.extra, "detail": exc.message, "code": exc.code}
         except Exception:
             log.exception("internal route %s failed", scope["path"])
             status, data = 500, {"detail": "internal error", "code": "internal_error"}
@@ -173,8 +185,16 @@ class InternalApi:
                 return 200, inst.model_dump(mode="json")
             if action in ("withdraw", "restore", "drain"):
                 return 200, await self._handover(iid, action, body)
-        if route in ("presets/sync", "memory-profiles"):
-            return 501, api_error(f"/internal/{route} is not implemented yet", "not_implemented")
+        if route == "memory-profiles" and self._profiles is not None:
+            if method == "GET":
+                return 200, await self._profiles.local()
+            if method == "POST":
+                return await self._profiles.receive(body)
+        if route == "presets/sync" and self._presets is not None:
+            if method == "POST":
+                return await self._presets.receive(body)
+            if method == "GET":
+                return 200, await self._presets.stored()
         return 404, api_error(f"no internal route {method} {path[:100]}", "not_found")
 
     async def _handover(self, iid: str, action: str, body: bytes) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from sardeenz.cluster.peers import GpuFigures, Heartbeat, PeerStore, remote_endp
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.errors import Conflict, NotFound, SardeenzError, Unavailable
-from sardeenz.gpu.inventory import GpuInventory
+from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.proxy.routing import RoutingTable
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.cluster_hmac import Signer, Verifier
@@ -95,6 +95,10 @@ class ClusterManager:
         self._state_file = settings.data_dir / "cluster-election.json"
         self._driver: ClusterDriver | None = None
         self._gpus: list[GpuFigures] = []
+        self.promised_bytes: Callable[[list[GpuInfo]], Awaitable[dict[int, int]]] | None = None
+        """The memory ledger's promised bytes per GPU (app.py sets it)."""
+        self.profiles_version: Callable[[], str] | None = None
+        """The version of this pod's memory profiles (app.py sets it)."""
         self._last_leader: tuple[str | None, int] = (None, 0)
         self.withdrawn: dict[str, float] = {}
         """Instance id -> monotonic expiry: served here, not advertised to peers (a move's
@@ -166,6 +170,7 @@ class ClusterManager:
     async def local_heartbeat(self) -> Heartbeat:
         try:
             gpus = await self.inventory.snapshot()
+            promised = await self.promised_bytes(gpus) if self.promised_bytes else {}
             self._gpus = [
                 GpuFigures(
                     index=g.index,
@@ -174,6 +179,7 @@ class ClusterManager:
                     used_bytes=g.used_bytes,
                     free_bytes=g.free_bytes,
                     simulated=g.simulated,
+                    promised_bytes=promised.get(g.index, 0),
                 )
                 for g in gpus
             ]
@@ -190,6 +196,7 @@ class ClusterManager:
             instances=instances,
             gpus=self._gpus,
             unrouted=self._unrouted({i.id for i in instances}),
+            profiles_version=self.profiles_version() if self.profiles_version else None,
         )
 
     def _unrouted(self, present: set[str]) -> list[str]:
@@ -202,13 +209,6 @@ class ClusterManager:
         """Send the next heartbeat now (a routing change peers should learn quickly)."""
         if self._driver is not None:
             self._driver.beat_soon()
-
-    async def query(self, pod_id: str, method: str, path: str) -> dict[str, Any] | None:
-        """A signed read of another pod's ``/internal`` (None: unknown pod or no answer)."""
-        peer = self.peers.get(pod_id)
-        if peer is None or self._driver is None:
-            return None
-        return await self._driver.call(peer.address, method, path)
 
     async def status(self) -> dict[str, Any]:
         """``GET /api/cluster/status``: this pod's view of the cluster."""
@@ -341,12 +341,28 @@ class ClusterManager:
         if status >= 400:
             detail = data.get("detail") if isinstance(data, dict) else None
             code = data.get("code") if isinstance(data, dict) else None
-            err = SardeenzError(f"pod {pod_id}: {detail or status}", code=code or "peer_error")
+            extra = (
+                {k: v for k, v in data.items() if k not in ("detail", "code")}
+                if isinstance(data, dict)
+                else {}
+            )  # e.g. the fit verdict of a model_does_not_fit refusal
+            err = SardeenzError(
+                f"pod {pod_id}: {detail or status}", code=code or "peer_error", **extra
+            )
             err.status = status
             raise err
         if not isinstance(data, dict):
             raise Unavailable(f"pod {pod_id!r} answered no instance", code="pod_unavailable")
         return data
+
+    async def ask(
+        self, pod_id: str, method: str, path: str, payload: Any = None
+    ) -> dict[str, Any] | None:
+        """A signed request to a known pod; its JSON answer, None on any failure."""
+        peer = self.peers.get(pod_id)
+        if peer is None or self._driver is None:
+            return None
+        return await self._driver.call(peer.address, method, path, payload)
 
     async def load_on(self, pod_id: str, req: LoadRequest) -> ModelInstance | None:
         """Load on ``pod_id``; None when that is this pod (the caller loads locally)."""

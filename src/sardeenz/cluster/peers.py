@@ -2,7 +2,8 @@
 
 A heartbeat carries the sender's identity, its term and whether it leads,
 its routing version, its instances (as ``GET /api/v1/models`` shows them)
-and its GPU figures. The store keeps the newest heartbeat per pod and turns
+its GPU figures (with the memory its ledger promised) and the version of its
+memory profiles. The store keeps the newest heartbeat per pod and turns
 a pod's active instances into remote endpoints for the routing table
 (weight 1: local engines, weight 2, take two requests for every remote one).
 """
@@ -26,6 +27,10 @@ class GpuFigures(CamelModel):
     used_bytes: int
     free_bytes: int
     simulated: bool = False
+    promised_bytes: int = 0
+    """Promised by the pod's memory ledger to engines still starting or waking up (which
+    a driver does not show as used yet); the scheduler counts it as used. Absent (0) in
+    the heartbeats of older pods."""
 
 
 class Heartbeat(CamelModel):
@@ -40,6 +45,9 @@ class Heartbeat(CamelModel):
     unrouted: list[str] = Field(default_factory=list, max_length=4096)
     """Instance ids the sender still serves but withdraws from other pods' routing
     (the source of a move, cluster/handover.py): peers route none of them."""
+    profiles_version: str | None = Field(None, max_length=128)
+    """Changes whenever the pod's memory profiles change: the leader then collects
+    them (cluster/profile_sync.py). None from pods without profile sync."""
 
     @property
     def address(self) -> PeerAddress:

@@ -7,12 +7,20 @@ from typing import Any
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
 from sardeenz.cluster.internal import InternalApi
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.preset_service import PresetService
+from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import leader_redirect
 from sardeenz.proxy.forwarder import InferenceProxy
 
 
-def install_cluster(gateway: Any, manager: ClusterManager, proxy: InferenceProxy) -> None:
-    gateway.internal = InternalApi(manager)
+def install_cluster(
+    gateway: Any,
+    manager: ClusterManager,
+    proxy: InferenceProxy,
+    profile_sync: ProfileSync | None = None,
+    presets: PresetService | None = None,
+) -> None:
+    gateway.internal = InternalApi(manager, profile_sync, presets)
     gateway.trusted_forward = trusted_forward(manager)
     gateway.redirect = leader_redirect(manager)
     proxy.remote_headers = remote_headers(manager)

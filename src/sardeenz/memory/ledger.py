@@ -130,6 +130,13 @@ class MemoryLedger:
             pending_bytes_by_gpu(gpus, promised),
         )
 
+    async def promised_bytes_by_gpu(self, gpus: list[GpuInfo]) -> dict[int, int]:
+        """Bytes per GPU promised to engines that have not taken them yet (as placement
+        counts them); the cluster heartbeat carries them to the leader's scheduler."""
+        if not gpus or not any(p.pending for p in self._held.values()):
+            return {}
+        return pending_bytes_by_gpu(gpus, await self._pending())
+
     # --- load ----------------------------------------------------------------------
     async def admit_load(
         self,

@@ -57,7 +57,7 @@ READONLY: DependsParam = Depends(_requiring(Role.READONLY))
 PUBLIC: DependsParam = Depends(_public)
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-QUERY_POSTS = frozenset({"/api/memory/profiles/check"})
+QUERY_POSTS = frozenset({"/api/memory/profiles/check", "/api/cluster/schedule"})
 """POSTs that change nothing (a question with a body, like the fit check the load dialog
 asks as the operator types): read-only callers may ask them, and the audit trail skips
 them."""

@@ -7,6 +7,9 @@ operator creating profiles never hold the SQLite write lock for long (WAL and
 
 from __future__ import annotations
 
+import itertools
+import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -53,12 +56,55 @@ def _profile(row: RowMapping) -> MemoryProfile:
 class ProfileRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._token = uuid.uuid4().hex[:12]
+        self._changes = itertools.count(1)
+        self._version = 0
+
+    @property
+    def version(self) -> str:
+        """``<token>:<n>``: changes whenever this process writes a profile (the cluster's
+        profile sync collects a pod's profiles when its version changes; the token is
+        new in every process, so a restarted pod is collected again)."""
+        return f"{self._token}:{self._version}"
+
+    def _changed(self) -> None:
+        self._version = next(self._changes)
 
     async def create(self, profile: MemoryProfile) -> MemoryProfile:
         values = profile.model_dump(by_alias=False, include=set(_COLUMNS))
         async with self._db.engine.begin() as conn:
             await conn.execute(memory_profiles.insert().values(**values))
+        self._changed()
         return profile
+
+    async def merge(self, profiles: Sequence[MemoryProfile]) -> int:
+        """Store profiles measured elsewhere: a new id is inserted, a known one updated
+        when the incoming copy is newer; returns how many rows changed. Idempotent."""
+        if not profiles:
+            return 0
+        c = memory_profiles.c
+        changed = 0
+        async with self._db.engine.begin() as conn:
+            ids = [p.id for p in profiles]
+            rows = (
+                await conn.execute(sa.select(c.id, c.created_at, c.updated_at).where(c.id.in_(ids)))
+            ).all()
+            known = {r.id: as_utc(r.updated_at) or as_utc(r.created_at) for r in rows}
+            for p in profiles:
+                values = p.model_dump(by_alias=False, include=set(_COLUMNS))
+                stamp = p.updated_at or p.created_at
+                if p.id not in known:
+                    await conn.execute(memory_profiles.insert().values(**values))
+                    changed += 1
+                elif (mine := known[p.id]) is not None and stamp > mine:
+                    values.pop("id")
+                    await conn.execute(
+                        memory_profiles.update().where(c.id == p.id).values(**values)
+                    )
+                    changed += 1
+        if changed:
+            self._changed()
+        return changed
 
     async def get(self, profile_id: str) -> MemoryProfile | None:
         async with self._db.engine.connect() as conn:
@@ -104,4 +150,6 @@ class ProfileRepository:
             result = await conn.execute(
                 memory_profiles.delete().where(memory_profiles.c.id == profile_id)
             )
+        if result.rowcount:
+            self._changed()
         return bool(result.rowcount)

@@ -138,3 +138,14 @@ catalog_entries = sa.Table(
     sa.Column("entry", sa.JSON, nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+# --- cluster presets: desired states; the leader distributes them to every pod ----------
+cluster_presets = sa.Table(
+    "cluster_presets",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("models", sa.JSON, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("dropped", sa.JSON, nullable=False),
+)

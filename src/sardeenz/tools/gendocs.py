@@ -213,6 +213,15 @@ MEANINGS: dict[str, str] = {
         "no-vote promise (seed: 15 s)"
     ),
     "cluster_request_timeout_seconds": "timeout of each pod-to-pod call",
+    "scheduler_strategy": (
+        "where the leader places a load without `podId`: `balanced` (spread: the GPUs "
+        "left with the most free memory) or `maximize-models` (pack: best fit) "
+        "([cluster.md](cluster.md#scheduler))"
+    ),
+    "cluster_profile_sync_interval_seconds": (
+        "the leader collects every pod's memory profiles this often (and at once when a "
+        "pod's profiles change or a pod joins), merges and distributes them"
+    ),
 }
 
 

@@ -1,0 +1,449 @@
+"""Presets as a service: storage, distribution, apply, and the reconcile loop.
+
+* **Storage and distribution.** Every pod keeps the presets in SQLite. The
+  leader writes (the admin API reaches it through the followers' 307) and
+  pushes the whole set to every pod through ``/internal/presets/sync``, fenced
+  by its term; a pod that missed a push (down, partitioned, new) gets it on
+  the next reconcile tick, since the leader re-sends to every pod whose
+  acknowledged revision differs. So whichever pod leads next has them.
+* **Apply** (``POST .../{name}/apply``): plan, refuse the whole preset when a
+  replica fits nowhere (409 ``preset_unschedulable``, nothing done), else mark
+  it applied and run the steps in a task this service owns, whose progress is
+  an event log the SSE stream replays and follows. A client that leaves does
+  not stop it; applying again is idempotent (the plan is computed afresh, so a
+  finished step is not repeated) and resumes a partial apply. One apply or
+  reconcile pass at a time: a second apply gets 409 ``preset_apply_in_progress``.
+* **Reconcile** (controller pattern, level-triggered): the leader compares the
+  applied preset with what the pods' heartbeats show, at least every
+  ``SARDEENZ_PRESET_RECONCILE_SECONDS`` and at once when the set of available
+  pods changes, and runs the plan's loads and unloads, with exponential backoff
+  after a pass with failures. It acts only on a settled view: no pass while a
+  pod is suspect or a pod without a heartbeat yet, so a new leader does not
+  place replicas it simply has not heard of yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, Field, ValidationError
+
+from sardeenz.cluster.election import PeerState
+from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.preset_plan import Placer, Plan, Step, make_plan
+from sardeenz.cluster.presets import Observed, PresetBody, PresetModel
+from sardeenz.domain import InstanceStatus, utcnow
+from sardeenz.errors import Conflict, NotFound, SardeenzError
+from sardeenz.store.presets import PresetRepository, PresetRow
+from sardeenz.tasks import stop_task
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.5
+TICK_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 120.0
+
+
+class _Sync(BaseModel):
+    term: int = Field(ge=0)
+    presets: list[dict[str, Any]] = Field(max_length=1024)
+
+
+@dataclass
+class ApplyRun:
+    """One apply (or reconcile pass): its steps' states and its event log."""
+
+    preset: str
+    trigger: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    state: str = "running"
+    started_at: str = field(default_factory=lambda: utcnow().isoformat())
+    finished_at: str | None = None
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        self.events.append((kind, data))
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "preset": self.preset,
+            "trigger": self.trigger,
+            "state": self.state,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "steps": self.steps,
+        }
+
+
+class PresetService:
+    def __init__(self, manager: ClusterManager, repo: PresetRepository, placer: Placer) -> None:
+        self._m = manager
+        self._repo = repo
+        self._placer = placer
+        self._busy = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._acked: dict[str, str] = {}
+        self._revision = ""
+        self._last_run: ApplyRun | None = None
+        self._last_pass = 0.0
+        self._members: frozenset[str] = frozenset()
+        self._failures = 0
+        self._next_pass = 0.0
+        self.unschedulable: list[dict[str, Any]] = []
+        """What the last reconcile pass could not place, with the reasons."""
+
+    # ------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._loop(), name="preset-reconcile")
+
+    async def stop(self) -> None:
+        await stop_task(self._loop_task)
+        self._loop_task = None
+        await stop_task(self._task)
+        self._task = None
+
+    # ------------------------------------------------------------------ CRUD
+    async def all(self) -> list[dict[str, Any]]:
+        return [self._view(r) for r in await self._repo.list_all()]
+
+    async def get(self, name: str) -> dict[str, Any]:
+        return self._view(await self._row(name))
+
+    async def put(self, name: str, body: PresetBody) -> dict[str, Any]:
+        models = [m.model_dump(mode="json", by_alias=True) for m in body.models]
+        row = await self._repo.put(name, models)
+        await self._push()
+        self.poke()
+        return self._view(row)
+
+    async def delete(self, name: str) -> dict[str, Any]:
+        row = await self._row(name)
+        if row.applied_at is not None and self._busy.locked():
+            raise Conflict(
+                f"preset {name!r} is being applied; delete it once the apply ends",
+                code="preset_apply_in_progress",
+            )
+        await self._repo.delete(name)
+        await self._push()
+        return self._view(row)
+
+    async def plan(self, name: str) -> Plan:
+        row = await self._row(name)
+        dropped = row.dropped if row.applied_at is not None else await self._dropped_by(name)
+        return await make_plan(_models(row), self.observed(), self._placer, dropped)
+
+    # ----------------------------------------------------------------- apply
+    async def apply(self, name: str) -> ApplyRun:
+        """Start applying ``name``; the caller streams the returned run's events."""
+        row = await self._row(name)
+        if self._busy.locked():
+            raise Conflict(
+                "another preset apply or reconcile pass is running; try again when it ends",
+                code="preset_apply_in_progress",
+            )
+        await self._busy.acquire()
+        try:
+            dropped = await self._dropped_by(name) if row.applied_at is None else row.dropped
+            plan = await make_plan(_models(row), self.observed(), self._placer, dropped)
+            if plan.unschedulable:
+                raise Conflict(
+                    f"preset {name!r} cannot be applied: "
+                    + "; ".join(f"{s.model}: {s.reason}" for s in plan.unschedulable),
+                    code="preset_unschedulable",
+                    steps=[s.as_json() for s in plan.unschedulable],
+                )
+            await self._repo.mark_applied(name)
+            await self._push()
+        except BaseException:
+            self._busy.release()
+            raise
+        run = ApplyRun(name, "apply")
+        self._last_run = run
+        self._task = asyncio.create_task(self._run(run, plan, owned=True), name="preset-apply")
+        return run
+
+    async def events(self, run: ApplyRun) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """The run's events from the first, then as they come, until it ends."""
+        sent = 0
+        while True:
+            changed = run.changed
+            while sent < len(run.events):
+                yield run.events[sent]
+                sent += 1
+            if run.state != "running":
+                return
+            await changed.wait()
+
+    async def _run(self, run: ApplyRun, plan: Plan, owned: bool) -> None:
+        try:
+            run.steps = [{**s.as_json(), "state": "pending"} for s in plan.steps]
+            run.emit("plan", {"preset": run.preset, **plan.as_json()})
+            failed = 0
+            for i, step in enumerate(plan.steps):
+                if step.action == "unschedulable":
+                    run.steps[i].update(state="failed", error=step.reason)
+                    run.emit("step", {"index": i, **run.steps[i]})
+                    failed += 1
+                    continue
+                run.steps[i]["state"] = "running"
+                run.emit("step", {"index": i, **run.steps[i]})
+                try:
+                    detail = await self._execute(step)
+                    run.steps[i].update(state="done", **detail)
+                except SardeenzError as exc:
+                    failed += 1
+                    run.steps[i].update(state="failed", error=exc.message, code=exc.code)
+                except Exception as exc:  # a step fails; the others still run
+                    failed += 1
+                    log.exception("preset %s: step %d failed", run.preset, i)
+                    run.steps[i].update(state="failed", error=str(exc) or type(exc).__name__)
+                run.emit("step", {"index": i, **run.steps[i]})
+            await self._settle_dropped(run.preset)
+            run.state = "failed" if failed else "done"
+            run.finished_at = utcnow().isoformat()
+            self._note_outcome(failed)
+            log.info(
+                "preset %s: %s %s (%d steps, %d failed)",
+                run.preset, run.trigger, run.state, len(plan.steps), failed,
+            )  # fmt: skip
+            run.emit("done", {"state": run.state, "failed": failed, "steps": len(plan.steps)})
+        finally:
+            if run.state == "running":  # cancelled (shutdown): say so to followers
+                run.state = "cancelled"
+                run.emit("done", {"state": "cancelled", "failed": 0, "steps": len(plan.steps)})
+            if owned:
+                self._busy.release()
+
+    async def _execute(self, step: Step) -> dict[str, Any]:
+        m = self._m
+        if step.action == "unload":
+            assert step.instance_id is not None
+            if await m.act_on(step.instance_id, "unload") is None:
+                await m.supervisor.unload(step.instance_id)
+            return {}
+        assert step.load is not None
+        assert step.pod_id is not None
+        remote = await m.load_on(step.pod_id, step.load)
+        instance = remote or await m.supervisor.load(step.load.model_copy(update={"pod_id": None}))
+        await self._wait_serving(step.pod_id, instance.id)
+        return {"instanceId": instance.id}
+
+    async def _wait_serving(self, pod_id: str, instance_id: str) -> None:
+        deadline = time.monotonic() + self._m.settings.preset_step_timeout_seconds
+        while time.monotonic() < deadline:
+            status, error = self._status_of(pod_id, instance_id)
+            if status in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING):
+                return
+            if status is InstanceStatus.FAILED:
+                raise SardeenzError(
+                    f"instance {instance_id} on {pod_id} failed: {error or 'no reason given'}",
+                    code="instance_failed",
+                )
+            await asyncio.sleep(POLL_SECONDS)
+        raise SardeenzError(
+            f"instance {instance_id} on {pod_id} not active after "
+            f"{self._m.settings.preset_step_timeout_seconds:g} s",
+            code="step_timeout",
+        )
+
+    def _status_of(self, pod_id: str, instance_id: str) -> tuple[InstanceStatus | None, str | None]:
+        m = self._m
+        if pod_id == m.identity.pod_id:
+            found = [i for i in m.supervisor.list_instances() if i.id == instance_id]
+        else:
+            peer = m.peers.get(pod_id)
+            hb = peer.heartbeat if peer is not None else None
+            found = [i for i in (hb.instances if hb else []) if i.id == instance_id]
+        if not found:
+            return None, None
+        return found[0].status, found[0].error_message
+
+    # ------------------------------------------------------------- observed
+    def observed(self) -> list[Observed]:
+        """Every instance of every pod not known to be gone, as the leader sees it."""
+        m = self._m
+        out = [_observed(m.identity.pod_id, i) for i in m.supervisor.list_instances()]
+        if m.active:
+            now = m.now()
+            for peer in m.peers.all():
+                hb = peer.heartbeat
+                if hb is None or m.detector.state(peer.pod_id, now) is PeerState.UNAVAILABLE:
+                    continue
+                out.extend(_observed(peer.pod_id, i) for i in hb.instances)
+        return out
+
+    # ------------------------------------------------------------- reconcile
+    def poke(self) -> None:
+        """Run a reconcile pass at the next tick (a change an operator just made)."""
+        self._next_pass = 0.0
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "lastRun": self._last_run.as_json() if self._last_run else None,
+            "unschedulable": self.unschedulable,
+            "consecutiveFailures": self._failures,
+        }
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            try:
+                await self._tick()
+            except Exception:
+                log.exception("preset reconcile tick failed")
+
+    async def _tick(self) -> None:
+        m = self._m
+        if not m.is_leader():
+            self._acked.clear()
+            return
+        if m.active:
+            await self._push(only_stale=True)
+        members = self._available_pods()
+        now = time.monotonic()
+        due = now >= self._next_pass or members != self._members
+        if not due or self._busy.locked() or not self._settled():
+            return
+        applied = next((r for r in await self._repo.list_all() if r.applied_at), None)
+        if applied is None:
+            return
+        self._members = members
+        async with self._busy:
+            self._next_pass = now + self._m.settings.preset_reconcile_seconds
+            plan = await make_plan(_models(applied), self.observed(), self._placer, applied.dropped)
+            self.unschedulable = [s.as_json() for s in plan.unschedulable]
+            if plan.nothing_to_do:
+                self._note_outcome(0)
+                return
+            run = ApplyRun(applied.name, "reconcile")
+            self._last_run = run
+            await self._run(run, plan, owned=False)
+
+    def _note_outcome(self, failed: int) -> None:
+        self._failures = self._failures + 1 if failed else 0
+        if self._failures:
+            delay = min(MAX_BACKOFF_SECONDS, 5.0 * 2 ** (self._failures - 1))
+            self._next_pass = time.monotonic() + max(
+                delay, self._m.settings.preset_reconcile_seconds
+            )
+
+    def _available_pods(self) -> frozenset[str]:
+        m = self._m
+        pods = {m.identity.pod_id}
+        if m.active:
+            now = m.now()
+            pods |= {
+                p.pod_id
+                for p in m.peers.all()
+                if m.detector.state(p.pod_id, now) is not PeerState.UNAVAILABLE
+            }
+        return frozenset(pods)
+
+    def _settled(self) -> bool:
+        m = self._m
+        if not m.active:
+            return True
+        now = m.now()
+        for peer in m.peers.all():
+            state = m.detector.state(peer.pod_id, now)
+            if state is PeerState.SUSPECT:
+                return False
+            if state is PeerState.HEALTHY and peer.heartbeat is None:
+                return False
+        return True
+
+    async def _settle_dropped(self, name: str) -> None:
+        """Forget dropped names whose instances are all gone (the unloads are done)."""
+        row = await self._repo.get(name)
+        if row is None or not row.dropped:
+            return
+        running = {o.served_model_name for o in self.observed()}
+        left = [n for n in row.dropped if n in running]
+        if left != row.dropped:
+            await self._repo.set_dropped(name, left)
+            await self._push()
+
+    # ------------------------------------------------------------------ sync
+    async def _push(self, only_stale: bool = False) -> None:
+        """Send every pod the whole set (only those behind, when ``only_stale``)."""
+        m = self._m
+        if not m.active or not m.is_leader():
+            return
+        rows = [r.as_json() for r in await self._repo.list_all()]
+        self._revision = hashlib.sha256(orjson.dumps(rows)).hexdigest()[:16]
+        now = m.now()
+        for peer in m.peers.all():
+            if m.detector.state(peer.pod_id, now) is PeerState.UNAVAILABLE:
+                continue
+            if only_stale and self._acked.get(peer.pod_id) == self._revision:
+                continue
+            try:
+                await m.order(peer.pod_id, "/internal/presets/sync", {"presets": rows})
+                self._acked[peer.pod_id] = self._revision
+            except SardeenzError as exc:
+                log.info("preset sync to %s failed (retried next tick): %s", peer.pod_id, exc)
+
+    async def stored(self) -> dict[str, Any]:
+        """``GET /internal/presets/sync``: this pod's own copy (what a sync left here)."""
+        return {"presets": [r.as_json() for r in await self._repo.list_all()]}
+
+    async def receive(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """``POST /internal/presets/sync``: the leader's whole set replaces ours."""
+        try:
+            sync = _Sync.model_validate_json(body)
+            rows = [PresetRow.from_json(r) for r in sync.presets]
+        except (ValidationError, KeyError, ValueError, TypeError) as exc:
+            return 400, {"detail": f"bad preset sync: {exc}"[:500], "code": "invalid_request"}
+        if not self._m.accepts_order(sync.term):
+            return 409, {
+                "detail": f"sync of term {sync.term} refused: this pod has seen term "
+                f"{self._m.election.term}",
+                "code": "stale_term",
+            }
+        await self._repo.replace_all(rows)
+        return 200, {"presets": len(rows)}
+
+    # --------------------------------------------------------------- helpers
+    async def _row(self, name: str) -> PresetRow:
+        row = await self._repo.get(name)
+        if row is None:
+            raise NotFound(f"no preset {name!r}", code="preset_not_found")
+        return row
+
+    async def _dropped_by(self, name: str) -> list[str]:
+        """Names the currently applied preset (not ``name``) owns that ``name`` drops."""
+        rows = await self._repo.list_all()
+        target = next(r for r in rows if r.name == name)
+        keep = {str(m["servedModelName"]) for m in target.models}
+        out: set[str] = set()
+        for r in rows:
+            if r.name != name and r.applied_at is not None:
+                out |= {str(m["servedModelName"]) for m in r.models} | set(r.dropped)
+        return sorted(out - keep)
+
+    def _view(self, row: PresetRow) -> dict[str, Any]:
+        out = row.as_json()
+        out["applied"] = row.applied_at is not None
+        if row.applied_at is not None:
+            out["reconcile"] = self.status()
+        return out
+
+
+def _models(row: PresetRow) -> list[PresetModel]:
+    return [PresetModel.model_validate(m) for m in row.models]
+
+
+def _observed(pod_id: str, i: Any) -> Observed:
+    return Observed(pod_id, i.id, i.served_model_name, i.status, i.created_at)
