@@ -26,6 +26,7 @@ from sardeenz.cluster.scheduler import (
     PodState,
     Refusal,
     Strategy,
+    book,
     matches_type,
     schedule,
 )
@@ -178,6 +179,25 @@ def test_pods_without_gpus() -> None:
     host = schedule(mixed, PlacementRequest(uses_gpus=False), BAL)
     assert isinstance(host, Placement)
     assert host.gpu_ids == ()
+
+
+def test_book_plans_loads_in_a_row() -> None:
+    """Three 12 GB loads, each placed as if the previous ones ran: balanced spreads them."""
+    snap = pods(pod_a=[gpu(0, 30)], pod_b=[gpu(0, 30)])
+    placed = []
+    for _ in range(3):
+        got = schedule(snap, PlacementRequest(need_bytes_per_gpu=12 * GB), BAL)
+        assert isinstance(got, Placement)
+        placed.append(got.pod_id)
+        snap = book(snap, got)
+    assert placed == ["pod-a", "pod-b", "pod-a"]
+    assert [p.instances for p in snap.pods] == [2, 1]
+    assert snap.pods[0].gpus[0].available_bytes == 6 * GB
+    fourth = schedule(snap, PlacementRequest(need_bytes_per_gpu=12 * GB), BAL)
+    assert isinstance(fourth, Placement)
+    assert fourth.pod_id == "pod-b"
+    fifth = schedule(book(snap, fourth), PlacementRequest(need_bytes_per_gpu=12 * GB), BAL)
+    assert isinstance(fifth, Refusal)
 
 
 def test_empty_cluster_is_a_refusal() -> None:

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 from sardeenz.cluster.presets import Observed, PresetModel, diff
 from sardeenz.cluster.scheduler import (
     ClusterSnapshot,
-    GpuState,
     Placement,
     PlacementRequest,
     Refusal,
     Strategy,
+    book,
     schedule,
 )
 from sardeenz.domain import LoadRequest
@@ -163,24 +163,6 @@ async def _place_one(
     return step, book(snapshot, result)
 
 
-def book(snapshot: ClusterSnapshot, placement: Placement) -> ClusterSnapshot:
-    """The snapshot as it will be once ``placement`` took its memory (a pure update)."""
-    taken = placement.need_bytes_per_gpu or 0
-    pods = []
-    for pod in snapshot.pods:
-        if pod.pod_id != placement.pod_id:
-            pods.append(pod)
-            continue
-        gpus = tuple(
-            replace(g, promised_bytes=g.promised_bytes + taken)
-            if g.index in placement.gpu_ids
-            else g
-            for g in pod.gpus
-        )
-        pods.append(replace(pod, gpus=gpus, instances=pod.instances + 1))
-    return ClusterSnapshot(tuple(pods))
-
-
 def without(snapshot: ClusterSnapshot, leaving: Sequence[Observed]) -> ClusterSnapshot:
     """Pods whose surplus instances the plan unloads first count one instance fewer.
 
@@ -198,4 +180,4 @@ def without(snapshot: ClusterSnapshot, leaving: Sequence[Observed]) -> ClusterSn
     )
 
 
-__all__ = ["GpuState", "Placer", "Plan", "Step", "book", "make_plan", "without"]
+__all__ = ["Placer", "Plan", "Step", "make_plan", "without"]

@@ -184,6 +184,26 @@ def schedule(
     return Refusal(tuple(sorted(reasons.items())))
 
 
+def book(snapshot: ClusterSnapshot, placement: Placement) -> ClusterSnapshot:
+    """The snapshot after ``placement`` (its need promised on its GPUs, one more
+    instance on its pod): to plan several loads in a row, e.g. a preset, each placed
+    as if the ones before it had been loaded."""
+    need = placement.need_bytes_per_gpu or 0
+    chosen = set(placement.gpu_ids)
+    pods = []
+    for pod in snapshot.pods:
+        if pod.pod_id == placement.pod_id:
+            gpus = tuple(
+                GpuState(g.index, g.name, g.total_bytes, g.free_bytes, g.promised_bytes + need)
+                if g.index in chosen
+                else g
+                for g in pod.gpus
+            )
+            pod = PodState(pod.pod_id, gpus, pod.unavailable, pod.instances + 1)
+        pods.append(pod)
+    return ClusterSnapshot(tuple(pods))
+
+
 def _on_pod(pod: PodState, request: PlacementRequest, strategy: Strategy) -> _Candidate | str:
     """The best placement on one pod, or why there is none."""
     if pod.unavailable:
