@@ -37,6 +37,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/benchmarks', 'Benchmarks'],
   ['/profiles', 'Memory profiles'],
   ['/audit', 'Audit log'],
+  ['/cluster', 'Cluster'],
   ['/about', 'About'],
 ];
 

@@ -1,0 +1,79 @@
+// @vitest-environment happy-dom
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { api, onLeaderRedirect } from './client';
+import { followLeader, MIN_RELOAD_INTERVAL_MS } from './leader';
+import { readEvents } from './sse';
+
+afterEach(() => {
+  vi.unstubAllGlobals();
+  sessionStorage.clear();
+});
+
+/** What fetch() with redirect: 'manual' gives for a 307: an opaque response. */
+function opaqueRedirect(): Response {
+  return { type: 'opaqueredirect', status: 0, ok: false, headers: new Headers() } as unknown as Response;
+}
+
+describe("a follower's redirect to the leader", () => {
+  it('is not followed by fetch: the client asks for it manually and reports it', async () => {
+    const fetchMock = vi.fn(async (_path: string, _init: RequestInit) => opaqueRedirect());
+    vi.stubGlobal('fetch', fetchMock);
+    const moved = vi.fn();
+    const off = onLeaderRedirect(moved);
+    try {
+      await expect(api('/api/v1/models/load', { method: 'POST', body: { modelPath: 'm' } })).rejects.toMatchObject({
+        status: 307,
+        code: 'leader_redirect',
+      });
+    } finally {
+      off();
+    }
+    expect(fetchMock.mock.calls[0]?.[1]?.redirect).toBe('manual');
+    expect(moved).toHaveBeenCalledTimes(1);
+  });
+
+  it('is reported by the event stream too', async () => {
+    vi.stubGlobal('fetch', vi.fn(async () => opaqueRedirect()));
+    const moved = vi.fn();
+    const off = onLeaderRedirect(moved);
+    try {
+      await expect(readEvents('/api/v1/events', () => undefined, new AbortController().signal)).rejects.toMatchObject({
+        code: 'leader_redirect',
+      });
+    } finally {
+      off();
+    }
+    expect(moved).toHaveBeenCalledTimes(1);
+  });
+
+  it('leaves ordinary answers alone', async () => {
+    vi.stubGlobal('fetch', vi.fn(async () => new Response('[]', { status: 200, headers: { 'content-type': 'application/json' } })));
+    const moved = vi.fn();
+    const off = onLeaderRedirect(moved);
+    try {
+      await expect(api('/api/v1/models')).resolves.toEqual([]);
+    } finally {
+      off();
+    }
+    expect(moved).not.toHaveBeenCalled();
+  });
+});
+
+describe('followLeader', () => {
+  it('reloads the page (the browser then follows the 307), at most once per interval', () => {
+    const page = { reload: vi.fn() };
+    const t0 = 1_000_000;
+    expect(followLeader(t0, page, sessionStorage)).toBe(true);
+    expect(followLeader(t0 + 10, page, sessionStorage)).toBe(false); // a burst of failing calls
+    expect(followLeader(t0 + MIN_RELOAD_INTERVAL_MS - 1, page, sessionStorage)).toBe(false);
+    expect(page.reload).toHaveBeenCalledTimes(1);
+    expect(followLeader(t0 + MIN_RELOAD_INTERVAL_MS, page, sessionStorage)).toBe(true);
+    expect(page.reload).toHaveBeenCalledTimes(2);
+  });
+
+  it('is not stopped by a stored time in the future (a clock set back)', () => {
+    const page = { reload: vi.fn() };
+    sessionStorage.setItem('sardeenz.leaderReloadAt', String(9e15));
+    expect(followLeader(1000, page, sessionStorage)).toBe(true);
+  });
+});
