@@ -2,6 +2,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { api, onLeaderRedirect } from './client';
 import { followLeader, MIN_RELOAD_INTERVAL_MS } from './leader';
+import { followsReachableLeader } from '../hooks/useFollowLeader';
+import { staticCluster } from '../lib/clusterFixture';
 import { readEvents } from './sse';
 
 afterEach(() => {
@@ -75,5 +77,17 @@ describe('followLeader', () => {
     const page = { reload: vi.fn() };
     sessionStorage.setItem('sardeenz.leaderReloadAt', String(9e15));
     expect(followLeader(1000, page, sessionStorage)).toBe(true);
+  });
+});
+
+describe('followsReachableLeader', () => {
+  it('is true only on a follower whose leader is reachable', () => {
+    const s = staticCluster(); // answered by pod-b, leader pod-a (healthy)
+    expect(followsReachableLeader(s)).toBe(true);
+    expect(followsReachableLeader({ ...s, podId: 'pod-a' })).toBe(false); // the leader itself
+    expect(followsReachableLeader({ ...s, leader: null })).toBe(false); // an election: stay
+    expect(followsReachableLeader({ ...s, leader: 'pod-c' })).toBe(false); // unavailable
+    expect(followsReachableLeader({ ...s, mode: 'single' })).toBe(false);
+    expect(followsReachableLeader(undefined)).toBe(false);
   });
 });

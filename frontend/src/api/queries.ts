@@ -74,8 +74,10 @@ export function useHealth() {
   return useQuery(healthQuery);
 }
 
-export function useInstances() {
-  return useQuery(instancesQuery);
+/** `pollMs`: poll faster than the safety net (cluster mode: other pods' instances
+ *  change without an event on this pod's stream). */
+export function useInstances(pollMs?: number) {
+  return useQuery(pollMs ? { ...instancesQuery, refetchInterval: pollMs } : instancesQuery);
 }
 
 export function useInstance(id: string) {

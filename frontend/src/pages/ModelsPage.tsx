@@ -10,8 +10,8 @@ import { PageHeader } from '../components/PageHeader';
 import { Empty, ErrorState, Loading } from '../components/States';
 
 export default function ModelsPage() {
-  const instances = useInstances();
   const cluster = useClustered();
+  const instances = useInstances(cluster ? 2000 : undefined);
   const canMutate = useCanMutate();
   const [params, setParams] = useSearchParams();
   const loading = params.get('load') === '1';
