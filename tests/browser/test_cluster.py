@@ -20,6 +20,7 @@ from playwright.sync_api import Browser, expect
 
 from tests.browser.conftest import Session, open_session
 from tests.cluster.harness import Cluster, agreed_leader
+from tests.support import ServerProcess
 
 pytestmark = pytest.mark.browser
 
@@ -42,6 +43,21 @@ def tab(browser: Browser, cluster: Cluster, request: pytest.FixtureRequest) -> I
     s.shot(request.node.name)
     s.page.context.close()
     assert s.unexpected_errors() == [], "console errors"
+
+
+def test_a_single_node_says_so_and_shows_no_pod_choice(
+    session: Session, server: ServerProcess
+) -> None:
+    page = session.page
+    session.goto("/cluster")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Cluster")
+    single = page.get_by_test_id("cluster-single")
+    expect(single).to_contain_text("runs alone")
+    expect(single).to_contain_text("CLUSTER_PEERS=")
+    session.goto("/models?load=1")
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_label("Model path")).to_be_visible()
+    expect(dialog.get_by_label("Pod", exact=True)).to_have_count(0)
 
 
 def test_cluster_page_from_a_follower_shows_the_pods_and_the_leader(
