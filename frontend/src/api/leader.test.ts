@@ -1,7 +1,7 @@
 // @vitest-environment happy-dom
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { api, onLeaderRedirect } from './client';
-import { followLeader, MIN_RELOAD_INTERVAL_MS } from './leader';
+import { followLeader, MIN_RELOAD_INTERVAL_MS, reloadInterval } from './leader';
 import { followsReachableLeader } from '../hooks/useFollowLeader';
 import { staticCluster } from '../lib/clusterFixture';
 import { readEvents } from './sse';
@@ -62,21 +62,33 @@ describe("a follower's redirect to the leader", () => {
 });
 
 describe('followLeader', () => {
-  it('reloads the page (the browser then follows the 307), at most once per interval', () => {
+  it('reloads the page (the browser then follows the 307), backing off when it stays', () => {
     const page = { reload: vi.fn() };
     const t0 = 1_000_000;
     expect(followLeader(t0, page, sessionStorage)).toBe(true);
     expect(followLeader(t0 + 10, page, sessionStorage)).toBe(false); // a burst of failing calls
     expect(followLeader(t0 + MIN_RELOAD_INTERVAL_MS - 1, page, sessionStorage)).toBe(false);
     expect(page.reload).toHaveBeenCalledTimes(1);
-    expect(followLeader(t0 + MIN_RELOAD_INTERVAL_MS, page, sessionStorage)).toBe(true);
-    expect(page.reload).toHaveBeenCalledTimes(2);
+    const t1 = t0 + MIN_RELOAD_INTERVAL_MS;
+    expect(followLeader(t1, page, sessionStorage)).toBe(true);
+    // Still here after a reload (no leader to reach, or a proxy): twice as long.
+    expect(reloadInterval(2)).toBe(2 * MIN_RELOAD_INTERVAL_MS);
+    expect(followLeader(t1 + 2 * MIN_RELOAD_INTERVAL_MS - 1, page, sessionStorage)).toBe(false);
+    expect(followLeader(t1 + 2 * MIN_RELOAD_INTERVAL_MS, page, sessionStorage)).toBe(true);
+    expect(page.reload).toHaveBeenCalledTimes(3);
+    expect(reloadInterval(50)).toBe(5 * 60_000); // capped
   });
 
-  it('is not stopped by a stored time in the future (a clock set back)', () => {
+  it('starts over after quiet minutes, and when the clock was set back', () => {
     const page = { reload: vi.fn() };
-    sessionStorage.setItem('sardeenz.leaderReloadAt', String(9e15));
+    sessionStorage.setItem('sardeenz.leaderReloads', JSON.stringify({ at: 0, count: 9 }));
+    expect(followLeader(10 * 60_000, page, sessionStorage)).toBe(true);
+    expect(JSON.parse(sessionStorage.getItem('sardeenz.leaderReloads') ?? '{}')).toEqual({ at: 10 * 60_000, count: 1 });
+    sessionStorage.setItem('sardeenz.leaderReloads', JSON.stringify({ at: 9e15, count: 3 }));
     expect(followLeader(1000, page, sessionStorage)).toBe(true);
+    sessionStorage.setItem('sardeenz.leaderReloads', 'not json');
+    expect(followLeader(2000, page, sessionStorage)).toBe(true);
+    expect(page.reload).toHaveBeenCalledTimes(3);
   });
 });
 
