@@ -20,6 +20,7 @@ const BenchmarkComparePage = lazy(() => import('./pages/BenchmarkComparePage'));
 const ProfilesPage = lazy(() => import('./pages/ProfilesPage'));
 const AuditPage = lazy(() => import('./pages/AuditPage'));
 const AboutPage = lazy(() => import('./pages/AboutPage'));
+const ClusterPage = lazy(() => import('./pages/ClusterPage'));
 
 function PageSpinner() {
   return (
@@ -64,6 +65,7 @@ export function App() {
           <Route path="/benchmarks/:id" element={<BenchmarkRunPage />} />
           <Route path="/profiles" element={<ProfilesPage />} />
           <Route path="/audit" element={<AuditPage />} />
+          <Route path="/cluster" element={<ClusterPage />} />
           <Route path="/about" element={<AboutPage />} />
           <Route path="*" element={<NotFound />} />
         </Routes>

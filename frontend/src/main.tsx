@@ -4,7 +4,8 @@ import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
 import { StrictMode } from 'react';
 import { createRoot } from 'react-dom/client';
 import { BrowserRouter } from 'react-router';
-import { ApiError } from './api/client';
+import { ApiError, onLeaderRedirect } from './api/client';
+import { followLeader } from './api/leader';
 import { startEarlyFetches } from './api/prefetch';
 import { App } from './App';
 import { AuthProvider } from './auth/AuthContext';
@@ -20,6 +21,8 @@ const queryClient = new QueryClient({
   },
 });
 
+// Cluster: a follower redirects admin calls to the leader; move the page there.
+onLeaderRedirect(() => void followLeader());
 startEarlyFetches(queryClient);
 
 const root = document.getElementById('root');

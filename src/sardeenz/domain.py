@@ -155,6 +155,11 @@ class ModelInstance(CamelModel):
         description="where a vLLM engine computes: cuda, or cpu for vLLM's CPU build "
         "(no sleep mode, host memory); None for the simulated engine",
     )
+    pod_id: str | None = Field(
+        None,
+        description="cluster mode: the pod that runs the instance (set in lists and in the "
+        "leader's answers about another pod's instance); null on a single node",
+    )
 
 
 class SleepRequest(StrictCamelModel):

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import httpx
 import openai
@@ -96,9 +97,11 @@ def test_model_on_pod_b_answers_through_pod_a(cluster3: Cluster) -> None:
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(chunks) >= 3
     assert text
-    # The engine ran on pod B: pod A has none.
+    # The engine ran on pod B: pod A (the leader) lists it as pod B's and runs none itself.
     with a.client() as ca:
-        assert ca.get("/api/v1/models").json() == []
+        listed = ca.get("/api/v1/models").json()
+    assert [i["podId"] for i in listed if i["servedModelName"] == "remote-b"] == ["pod-b"]
+    assert [i for i in listed if i["podId"] == "pod-a"] == []
     # The cluster secret never reaches an engine's environment.
     engines = engine_processes(b.data_dir)
     assert engines
@@ -189,6 +192,72 @@ def test_leader_unloads_an_instance_of_another_pod(cluster3: Cluster) -> None:
         assert resp.status_code == 200, resp.text
         assert resp.json()["id"] == iid
     assert cluster3.wait_instance("pod-c", iid, None) is None  # gone from pod-c
+
+
+def _pods_instances(status: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (i["id"], p["id"], i["status"])
+        for p in status["pods"]
+        if p["state"] != "unavailable"
+        for i in p["instances"]
+    }
+
+
+def test_leader_lists_every_pods_instances_and_sleeps_and_wakes_a_remote_one(
+    cluster3: Cluster,
+) -> None:
+    leader, _ = cluster3.wait_one_leader(10.0)
+    follower = next(n for n in cluster3.names if n != leader)
+    with cluster3.pods[leader].client() as client:
+        resp = client.post(
+            "/api/v1/models/load",
+            json={
+                "modelPath": "sleepy-remote",
+                "engine": "sim",
+                "extraArgs": ["--load-seconds", "0.2"],
+                "enableSleepMode": True,
+                "podId": follower,
+            },
+        )
+        assert resp.status_code == 202, resp.text
+        assert resp.json()["podId"] == follower
+        iid = resp.json()["id"]
+        cluster3.wait_instance(follower, iid, "active")
+
+        # The leader's list is every pod's instances as its status shows them (both
+        # from the heartbeats it holds), each naming its pod.
+        deadline = time.monotonic() + 10
+        while True:
+            listed = client.get("/api/v1/models").json()
+            status = client.get("/api/cluster/status").json()
+            rows = {(i["id"], i["podId"], i["status"]) for i in listed}
+            if (iid, follower, "active") in rows and rows == _pods_instances(status):
+                break
+            assert time.monotonic() < deadline, (rows, _pods_instances(status))
+            time.sleep(0.1)
+        assert len(listed) == len(rows)  # no instance twice
+
+        # Sleep and wake by id from the leader: executed on the pod that runs it.
+        slept = client.post(f"/api/v1/models/{iid}/sleep", json={"level": 1})
+        assert slept.status_code == 200, slept.text
+        assert (slept.json()["status"], slept.json()["podId"]) == ("sleeping", follower)
+        cluster3.wait_instance(follower, iid, "sleeping")
+        woke = client.post(f"/api/v1/models/{iid}/wake")
+        assert woke.status_code == 200, woke.text
+        assert (woke.json()["status"], woke.json()["podId"]) == ("active", follower)
+        cluster3.wait_instance(follower, iid, "active")
+
+    # A follower's list redirects to the leader, which answers for the whole cluster.
+    via = httpx.get(
+        f"{cluster3.pods[follower].url}/api/v1/models", follow_redirects=True, timeout=5
+    )
+    assert via.status_code == 200
+    assert str(via.url).startswith(cluster3.pods[leader].url)
+    assert {(i["id"], i["podId"]) for i in via.json()} >= {(iid, follower)}
+
+    with cluster3.pods[leader].client() as client:
+        assert client.post(f"/api/v1/models/{iid}/unload").status_code == 200
+    assert cluster3.wait_instance(follower, iid, None) is None
 
 
 def test_orders_of_an_old_term_are_refused(cluster3: Cluster) -> None:

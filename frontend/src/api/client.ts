@@ -39,6 +39,27 @@ export function notifyUnauthorized(): void {
   unauthorizedListeners.forEach((l) => l());
 }
 
+const leaderListeners = new Set<Listener>();
+
+/**
+ * Called when a request was answered with a redirect: in a cluster, a follower sends
+ * admin calls to the leader with a 307 to another origin, which fetch() cannot follow
+ * for the dashboard (no CORS there, and the bearer token is dropped on a cross-origin
+ * redirect). The app then moves the whole page (see api/leader.ts).
+ */
+export function onLeaderRedirect(listener: Listener): () => void {
+  leaderListeners.add(listener);
+  return () => leaderListeners.delete(listener);
+}
+
+/** A redirected response (fetch with `redirect: 'manual'` sees only its type): tells
+ *  the listeners and returns the error to throw; null for any other response. */
+export function leaderRedirectError(resp: Response): ApiError | null {
+  if (resp.type !== 'opaqueredirect') return null;
+  leaderListeners.forEach((l) => l());
+  return new ApiError(307, 'leader_redirect', 'This pod follows another: the dashboard moves to the cluster leader.');
+}
+
 /** When a JWT says it expires (ms since the epoch); null for anything else (an opaque
  *  token, no `exp` claim, a payload that does not decode): only the server can judge it. */
 export function tokenExpiry(token: string): number | null {
@@ -93,7 +114,9 @@ async function send(path: string, opts: RequestOptions): Promise<Response> {
     throw new ApiError(401, 'token_expired', 'The token has expired: log in again.');
   }
   const headers: Record<string, string> = { Accept: 'application/json', ...authHeaders() };
-  const init: RequestInit = { method: opts.method ?? 'GET', headers };
+  // Never follow a redirect blindly: the only one the API answers is a follower's 307 to
+  // the leader (a cross-origin hop that would fail as a bare network error).
+  const init: RequestInit = { method: opts.method ?? 'GET', headers, redirect: 'manual' };
   if (opts.signal) init.signal = opts.signal;
   if (opts.body !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -106,6 +129,8 @@ async function send(path: string, opts: RequestOptions): Promise<Response> {
     if ((e as Error).name === 'AbortError') throw e;
     throw new ApiError(0, 'network_error', 'The Sardeenz server cannot be reached: is it running?');
   }
+  const moved = leaderRedirectError(resp);
+  if (moved) throw moved;
   if (!resp.ok) throw await errorFrom(resp);
   return resp;
 }

@@ -6,6 +6,7 @@ import type {
   AuditEntry,
   BenchmarkCreate,
   BenchmarkRun,
+  ClusterStatus,
   EnginesReport,
   FitRequest,
   FitVerdict,
@@ -28,6 +29,7 @@ export const keys = {
   benchmark: (id: string) => ['benchmarks', id] as const,
   audit: (beforeId: number | null) => ['audit', beforeId] as const,
   fit: (req: FitRequest | null) => ['fit', req] as const,
+  cluster: ['cluster'] as const,
 };
 
 const POLL_MS = 5000;
@@ -50,12 +52,32 @@ export const gpusQuery = queryOptions({
   refetchInterval: POLL_MS,
 });
 
+/** This pod's view of the cluster (always answered locally, never redirected). Polled:
+ *  peers' instances and states come from heartbeats, not from this pod's event stream. */
+export const clusterQuery = queryOptions({
+  queryKey: keys.cluster,
+  queryFn: () => api<ClusterStatus>('/api/cluster/status'),
+  refetchInterval: (query) => (query.state.data?.mode === 'single' ? 60_000 : 2000),
+});
+
+export function useClusterStatus() {
+  return useQuery(clusterQuery);
+}
+
+/** The cluster status when this node is in a cluster; undefined on a single node. */
+export function useClustered(): ClusterStatus | undefined {
+  const { data } = useClusterStatus();
+  return data && data.mode !== 'single' ? data : undefined;
+}
+
 export function useHealth() {
   return useQuery(healthQuery);
 }
 
-export function useInstances() {
-  return useQuery(instancesQuery);
+/** `pollMs`: poll faster than the safety net (cluster mode: other pods' instances
+ *  change without an event on this pod's stream). */
+export function useInstances(pollMs?: number) {
+  return useQuery(pollMs ? { ...instancesQuery, refetchInterval: pollMs } : instancesQuery);
 }
 
 export function useInstance(id: string) {
@@ -133,6 +155,7 @@ function useInstanceAction<V>(fn: (v: V) => Promise<ModelInstance>, removes = fa
     onSuccess: (inst) => {
       putInstance(qc, inst, removes);
       void qc.invalidateQueries({ queryKey: keys.gpus });
+      void qc.invalidateQueries({ queryKey: keys.cluster });
     },
   });
 }

@@ -1,6 +1,6 @@
 // Server-sent events over fetch(): unlike EventSource it can send the bearer token.
 
-import { authHeaders, errorFrom } from './client';
+import { authHeaders, errorFrom, leaderRedirectError } from './client';
 
 export interface SseMessage {
   event: string;
@@ -61,7 +61,13 @@ export async function readEvents(
   signal: AbortSignal,
   onOpen?: () => void,
 ): Promise<void> {
-  const resp = await fetch(path, { headers: { Accept: 'text/event-stream', ...authHeaders() }, signal });
+  const resp = await fetch(path, {
+    headers: { Accept: 'text/event-stream', ...authHeaders() },
+    signal,
+    redirect: 'manual', // a follower's 307 to the leader: see client.ts
+  });
+  const moved = leaderRedirectError(resp);
+  if (moved) throw moved;
   if (!resp.ok) throw await errorFrom(resp);
   onOpen?.();
   if (!resp.body) return;

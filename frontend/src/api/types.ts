@@ -45,6 +45,8 @@ export interface ModelInstance {
   logFile: string | null;
   warnings: string[];
   simulated: boolean;
+  /** Cluster mode: the pod that runs it (null: single node, or the pod that answered). */
+  podId?: string | null;
 }
 
 export interface LoadRequest {
@@ -58,6 +60,8 @@ export interface LoadRequest {
   enableSleepMode: boolean;
   extraArgs: string[];
   force?: boolean;
+  /** Cluster mode: the pod to load on (absent: the leader decides). */
+  podId?: string;
 }
 
 export interface GpuProcess {
@@ -321,4 +325,42 @@ export interface AuditEntry {
   status: number;
   outcome: 'ok' | 'denied' | 'error' | string;
   remote: string | null;
+}
+
+// --- Cluster (GET /api/cluster/status, answered by every pod for its own view)
+
+export type ClusterMode = 'single' | 'static' | 'kubernetes';
+export type PodState = 'healthy' | 'suspect' | 'unavailable';
+
+export interface PodGpu {
+  index: number;
+  name: string;
+  totalBytes: number;
+  usedBytes: number;
+  freeBytes: number;
+  simulated?: boolean;
+}
+
+export interface ClusterPod {
+  id: string;
+  address: string;
+  state: PodState;
+  isLeader: boolean;
+  /** The pod that answered the status. */
+  self?: boolean;
+  term?: number | null;
+  lastSeenSecondsAgo?: number | null;
+  gpus: PodGpu[];
+  instances: ModelInstance[];
+}
+
+export interface ClusterStatus {
+  mode: ClusterMode;
+  /** The pod that answered. */
+  podId?: string;
+  leader: string | null;
+  term: number;
+  quorum?: number;
+  size?: number;
+  pods: ClusterPod[];
 }

@@ -26,6 +26,7 @@ import { notifyUnauthorized, storedTokenExpired } from '../api/client';
 import { useHealth } from '../api/queries';
 import { useAuth } from '../auth/AuthContext';
 import { MetricsHistoryProvider } from '../hooks/MetricsHistory';
+import { useFollowLeader } from '../hooks/useFollowLeader';
 import { useLiveInstances } from '../hooks/useLiveInstances';
 import { markOnce } from '../lib/perf';
 
@@ -37,6 +38,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/benchmarks', 'Benchmarks'],
   ['/profiles', 'Memory profiles'],
   ['/audit', 'Audit log'],
+  ['/cluster', 'Cluster'],
   ['/about', 'About'],
 ];
 
@@ -112,6 +114,7 @@ function SectionNav() {
 
 export function AppLayout({ children }: { children: ReactNode }) {
   useLiveInstances();
+  useFollowLeader();
   useEffect(() => markOnce('sardeenz:shell-ready'), []);
 
   const masthead = (

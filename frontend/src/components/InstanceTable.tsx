@@ -11,6 +11,8 @@ interface Props {
   instances: ModelInstance[];
   /** Extra cells per row (actions), with their column heading. */
   actions?: { heading: string; render: (inst: ModelInstance) => ReactNode };
+  /** Cluster mode: a Pod column showing this pod id for each instance. */
+  podOf?: (inst: ModelInstance) => string;
 }
 
 export function gpuText(inst: ModelInstance): string {
@@ -20,7 +22,7 @@ export function gpuText(inst: ModelInstance): string {
 }
 
 /** Every instance: name, status, engine, GPU(s), port, uptime. */
-export function InstanceTable({ instances, actions }: Props) {
+export function InstanceTable({ instances, actions, podOf }: Props) {
   const now = useNow();
   return (
     <Table aria-label="Model instances" variant="compact" gridBreakPoint="grid-md">
@@ -28,6 +30,7 @@ export function InstanceTable({ instances, actions }: Props) {
         <Tr>
           <Th>Model</Th>
           <Th modifier="fitContent">Status</Th>
+          {podOf && <Th modifier="fitContent">Pod</Th>}
           <Th modifier="fitContent">Engine</Th>
           <Th modifier="fitContent">GPU(s)</Th>
           <Th modifier="fitContent">Port</Th>
@@ -50,6 +53,11 @@ export function InstanceTable({ instances, actions }: Props) {
                 <StatusLabel status={inst.status} sleepLevel={inst.sleepLevel} />
               </span>
             </Td>
+            {podOf && (
+              <Td dataLabel="Pod" modifier="nowrap" data-pod-id={podOf(inst)}>
+                {podOf(inst)}
+              </Td>
+            )}
             <Td dataLabel="Engine" modifier="nowrap">
               <span>
                 {inst.engine} {inst.simulated && <SimulatedLabel />}

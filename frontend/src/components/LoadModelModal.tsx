@@ -20,13 +20,15 @@ import {
 } from '@patternfly/react-core';
 import { useState, type ReactNode } from 'react';
 import { ApiError } from '../api/client';
-import { useFitCheck, useGpus, useHealth, useLoadModel } from '../api/queries';
+import { useClustered, useFitCheck, useGpus, useHealth, useLoadModel } from '../api/queries';
 import type { LoadRequest } from '../api/types';
+import { asGpuInfo, remotePod } from '../lib/cluster';
 import { formatBytes } from '../lib/format';
 import { EMPTY_LOAD_FORM, fitRequestFor, preAmpereWarnings, validateLoadForm, type LoadFormValues } from '../lib/loadForm';
 import { useDebounced } from '../hooks/useDebounced';
 import { FitPanel } from './FitPanel';
 import { useNotify } from './Notifications';
+import { PodSelector } from './PodSelector';
 
 function Helper({ error, children }: { error: string | undefined; children?: ReactNode }) {
   if (!error && !children) return null;
@@ -47,9 +49,13 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
   const health = useHealth();
   const load = useLoadModel();
   const notify = useNotify();
+  const cluster = useClustered();
+  const [podId, setPodId] = useState('');
+  // Another pod's GPUs come from its heartbeat; the fit check only knows this pod's.
+  const elsewhere = remotePod(cluster, podId);
   const { request, errors } = validateLoadForm(form);
   const fitQuestion = useDebounced(request ? fitRequestFor(request) : null, 400);
-  const fit = useFitCheck(gpus.data?.available ? fitQuestion : null);
+  const fit = useFitCheck(gpus.data?.available && !elsewhere ? fitQuestion : null);
 
   const set = <K extends keyof LoadFormValues>(key: K, value: LoadFormValues[K]): void => {
     setForm((f) => ({ ...f, [key]: value }));
@@ -58,16 +64,17 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
   const toggleGpu = (index: number, on: boolean): void =>
     set('gpuIds', on ? [...form.gpuIds, index] : form.gpuIds.filter((g) => g !== index));
 
-  const gpuList = gpus.data?.gpus ?? [];
+  const gpuList = elsewhere ? elsewhere.gpus.map(asGpuInfo) : (gpus.data?.gpus ?? []);
   const warnGpus = form.gpuIds.length > 0 ? form.gpuIds : (fit.data?.chosenGpuIds ?? []);
   const warnings = request ? preAmpereWarnings(warnGpus, gpuList, request.extraArgs) : [];
   const demo = health.data?.mode === 'demo';
   const shown = (key: keyof LoadFormValues): string | undefined => (touched || key !== 'modelPath' ? errors[key] : undefined);
 
   const submit = (req: LoadRequest): void => {
-    load.mutate(req, {
+    load.mutate(cluster && podId ? { ...req, podId } : req, {
       onSuccess: (inst) => {
-        notify('info', `Loading ${inst.servedModelName}`, `Instance ${inst.id} on port ${inst.port} is starting.`);
+        const where = inst.podId && cluster ? ` on pod ${inst.podId}` : '';
+        notify('info', `Loading ${inst.servedModelName}`, `Instance ${inst.id} on port ${inst.port}${where} is starting.`);
         inst.warnings.forEach((w) => notify('warning', `${inst.servedModelName}: warning`, w));
         onClose();
       },
@@ -87,6 +94,16 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
             if (request) submit(request);
           }}
         >
+          {cluster && (
+            <PodSelector
+              status={cluster}
+              value={podId}
+              onChange={(v) => {
+                setPodId(v);
+                set('gpuIds', []); // GPU indexes are per pod
+              }}
+            />
+          )}
           <FormGroup label="Model path" isRequired fieldId="load-model-path">
             <TextInput
               id="load-model-path"
@@ -165,7 +182,7 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
             </GridItem>
           </Grid>
           <FormGroup label="GPUs" fieldId="load-gpus" role="group" isInline>
-            {gpuList.length === 0 && <span>No GPUs on this node: the engine runs on the CPU.</span>}
+            {gpuList.length === 0 && <span>No GPUs on {elsewhere ? `pod ${elsewhere.id}` : 'this node'}: the engine runs on the CPU.</span>}
             {gpuList.map((g) => (
               <Checkbox
                 key={g.index}
@@ -195,7 +212,7 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
           </FormGroup>
         </Form>
         <div className="sz-mt-md" aria-live="polite">
-          {gpuList.length > 0 && <FitPanel fit={fit} idleText="Enter a model path to check whether it fits." />}
+          {gpuList.length > 0 && !elsewhere && <FitPanel fit={fit} idleText="Enter a model path to check whether it fits." />}
           {warnings.map((w) => (
             <Alert key={w} isInline isPlain variant="warning" title="Pre-Ampere GPU" data-testid="load-warning">
               {w}

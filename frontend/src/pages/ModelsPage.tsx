@@ -1,6 +1,6 @@
 import { Button, Card, CardBody, Flex, FlexItem, PageSection } from '@patternfly/react-core';
 import { useSearchParams } from 'react-router';
-import { useInstances } from '../api/queries';
+import { useClustered, useInstances } from '../api/queries';
 import { useCanMutate } from '../auth/AuthContext';
 import { ButtonLink } from '../components/ButtonLink';
 import { InstanceActions } from '../components/InstanceActions';
@@ -10,7 +10,8 @@ import { PageHeader } from '../components/PageHeader';
 import { Empty, ErrorState, Loading } from '../components/States';
 
 export default function ModelsPage() {
-  const instances = useInstances();
+  const cluster = useClustered();
+  const instances = useInstances(cluster ? 2000 : undefined);
   const canMutate = useCanMutate();
   const [params, setParams] = useSearchParams();
   const loading = params.get('load') === '1';
@@ -44,6 +45,8 @@ export default function ModelsPage() {
             {instances.data && instances.data.length > 0 && (
               <InstanceTable
                 instances={instances.data}
+                // The pod's own instances may come without podId (its event stream): they are its.
+                podOf={cluster && ((inst) => inst.podId ?? cluster.podId ?? '—')}
                 actions={{
                   heading: 'Actions',
                   render: (inst) => (

@@ -120,7 +120,9 @@ async def wake_model(instance_id: str, services: ServicesDep) -> ModelInstance:
 
 @router.get("", response_model=list[ModelInstance], dependencies=[READONLY])
 async def list_models(services: ServicesDep) -> list[ModelInstance]:
-    return services.supervisor.list_instances()
+    """Every instance; in a cluster, every pod's, each with its ``podId`` (from the
+    heartbeats this pod holds: followers redirect here to the leader)."""
+    return services.cluster.instances()
 
 
 @router.get(

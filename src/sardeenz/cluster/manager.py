@@ -253,6 +253,26 @@ class ClusterManager:
             "pods": pods,
         }
 
+    def instances(self) -> list[ModelInstance]:
+        """``GET /api/v1/models``: this pod's instances, then each peer's from its last
+        heartbeat (no request to any pod), every one stamped with its ``podId``.
+
+        A single node answers its supervisor's list as it is (``podId`` null). The
+        instances of a pod the failure detector calls unavailable are left out, as
+        its routes are: that heartbeat is too old to describe anything.
+        """
+        local = self.supervisor.list_instances()
+        if not self.active:
+            return local
+        out = [i.model_copy(update={"pod_id": self.identity.pod_id}) for i in local]
+        now = self.now()
+        for peer in self.peers.all():
+            hb = peer.heartbeat
+            if hb is None or self.detector.state(peer.pod_id, now) is PeerState.UNAVAILABLE:
+                continue
+            out.extend(i.model_copy(update={"pod_id": peer.pod_id}) for i in hb.instances)
+        return out
+
     # ------------------------------------------------------------ messages in
     def heard(self, pod_id: str, address: PeerAddress) -> None:
         """A sign of life from ``pod_id`` (a ping answer, a heartbeat, a reply)."""
@@ -370,7 +390,7 @@ class ClusterManager:
             return None
         request = req.model_dump(mode="json", exclude={"pod_id"})
         data = await self.order(pod_id, "/internal/models/load", {"request": request})
-        return ModelInstance.model_validate(data)
+        return ModelInstance.model_validate({**data, "podId": pod_id})
 
     def owner_of(self, instance_id: str) -> str | None:
         """The pod whose last heartbeat listed ``instance_id`` (None: local or unknown)."""
@@ -388,7 +408,7 @@ class ClusterManager:
         if owner is None:
             return None
         data = await self.order(owner, f"/internal/models/{instance_id}/{action}", {"level": level})
-        return ModelInstance.model_validate(data)
+        return ModelInstance.model_validate({**data, "podId": owner})
 
     # -------------------------------------------------------------- upkeep
     def expire_routes(self) -> None:

@@ -1,0 +1,33 @@
+// @vitest-environment happy-dom
+import { cleanup, render, screen } from '@testing-library/react';
+import { MemoryRouter } from 'react-router';
+import { afterEach, describe, expect, it } from 'vitest';
+import { instanceOf } from '../lib/clusterFixture';
+import { InstanceTable } from './InstanceTable';
+
+afterEach(cleanup);
+
+const instances = [{ ...instanceOf('i-1', 'local-model'), podId: null }, { ...instanceOf('i-2', 'remote-model'), podId: 'pod-b' }];
+
+describe('InstanceTable', () => {
+  it('has a Pod column in cluster mode', () => {
+    render(
+      <MemoryRouter>
+        <InstanceTable instances={instances} podOf={(i) => i.podId ?? 'pod-a'} />
+      </MemoryRouter>,
+    );
+    expect(screen.getByRole('columnheader', { name: 'Pod' })).toBeTruthy();
+    const pods = Array.from(document.querySelectorAll('td[data-pod-id]')).map((td) => td.textContent);
+    expect(pods).toEqual(['pod-a', 'pod-b']);
+  });
+
+  it('has none on a single node', () => {
+    render(
+      <MemoryRouter>
+        <InstanceTable instances={instances} />
+      </MemoryRouter>,
+    );
+    expect(screen.queryByRole('columnheader', { name: 'Pod' })).toBeNull();
+    expect(document.querySelectorAll('td[data-pod-id]')).toHaveLength(0);
+  });
+});
