@@ -22,6 +22,8 @@ from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
+from sardeenz.catalog.room import RoomMaker
+from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.wiring import install_cluster
 from sardeenz.config import Settings
@@ -76,9 +78,12 @@ def build_services(settings: Settings) -> Services:
         CatalogRepository(db),
         supervisor.list_instances,
     )
-    ondemand = OnDemand(settings, catalog, table, supervisor)
-    reaper = IdleReaper(settings, catalog, supervisor)
+    room = RoomMaker(settings, supervisor, bus, ledger.host_room)
+    ondemand = OnDemand(settings, catalog, table, supervisor, room)
+    reaper = IdleReaper(settings, catalog, supervisor, bus=bus)
     ondemand.evictor = reaper
+    warmup = WarmUp(settings, catalog, bus)
+    supervisor.after_wake = warmup.after_wake
     external = ExternalServers(settings, catalog, table)
     ondemand.external = external
     catalog.external_state = external.catalog_state
@@ -107,6 +112,7 @@ def build_services(settings: Settings) -> Services:
         catalog=catalog,
         ondemand=ondemand,
         reaper=reaper,
+        warmup=warmup,
         cluster=cluster,
         external=external,
     )
@@ -171,6 +177,7 @@ def create_app(settings: Settings) -> Gateway:
             if services.external is not None:
                 await services.external.stop()
             await services.supervisor.shutdown()
+            await services.warmup.close()
             await services.routing_updater.stop()
             await services.proxy.close()
             await services.audit.close()

@@ -9,6 +9,7 @@ from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
+from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
@@ -49,6 +50,7 @@ class Services:
     catalog: Catalog
     ondemand: OnDemand
     reaper: IdleReaper
+    warmup: WarmUp
     cluster: ClusterManager
     started: bool = False
     stopping: bool = False
