@@ -61,6 +61,8 @@ class Step:
     level: int
     """The sleep level (0 for an unload)."""
     frees: int | None
+    why: str = ""
+    """For an unload: why not a sleep."""
 
 
 def _movable(c: Candidate) -> bool:
@@ -82,17 +84,26 @@ def free_later(cands: list[Candidate], min_residency: float) -> bool:
     return any(_movable(c) and (c.in_flight > 0 or c.resident_for < min_residency) for c in cands)
 
 
+def _no_sleep(c: Candidate, host_room: int | None) -> str | None:
+    """Why ``c`` cannot be put to sleep now (None: it can)."""
+    if c.status != "active":
+        return "already asleep"
+    if c.sleep_level not in (1, 2):
+        return "no sleep (sleepLevel 0 or engine without sleep mode)"
+    if c.sleep_level == 1 and host_room is not None and c.offload_bytes > host_room:
+        return "not enough host RAM to keep its weights at sleep level 1"
+    return None
+
+
 def _sleep_step(c: Candidate, host_room: int | None) -> Step | None:
     """Sleeping ``c``, if it is awake, can sleep, and (level 1) the host has room."""
-    if c.status != "active" or c.sleep_level not in (1, 2):
-        return None
-    if c.sleep_level == 1 and host_room is not None and c.offload_bytes > host_room:
+    if _no_sleep(c, host_room) is not None:
         return None
     return Step(c, "sleep", c.sleep_level, c.sleep_frees)
 
 
-def _unload_step(c: Candidate) -> Step:
-    return Step(c, "unload", 0, c.unload_frees)
+def _unload_step(c: Candidate, why: str) -> Step:
+    return Step(c, "unload", 0, c.unload_frees, why)
 
 
 def _cost(step: Step) -> int:
@@ -131,7 +142,7 @@ def plan_eviction(
             room -= c.offload_bytes
         if step is not None:
             sleeps.append(step)
-        mixed.append(step or _unload_step(c))
+        mixed.append(step or _unload_step(c, _no_sleep(c, room) or ""))
     # Sleep before unload: sleeps alone, if they free enough, LRU first.
     plan = _take(sorted(sleeps, key=lambda s: (s.victim.last_activity, _cost(s))), need)
     if plan is not None:
@@ -142,7 +153,7 @@ def plan_eviction(
     if plan is not None:
         return plan
     # Still short: unload instead of sleeping, least recently used first.
-    plan = _take([_unload_step(c) for c in order], need)
+    plan = _take([_unload_step(c, "sleeping would not free enough") for c in order], need)
     return plan or []
 
 

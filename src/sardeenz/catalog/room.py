@@ -104,14 +104,17 @@ class RoomMaker:
                     "eviction: could not put %s to sleep (%s); unloading it", victim.name, exc
                 )
                 action, level = "unload", 0
+                step = Step(victim, "unload", 0, victim.unload_frees, f"sleep failed: {exc}")
         if action == "unload":
             try:
                 await self._victims.unload(victim.instance_id)
             except SardeenzError as exc:
                 log.warning("eviction of %s failed: %s", victim.instance_id, exc.message)
                 return
-        frees = step.frees if action == step.action else victim.unload_frees
+        frees = step.frees
         what = f"put to sleep (level {level})" if action == "sleep" else "unloaded"
+        if step.why:
+            what += f" ({step.why})"
         needed = gb(need) if need is not None else "unknown"
         freed = gb(frees) if frees is not None else "unknown"
         log.warning(
@@ -142,6 +145,7 @@ class RoomMaker:
                         "neededBytes": need,
                         "freedBytes": frees,
                         "cause": why,
+                        "why": step.why or None,
                     },
                 )
             )
