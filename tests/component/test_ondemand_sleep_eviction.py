@@ -18,6 +18,8 @@ import httpx
 import orjson
 import pytest
 
+from tests.component.test_ondemand_eviction import ask, running
+from tests.component.test_ondemand_eviction import unload_all as unload_every_instance
 from tests.support import ServerPool, ServerProcess
 
 SIM = "engine: sim"
@@ -80,28 +82,15 @@ def srv(
     return module_server_factory(args=["--config", str(config)], extra_env=env).start()
 
 
-def running(srv: ServerProcess) -> dict[str, str]:
-    with srv.client() as c:
-        return {i["servedModelName"]: i["status"] for i in c.get("/api/v1/models").json()}
-
-
 def instance(srv: ServerProcess, name: str) -> dict[str, Any]:
     with srv.client() as c:
         (inst,) = [i for i in c.get("/api/v1/models").json() if i["servedModelName"] == name]
         return dict(inst)
 
 
-def ask(srv: ServerProcess, model: str, max_tokens: int = 2) -> httpx.Response:
-    with srv.client() as c:
-        return c.post(
-            "/v1/completions", json={"model": model, "prompt": "x", "max_tokens": max_tokens}
-        )
-
-
 def unload_all(srv: ServerProcess) -> None:
-    with srv.client() as c:
-        for inst in c.get("/api/v1/models").json():
-            c.post(f"/api/v1/models/{inst['id']}/unload")
+    """Unload everything and wait until it is gone (the next test counts what runs)."""
+    unload_every_instance(srv)
     deadline = time.monotonic() + 20
     while running(srv) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -248,5 +248,5 @@ def _frees(inst: ModelInstance) -> tuple[int | None, int | None]:
         sleep = int((m.weights_memory_gib + m.kv_cache_available_gib) * GIB)
     total = inst.reserved_bytes_per_gpu
     if inst.status is InstanceStatus.SLEEPING:
-        return None, (total - sleep if total is not None and sleep is not None else None)
+        return None, (max(0, total - sleep) if total is not None and sleep is not None else None)
     return sleep, total
