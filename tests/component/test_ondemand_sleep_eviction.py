@@ -48,6 +48,12 @@ catalog:
     modelPath: org/huge
     {SIM}
     extraArgs: [--load-seconds, "0.2", --memory-gib, "10"]
+  idler:
+    modelPath: org/idler
+    {SIM}
+    sleepLevel: 2
+    idleSleepSeconds: 1
+    extraArgs: [--load-seconds, "0.2", --memory-gib, "0.5"]
   warm:
     modelPath: org/warm
     {SIM}
@@ -277,3 +283,15 @@ def test_a_warm_up_request_goes_first_after_a_wake_and_the_client_request_is_fas
     assert event["outcome"] == "ok"
     assert "warm-up of warm" in srv.log()
     assert "warm-up of cold" not in srv.log()
+
+
+def test_an_idle_sleep_is_an_event_too(srv: ServerProcess) -> None:
+    unload_all(srv)
+    events = CatalogEvents(srv, "idler")
+    assert ask(srv, "idler").status_code == 200
+    event = events.wait()  # after the residency (1 s) and the idle TTL (1 s)
+    assert event["action"] == "sleep"
+    assert event["reason"] == "idle"
+    assert event["level"] == 2
+    assert event["idleSeconds"] >= 1
+    assert running(srv) == {"idler": "sleeping"}
