@@ -40,6 +40,11 @@ catalog:
     {SIM}
     sleepLevel: 2
     extraArgs: [--load-seconds, "0.2", --memory-gib, "6", --itl-ms, "50"]
+  deep2:
+    modelPath: org/deep2
+    {SIM}
+    sleepLevel: 2
+    extraArgs: [--load-seconds, "0.2", --memory-gib, "6.5"]  # awake with deep: > 12 GiB
   big:
     modelPath: org/big
     {SIM}
@@ -295,3 +300,26 @@ def test_an_idle_sleep_is_an_event_too(srv: ServerProcess) -> None:
     assert event["level"] == 2
     assert event["idleSeconds"] >= 1
     assert running(srv) == {"idler": "sleeping"}
+
+
+def _metric_sum(srv: ServerProcess, prefix: str) -> float:
+    with srv.client() as c:
+        text = c.get("/metrics").text
+    return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(prefix))
+
+
+def test_alternating_models_that_can_sleep_switch_by_sleep_and_wake(srv: ServerProcess) -> None:
+    """Thrash with sleep: two cold starts, then every switch is a sleep and a wake."""
+    unload_all(srv)
+    starts = 'sardeenz_ondemand_starts_total{model="deep'
+    slept = 'sardeenz_ondemand_lifecycle_actions_total{action="sleep",model="deep'
+    before_starts, before_slept = _metric_sum(srv, starts), _metric_sum(srv, slept)
+    t0 = time.monotonic()
+    statuses = [ask(srv, model).status_code for model in ["deep", "deep2"] * 4]
+    elapsed = time.monotonic() - t0
+    switches = _metric_sum(srv, slept) - before_slept
+    print(f"8 alternating requests: {switches:g} switches by sleep in {elapsed:.1f} s")
+    assert statuses == [200] * 8
+    assert _metric_sum(srv, starts) - before_starts == 2
+    assert switches == 7
+    assert elapsed >= 2 * RESIDENCY  # each first load stays its minimum residency
