@@ -35,6 +35,8 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.handover import Pods
+from sardeenz.catalog.room import RoomMaker
+from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.placement import ClusterPlacement
@@ -94,9 +96,12 @@ def build_services(settings: Settings) -> Services:
         CatalogRepository(db),
         supervisor.list_instances,
     )
-    ondemand = OnDemand(settings, catalog, table, supervisor)
-    reaper = IdleReaper(settings, catalog, supervisor)
+    room = RoomMaker(settings, supervisor, bus, ledger.host_room)
+    ondemand = OnDemand(settings, catalog, table, supervisor, room)
+    reaper = IdleReaper(settings, catalog, supervisor, bus=bus)
     ondemand.evictor = reaper
+    warmup = WarmUp(settings, catalog, bus)
+    supervisor.after_wake = warmup.after_wake
     external = ExternalServers(settings, catalog, table)
     ondemand.external = external
     catalog.external_state = external.catalog_state
@@ -128,6 +133,7 @@ def build_services(settings: Settings) -> Services:
         catalog=catalog,
         ondemand=ondemand,
         reaper=reaper,
+        warmup=warmup,
         cluster=cluster,
         moves=MoveService(Pods(cluster), settings),
         placement=placement,
@@ -201,6 +207,7 @@ def create_app(settings: Settings) -> Gateway:
             if services.external is not None:
                 await services.external.stop()
             await services.supervisor.shutdown()
+            await services.warmup.close()
             await services.routing_updater.stop()
             await services.proxy.close()
             await services.audit.close()

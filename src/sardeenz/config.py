@@ -266,6 +266,23 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_EXTERNAL_CHECK_SECONDS", "external_check_seconds"),
     )
     """Period of the health check of catalog entries with ``engine: external``."""
+    ondemand_warmup_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_ONDEMAND_WARMUP_TIMEOUT_SECONDS", "ondemand_warmup_timeout_seconds"
+        ),
+    )
+    """Longest a warm-up request after a wake (catalog ``warmup``) may take; past it the
+    model is released to traffic anyway (a warm-up never keeps a woken model away)."""
+    sleep_host_memory_gib: float | None = Field(
+        None,
+        ge=0,
+        validation_alias=_env("SARDEENZ_SLEEP_HOST_MEMORY_GIB", "sleep_host_memory_gib"),
+    )
+    """Host RAM the weights of level-1 sleeping engines may hold in total (vLLM keeps them
+    in pinned CPU memory); unset: only what the host has available limits it. Eviction
+    sleeps a victim at level 1 only when its weights fit here, else unloads it."""
 
     # --- storage ------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL", "database_url"))

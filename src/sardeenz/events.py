@@ -49,7 +49,28 @@ class RemovedEvent:
         return self.instance.id
 
 
-Event = StatusEvent | LogEvent | RemovedEvent
+@dataclass(frozen=True, slots=True)
+class CatalogEvent:
+    """On-demand handling acted on an instance of a catalog model: an idle sleep or
+    unload, an eviction (sleep or unload) to make room for another model, a warm-up.
+
+    ``details`` carries what the action was for (``forModel``), the memory needed and
+    freed in bytes, and the like: camelCase keys, shown as they are by the dashboard.
+    """
+
+    instance_id: str
+    model: str
+    action: str
+    """``sleep``, ``unload`` or ``warmup``."""
+    reason: str
+    """``idle``, ``evicted`` or ``wake``."""
+    message: str
+    details: dict[str, object] = field(default_factory=dict)
+    kind: Literal["catalog"] = "catalog"
+    at: datetime = field(default_factory=utcnow)
+
+
+Event = StatusEvent | LogEvent | RemovedEvent | CatalogEvent
 
 
 class Subscription:

@@ -9,6 +9,7 @@ from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
+from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.placement import ClusterPlacement
@@ -53,6 +54,7 @@ class Services:
     catalog: Catalog
     ondemand: OnDemand
     reaper: IdleReaper
+    warmup: WarmUp
     cluster: ClusterManager
     moves: MoveService
     placement: ClusterPlacement

@@ -12,7 +12,7 @@ from starlette.status import HTTP_202_ACCEPTED
 
 from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import LoadRequest, ModelInstance, SleepRequest
-from sardeenz.events import Event, LogEvent, RemovedEvent, StatusEvent
+from sardeenz.events import CatalogEvent, Event, LogEvent, RemovedEvent, StatusEvent
 from sardeenz.security.policy import ADMIN, READONLY
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"])
@@ -160,6 +160,17 @@ def _sse(event: Event) -> dict[str, str]:
             "timestamp": event.at.isoformat(),
         }
         return {"event": "status", "data": orjson.dumps(data).decode()}
+    if isinstance(event, CatalogEvent):
+        data = {
+            "instanceId": event.instance_id,
+            "model": event.model,
+            "action": event.action,
+            "reason": event.reason,
+            "message": event.message,
+            **event.details,
+            "timestamp": event.at.isoformat(),
+        }
+        return {"event": "catalog", "data": orjson.dumps(data).decode()}
     data = {
         "instanceId": event.instance_id,
         "status": "removed",
@@ -218,7 +229,8 @@ events_router = APIRouter(prefix="/api/v1", tags=["models"])
     "/events", responses={200: {"content": {"text/event-stream": {}}}}, dependencies=[READONLY]
 )
 async def all_events(services: ServicesDep, logs: bool = False) -> EventSourceResponse:
-    """SSE of every instance's `status` (and, with ``logs=true``, `log`) events."""
+    """SSE of every instance's `status` (and, with ``logs=true``, `log`) events, and the
+    `catalog` events of on-demand handling (idle sleeps and unloads, evictions, warm-ups)."""
     sub = services.bus.subscribe()
 
     async def stream() -> AsyncIterator[dict[str, str]]:

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,6 +26,7 @@ from sardeenz.catalog.eviction import MEMORY_REFUSALS
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
+from sardeenz.catalog.room import Evictor, RoomMaker
 from sardeenz.catalog.validation import is_external, load_request
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
@@ -47,19 +47,13 @@ class Starter(Protocol):
 
     async def unload(self, instance_id: str) -> ModelInstance: ...
 
+    async def sleep(self, instance_id: str, level: int) -> ModelInstance: ...
+
     async def wake(self, instance_id: str) -> ModelInstance: ...
 
     def get(self, instance_id: str) -> ModelInstance: ...
 
     def list_instances(self) -> list[ModelInstance]: ...
-
-
-class Evictor(Protocol):
-    """Who may be unloaded to make room (the idle loop knows who is idle)."""
-
-    def eviction_order(self, exclude: str) -> tuple[list[ModelInstance], bool]: ...
-
-    def busy(self, name: str) -> bool: ...
 
 
 class StartFailed(Exception):
@@ -76,7 +70,12 @@ class OnDemand:
     """Implements the proxy's ``Demand`` hook (proxy/demand.py) over the catalog."""
 
     def __init__(
-        self, settings: Settings, catalog: Catalog, table: RoutingTable, starter: Starter
+        self,
+        settings: Settings,
+        catalog: Catalog,
+        table: RoutingTable,
+        starter: Starter,
+        room: RoomMaker | None = None,
     ) -> None:
         self._catalog = catalog
         self._table = table
@@ -92,10 +91,19 @@ class OnDemand:
         self._started_ids: dict[str, str] = {}
         self._failures: dict[str, _Failure] = {}
         self._tasks: set[asyncio.Task[object]] = set()
-        self.evictor: Evictor | None = None
-        """Set by the app: lets a start that does not fit unload idle catalog models."""
+        self.room = room or RoomMaker(settings, starter)
+        """Runs starts and wakes, evicting idle models while memory is short (room.py)."""
         self.external: ExternalServers | None = None
         """Set by the app: the catalog's ``engine: external`` servers (never started)."""
+
+    @property
+    def evictor(self) -> Evictor | None:
+        return self.room.evictor
+
+    @evictor.setter
+    def evictor(self, evictor: Evictor | None) -> None:
+        """Set by the app: lets a start or wake that does not fit evict idle models."""
+        self.room.evictor = evictor
 
     # ----------------------------------------------------------- the hook
     @property
@@ -278,58 +286,14 @@ class OnDemand:
         return inst.id
 
     async def _load_making_room(self, name: str, req: LoadRequest) -> ModelInstance:
-        return await self._making_room(name, lambda: self._starter.load(req))
-
-    async def _making_room(
-        self, name: str, attempt: Callable[[], Awaitable[ModelInstance]]
-    ) -> ModelInstance:
-        """Run ``attempt`` (a load or a wake); while the ledger refuses it for memory,
-        unload the next idle victim and try again.
-
-        When no victim may go yet but one will (busy, or just loaded), wait a tick and
-        try again, up to the max wait (the waiters give up then anyway).
-        """
-        evicted: set[str] = set()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._max_wait
-        while True:
-            try:
-                return await attempt()
-            except SardeenzError as exc:
-                if exc.code not in MEMORY_REFUSALS or self.evictor is None:
-                    raise
-                order, later = self.evictor.eviction_order(exclude=name)
-                victims = [v for v in order if v.id not in evicted]
-                # The last look at in-flight requests: the unload call starts right after.
-                victim = next(
-                    (v for v in victims if not self.evictor.busy(v.served_model_name)), None
-                )
-                if victim is None:
-                    if later and loop.time() < deadline:
-                        await asyncio.sleep(self._tick)
-                        continue
-                    raise
-                evicted.add(victim.id)
-                log.warning(
-                    "evicting %s (instance %s, %s) to make room for %s: %s",
-                    victim.served_model_name,
-                    victim.id,
-                    victim.status.value,
-                    name,
-                    exc.message,
-                )
-                STATS.action(victim.served_model_name, "unload", "evicted")
-                try:
-                    await self._starter.unload(victim.id)
-                except SardeenzError as unload_exc:
-                    log.warning("eviction of %s failed: %s", victim.id, unload_exc.message)
+        return await self.room.run(name, lambda: self._starter.load(req))
 
     def _wake_once(self, name: str, instance_id: str) -> asyncio.Task[ModelInstance]:
         """One wake (making room if needed) per model at a time, shared by its waiters."""
         task = self._wakes.get(name)
         if task is None or task.done():
             task = asyncio.get_running_loop().create_task(
-                self._making_room(name, lambda: self._starter.wake(instance_id)),
+                self._woken(name, instance_id),
                 name=f"sardeenz-ondemand-wake-{name}",
             )
             self._wakes[name] = task
@@ -337,6 +301,11 @@ class OnDemand:
             task.add_done_callback(self._tasks.discard)
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
+
+    async def _woken(self, name: str, instance_id: str) -> ModelInstance:
+        inst = await self.room.run(name, lambda: self._starter.wake(instance_id))
+        STATS.action(name, "wake", "request")
+        return inst
 
     @staticmethod
     def _wake_failed(name: str, cause: str) -> ErrorReply:

@@ -1,4 +1,4 @@
-"""Prometheus metrics of on-demand models: starts, waits, idle sleeps and unloads.
+"""Prometheus metrics of on-demand models: starts, waits, wakes, sleeps, unloads, warm-ups.
 
 Plain counters updated from the event loop (no prometheus_client objects on the
 request path, same reasoning as ``proxy.metrics``), turned into metric families
@@ -89,7 +89,9 @@ class _Collector(Collector):
         yield rejected
         actions = CounterMetricFamily(
             "sardeenz_ondemand_lifecycle_actions",
-            "Sleeps and unloads done by on-demand handling, by reason (idle).",
+            "What on-demand handling did to catalog models: action sleep, unload, wake or "
+            "warmup; reason idle (TTL), evicted (to make room for another model), request "
+            "(a wake for a waiting request), wake (a warm-up after a wake) or failed.",
             labels=["model", "action", "reason"],
         )
         for (model, action, reason), n in sorted(s.lifecycle.items()):

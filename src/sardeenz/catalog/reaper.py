@@ -21,13 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from sardeenz.catalog.eviction import Candidate, free_later, order_victims
+from sardeenz.catalog.eviction import Candidate, Step, free_later, plan_eviction
 from sardeenz.catalog.idle import IdleAction, IdleFacts, IdleRules, decide
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, ModelInstance
 from sardeenz.errors import SardeenzError
+from sardeenz.events import CatalogEvent, EventBus
+from sardeenz.memory.ledger import offload_bytes
 from sardeenz.proxy import metrics
 from sardeenz.tasks import stop_task
 
@@ -75,8 +77,10 @@ class IdleReaper:
         lifecycle: Lifecycle,
         activity: Activity = proxy_activity,
         clock: Callable[[], float] = time.monotonic,
+        bus: EventBus | None = None,
     ) -> None:
         self._catalog = catalog
+        self._bus = bus
         self._lifecycle = lifecycle
         self._activity = activity
         self._clock = clock
@@ -149,18 +153,16 @@ class IdleReaper:
             clock.active_since = now
         return in_flight, clock
 
-    def eviction_order(self, exclude: str) -> tuple[list[ModelInstance], bool]:
-        """Instances of other catalog models that may be unloaded to make room, LRU first,
-        and whether others (busy or just loaded) could be later."""
+    def _candidates(self, exclude: str) -> list[Candidate]:
+        """Every instance of another catalog model, as the eviction policy sees it."""
         now = self._clock()
         cands: list[Candidate] = []
-        by_id: dict[str, ModelInstance] = {}
         for inst in self._lifecycle.list_instances():
             entry = self._catalog.entry(inst.served_model_name)
             if entry is None or inst.served_model_name == exclude:
                 continue
             in_flight, clock = self._observe(inst, now)
-            by_id[inst.id] = inst
+            sleep_frees, unload_frees = _frees(inst)
             cands.append(
                 Candidate(
                     instance_id=inst.id,
@@ -170,10 +172,22 @@ class IdleReaper:
                     in_flight=in_flight,
                     last_activity=clock.last_activity,
                     resident_for=now - clock.active_since if clock.active_since is not None else 0,
+                    sleep_level=entry.sleep_level if inst.sleep_mode_enabled else 0,
+                    sleep_frees=sleep_frees,
+                    unload_frees=unload_frees,
+                    offload_bytes=offload_bytes(inst),
                 )
             )
-        victims = order_victims(cands, self._min_residency)
-        return [by_id[c.instance_id] for c in victims], free_later(cands, self._min_residency)
+        return cands
+
+    def eviction_plan(
+        self, exclude: str, need: int | None, host_room: int | None
+    ) -> tuple[list[Step], bool]:
+        """What to sleep or unload to free ``need`` bytes per GPU for ``exclude``
+        (``eviction.plan_eviction``), and whether busy or fresh candidates could be later."""
+        cands = self._candidates(exclude)
+        steps = plan_eviction(cands, self._min_residency, need, host_room)
+        return steps, free_later(cands, self._min_residency)
 
     def busy(self, name: str) -> bool:
         """A request for ``name`` is in flight right now."""
@@ -204,3 +218,35 @@ class IdleReaper:
             log.warning("idle: could not %s %s (%s): %s", action.value, name, inst.id, exc)
             return
         STATS.action(name, action.value, "idle")
+        if self._bus is not None:
+            what = f"slept at level {level}" if action is IdleAction.SLEEP else "unloaded"
+            self._bus.publish(
+                CatalogEvent(
+                    instance_id=inst.id,
+                    model=name,
+                    action=action.value,
+                    reason="idle",
+                    message=f"{what} after {idle_for:.0f} s without requests",
+                    details={"idleSeconds": round(idle_for, 1), "level": level},
+                )
+            )
+
+
+GIB = 2**30
+
+
+def _frees(inst: ModelInstance) -> tuple[int | None, int | None]:
+    """Bytes per GPU a sleep and an unload of ``inst`` would free now (None: unknown).
+
+    A sleep frees the weights and the KV cache (vLLM keeps its CUDA graphs), as the
+    engine's own start-up lines reported them; an unload frees all it was given, less
+    what an earlier sleep already gave back.
+    """
+    m = inst.memory_metrics
+    sleep: int | None = None
+    if m is not None and m.weights_memory_gib is not None and m.kv_cache_available_gib is not None:
+        sleep = int((m.weights_memory_gib + m.kv_cache_available_gib) * GIB)
+    total = inst.reserved_bytes_per_gpu
+    if inst.status is InstanceStatus.SLEEPING:
+        return None, (max(0, total - sleep) if total is not None and sleep is not None else None)
+    return sleep, total

@@ -104,6 +104,8 @@ _NOT_FOR_EXTERNAL = (
     ("idle_sleep_seconds", "idleSleepSeconds"),
     ("idle_unload_seconds", "idleUnloadSeconds"),
     ("preload", "preload"),
+    ("warmup", "warmup"),
+    ("warmup_prompt", "warmupPrompt"),
 )
 
 
@@ -161,6 +163,10 @@ def _check_load(where: str, name: str, entry: CatalogEntry, default_engine: Engi
         raise EntryInvalid(f"{where}: extraArgs: {exc}") from None
     if entry.idle_sleep_seconds is not None and entry.sleep_level == 0:
         raise EntryInvalid(f"{where}: idleSleepSeconds: needs sleepLevel 1 or 2 (0 never sleeps)")
+    if entry.warmup and entry.sleep_level == 0:
+        raise EntryInvalid(f"{where}: warmup: needs sleepLevel 1 or 2 (it runs after a wake)")
+    if entry.warmup_prompt is not None and not entry.warmup:
+        raise EntryInvalid(f"{where}: warmupPrompt: needs warmup: true")
 
 
 def check_entry(name: object, data: object, default_engine: EngineKind) -> CatalogEntry:

@@ -107,6 +107,8 @@ class MemoryLedger:
         self._profiles = profiles
         self._host = hostmem.HostMemoryBook()
         self._held: dict[str, Promise] = {}
+        self._offloaded: dict[str, int] = {}
+        """Host RAM holding the weights of level-1 sleeping engines, by instance."""
         self._lock = asyncio.Lock()
 
     # --- fit check -----------------------------------------------------------------
@@ -324,6 +326,7 @@ class MemoryLedger:
     def release(self, instance_id: str) -> None:
         """The engine is gone: give back everything held for it (idempotent)."""
         self._held.pop(instance_id, None)
+        self._offloaded.pop(instance_id, None)
         self._host.release(instance_id)
         self._books.release(instance_id)
 
@@ -369,6 +372,8 @@ class MemoryLedger:
 
     def wake_done(self, instance_id: str, *, woke: bool) -> None:
         """The wake-up ended; if the engine did not wake, the books get back what it held."""
+        if woke:  # its weights are back on the GPU
+            self._offloaded.pop(instance_id, None)
         promise = self._held.get(instance_id)
         if promise is None or not promise.waking:
             return
@@ -381,6 +386,25 @@ class MemoryLedger:
         if before:
             with contextlib.suppress(KeyError, GpuOutOfMemory, ValueError):
                 self._books.set_usage(instance_id, before)
+
+    # --- host RAM of level-1 sleeps ------------------------------------------------
+    def slept(self, inst: ModelInstance, level: int) -> None:
+        """The engine fell asleep: at level 1 its weights now sit in host RAM (booked until
+        it wakes or goes); at level 2 they are discarded."""
+        if level == 1:
+            self._offloaded[inst.id] = offload_bytes(inst)
+        else:
+            self._offloaded.pop(inst.id, None)
+
+    async def host_room(self) -> int:
+        """Bytes of host RAM another level-1 sleep may still fill: what the host has
+        available (less what starting CPU-build engines were promised), and within
+        ``SARDEENZ_SLEEP_HOST_MEMORY_GIB`` when set."""
+        room = await asyncio.to_thread(hostmem.available_bytes) - self._host.pending()
+        budget = self.settings.sleep_host_memory_gib
+        if budget is not None:
+            room = min(room, int(budget * hostmem.GIB) - sum(self._offloaded.values()))
+        return max(0, room)
 
     async def _check_wake_fits(self, instance_id: str, promise: Promise) -> None:
         gpus = await self.inventory.snapshot()
@@ -398,3 +422,15 @@ class MemoryLedger:
         return await reservations(
             (iid, p) for iid, p in self._held.items() if iid != exclude and p.pending
         )
+
+
+def offload_bytes(inst: ModelInstance) -> int:
+    """Host RAM a level-1 sleep of ``inst`` fills: its weights on every GPU (as the engine
+    logged them), or, unknown, all it was given (the larger figure: never too little)."""
+    metrics = inst.memory_metrics
+    per_gpu: float | None = None
+    if metrics is not None and metrics.weights_memory_gib is not None:
+        per_gpu = metrics.weights_memory_gib * hostmem.GIB
+    elif inst.reserved_bytes_per_gpu is not None:
+        per_gpu = inst.reserved_bytes_per_gpu
+    return int((per_gpu or 0) * max(1, inst.tensor_parallel_size))

@@ -116,4 +116,5 @@ def wake_refusal(
         f"{gb(promise.bytes_per_gpu)} per GPU: {lacking}{promised}; "
         "unload or sleep another model first",
         code="insufficient_gpu_memory",
+        shortBytesPerGpu=max(s.needed_bytes - s.free_bytes for s in short),
     )

@@ -27,7 +27,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,9 @@ class Supervisor:
         self.instances_dir = settings.data_dir / "instances"
         self.traffic: Traffic = NoTraffic()
         """The proxy's side of a sleep or an unload (runtime/drain.py); set by app.py."""
+        self.after_wake: Callable[[ModelInstance], Awaitable[None]] | None = None
+        """Run after an engine woke, before it is routed again (the catalog's warm-up
+        request); set by app.py. It must not raise: a failure is logged, not a failed wake."""
 
     # --- queries -------------------------------------------------------------
     def list_instances(self) -> list[ModelInstance]:
@@ -403,6 +406,7 @@ class Supervisor:
                     raise EngineCallFailed(f"engine of {instance_id} did not report sleeping")
                 inst.sleep_level = level
                 inst.slept_at = utcnow()
+                self.ledger.slept(inst, level)
                 await self._sync_memory(runner)
                 await runner.set_status(InstanceStatus.SLEEPING)
             finally:
@@ -444,6 +448,11 @@ class Supervisor:
                 self.ledger.wake_done(inst.id, woke=woke)
             inst.sleep_level = None
             inst.slept_at = None
+            if self.after_wake is not None:  # still unrouted: held traffic waits for it
+                try:
+                    await self.after_wake(runner.snapshot())
+                except Exception:  # the engine is awake: serve it even if this failed
+                    log.exception("instance %s: after-wake hook failed", inst.id)
             await runner.set_status(InstanceStatus.ACTIVE)
             return runner.snapshot()
 

@@ -45,6 +45,7 @@ class Gen:
         "complete",
         "disconnected",
         "emitted",
+        "factor",
         "finish_reason",
         "finished",
         "max_tokens",
@@ -69,6 +70,8 @@ class Gen:
         self.finished = False
         """Metrics were recorded (exactly once per request)."""
         self.disconnected = False
+        self.factor = 1.0
+        """How many times slower than ``--ttft-ms``/``--itl-ms`` it runs (first after a wake)."""
         self.aborted = False
         """Aborted by the engine (a sleep with ``mode=abort``), not by its client."""
 
@@ -120,6 +123,8 @@ class Scheduler:
         self.admitting = asyncio.Event()
         """Cleared while the engine sleeps or falls asleep: new requests wait."""
         self.admitting.set()
+        self.cold = False
+        """Woken up and not served since: the next request admitted runs slower."""
         self._tasks: dict[Gen, asyncio.Task[Any]] = {}
 
     def abort_all(self) -> int:
@@ -166,6 +171,10 @@ class Scheduler:
                 self.metrics.waiting.set(self.waiting)
         gen.admitted = True
         gen.admitted_at = asyncio.get_running_loop().time()
+        if self.cold:  # the first after a wake-up pays for cold caches (--wake-slowdown)
+            self.cold = False
+            gen.factor = self.cfg.wake_slowdown
+            self.metrics.slow_after_wake.inc()
         self.running += 1
         self.kv_reserved += gen.prompt_tokens + gen.max_tokens
         self.metrics.running.set(self.running)
@@ -241,8 +250,8 @@ class Scheduler:
         await self.admit(gen)
         n = gen.max_tokens
         tokens = token_bytes(n)
-        itl = self.cfg.itl_s
-        due = gen.admitted_at + self.cfg.ttft_s
+        itl = self.cfg.itl_s * gen.factor
+        due = gen.admitted_at + self.cfg.ttft_s * gen.factor
         emitted = 0
         while True:
             if not self.awake.is_set():
@@ -285,6 +294,7 @@ class Scheduler:
         try:
             await self.admit(gen)
             start = gen.admitted_at
+            ttft, itl = ttft * gen.factor, itl * gen.factor
             deadline = start + ttft + itl * (n - 1)
             while True:
                 delay = deadline - loop.time()

@@ -140,6 +140,13 @@ class SimMetrics:
             labels,
             registry=reg,
         ).labels(*values)
+        self.slow_after_wake = prom.Counter(
+            "sardeenz_sim_slow_after_wake_requests",
+            "Simulated engine only: requests that ran slower as the first after a wake-up "
+            "(--wake-slowdown).",
+            labels,
+            registry=reg,
+        ).labels(*values)
         self.sleeps = prom.Counter(
             "sardeenz_sim_sleeps",
             "Simulated engine only: times the engine fell asleep.",

@@ -4,6 +4,9 @@ Served only with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``, as in v
 Falling asleep takes 50 ms, a full wake-up ``--wake-ms`` (default ``load-seconds / 10``,
 at most 500 ms; waking one tag of two takes half). Both levels free weights and KV
 cache; CUDA graphs stay. Requests queue while asleep (vLLM pauses its scheduler).
+The first request admitted after a wake-up runs ``--wake-slowdown`` times slower
+(vLLM's first request after a wake is several times slower until its caches are warm
+again: the reason for the controller's optional warm-up request).
 
 What happens to the requests in flight is vLLM's ``mode`` query parameter (vLLM's
 ``EngineCore.sleep`` pauses the scheduler first, ``pause_scheduler(mode)``):
@@ -133,6 +136,7 @@ class SleepControl:
                     self.wakeups += 1
                     self.metrics.wakeups.inc()
                     self.metrics.set_sleep_state(None)
+                    self.scheduler.cold = self.cfg.wake_slowdown > 1
                     self.awake.set()
                     self.scheduler.admitting.set()
         await respond_empty(send)

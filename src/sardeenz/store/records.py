@@ -223,4 +223,16 @@ class CatalogEntry(StrictCamelModel):
         None, gt=0, description="unload after this long with no request"
     )
     pinned: bool = Field(False, description="never slept, unloaded or evicted for idleness")
+    warmup: bool = Field(
+        False,
+        description="after a wake, send the engine a 1-token request before traffic is "
+        "released (vLLM's first request after a wake is several times slower); needs "
+        "sleepLevel 1 or 2",
+    )
+    warmup_prompt: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="the warm-up request's prompt (needs warmup: true; default a short one)",
+    )
     preload: bool = Field(False, description="start when the server starts")
