@@ -34,9 +34,9 @@ from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
-from sardeenz.cluster.handover import Pods
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.placement import ClusterPlacement
