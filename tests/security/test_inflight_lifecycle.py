@@ -101,9 +101,11 @@ async def stream_one(
                     payload = line[5:].strip()
                     if payload == "[DONE]":
                         out.done = True
+                        out.ended_at = time.monotonic()
                     elif event == "error":
                         out.error = json.loads(payload)["error"]
                         out.code = out.error["code"]
+                        out.ended_at = time.monotonic()
                     else:
                         out.chunks += 1
                         if started is not None:
@@ -119,7 +121,11 @@ async def stream_one(
     except httpx.HTTPError as exc:
         out.problem = f"transport:{type(exc).__name__}"
     finally:
-        out.ended_at = time.monotonic()
+        # When the end was read, not when httpx has put the connection back: its pool
+        # does work per release under one lock, and 200 streams ending together then
+        # finish their `async with` up to 2 s apart (a raw-socket client sees all 200
+        # ends within 50 ms of an engine kill).
+        out.ended_at = out.ended_at or time.monotonic()
         if started is not None:
             started.set()
     return out
