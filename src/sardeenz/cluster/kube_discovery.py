@@ -1,0 +1,147 @@
+"""Kubernetes-mode discovery: the Ready ``app=sardeenz`` pods of ``NAMESPACE``.
+
+List, then watch from the list's resourceVersion, resuming each watch from
+the last version seen (bookmarks included); a 410 Gone (the version left the
+API server's window) means list again. Only a pod that is Ready, has a
+``podIP`` and is not being deleted counts: the manager then knows it (its
+PeerStore entry, to which heartbeats go, as in static mode). A pod that is
+deleted, loses its Ready condition or its IP leaves at once, with its routes.
+
+A peer's address is its ``podIP`` and, in order: the ``sardeenz.io/port``
+annotation, the container port named ``http``, else this pod's own port
+(every pod of a StatefulSet listens on the same one).
+
+Errors are retried with exponential backoff (the retry period doubling up to
+30 s); a 403 also becomes an RBAC warning (cluster/kube_api.py). While the
+API cannot be reached the pods known stay as they were: the heartbeats'
+failure detector still takes the routes of a pod that stops answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sardeenz.cluster.identity import PeerAddress
+from sardeenz.cluster.kube_api import KubeApi, KubeError, status_code
+
+if TYPE_CHECKING:
+    from sardeenz.cluster.manager import ClusterManager
+
+log = logging.getLogger(__name__)
+
+PORT_ANNOTATION = "sardeenz.io/port"
+MAX_BACKOFF_SECONDS = 30.0
+WATCH_SECONDS = (240, 360)
+"""Each watch asks the server to end it within this range (spread, as client-go does)."""
+
+
+def pod_address(pod: Mapping[str, Any], default_port: int) -> PeerAddress | None:
+    """Where a pod (the API's JSON) serves, or None while it must not count."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    ip = status.get("podIP")
+    if meta.get("deletionTimestamp") or not isinstance(ip, str) or not ip:
+        return None
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    )
+    if not ready:
+        return None
+    return PeerAddress(ip, _port(pod, default_port))
+
+
+def _port(pod: Mapping[str, Any], default: int) -> int:
+    annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get(PORT_ANNOTATION)
+    if isinstance(annotated, str) and annotated.isdigit() and 0 < int(annotated) < 65536:
+        return int(annotated)
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == "http" and isinstance(port.get("containerPort"), int):
+                return int(port["containerPort"])
+    return default
+
+
+def pod_name(pod: Mapping[str, Any]) -> str | None:
+    name = (pod.get("metadata") or {}).get("name")
+    return name if isinstance(name, str) and name else None
+
+
+class PodWatcher:
+    def __init__(self, manager: ClusterManager, api: KubeApi, retry: float) -> None:
+        self._m = manager
+        self._api = api
+        self._retry = retry
+        self._port = manager.identity.address.port
+
+    async def run(self) -> None:
+        failures = 0
+        version: str | None = None  # None: list (again)
+        while True:
+            verb = "list" if version is None else "watch"
+            try:
+                version = await (self._relist() if version is None else self._watch(version))
+                failures = 0
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                status = status_code(exc)
+                if status == 410:
+                    log.info("Kubernetes: pod watch expired (410 Gone): listing again")
+                    version = None
+                    continue
+                if status == 403:
+                    self._api.forbidden(verb, "pods", exc)
+                else:
+                    log.warning("Kubernetes: pod %s failed: %s", verb, _brief(exc))
+            failures += 1
+            delay = min(MAX_BACKOFF_SECONDS, self._retry * 2 ** (failures - 1))
+            await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
+
+    async def _relist(self) -> str:
+        data = await self._api.list_pods()
+        self._api.allowed("list", "pods")
+        members: dict[str, PeerAddress] = {}
+        for pod in data.get("items") or []:
+            name = pod_name(pod)
+            address = pod_address(pod, self._port) if name else None
+            if name and address is not None:
+                members[name] = address
+        self._m.set_members(members)
+        version = (data.get("metadata") or {}).get("resourceVersion")
+        return str(version or "")
+
+    async def _watch(self, version: str) -> str:
+        """One watch from ``version``; the last version seen when the server ends it."""
+        seconds = random.randint(*WATCH_SECONDS)
+        events = self._api.pod_events(version, seconds)
+        try:
+            async for event in events:
+                self._api.allowed("watch", "pods")
+                obj = event.get("object") or {}
+                seen = (obj.get("metadata") or {}).get("resourceVersion")
+                if seen:
+                    version = str(seen)
+                name = pod_name(obj)
+                if event.get("type") == "BOOKMARK" or name is None:
+                    continue
+                gone = event.get("type") == "DELETED"
+                self._m.set_member(name, None if gone else pod_address(obj, self._port))
+        finally:
+            await events.aclose()
+        return version
+
+
+def _brief(exc: BaseException) -> str:
+    if isinstance(exc, KubeError):
+        return str(exc)
+    status = status_code(exc)
+    if status is not None:
+        return f"HTTP {status} {getattr(exc, 'reason', '')}".strip()
+    return f"{type(exc).__name__}: {exc}"
