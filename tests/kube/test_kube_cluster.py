@@ -11,9 +11,13 @@ Role missing one rule (leases update, pods watch) gives a clear warning, not a c
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -200,7 +204,9 @@ def test_a_missing_rule_is_a_clear_warning_not_a_crash(kube: KubeApiServer, tmp_
                         },
                     )
                 assert made.status_code == 201, made.text
-            one.start()
+        with ThreadPoolExecutor(len(cases)) as pool:
+            for done in [pool.submit(one.start) for one in cases.values()]:
+                done.result()
         for (verb, resource), one in cases.items():
             deadline = time.monotonic() + 15
             warnings: list[str] = []
@@ -227,6 +233,16 @@ def test_a_missing_rule_is_a_clear_warning_not_a_crash(kube: KubeApiServer, tmp_
             assert lines, log[-2000:]
             assert f"{verb} {resource}" in lines[0], lines
             assert len(lines) <= 2, lines  # once (not once per retry)
+            cli = subprocess.run(
+                [sys.executable, "-m", "sardeenz.cli", "cluster", "status", "--url", pod.url],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "COLUMNS": "400"},
+                check=False,
+            )
+            assert cli.returncode == 0, cli.stderr
+            assert "warning: Kubernetes RBAC" in cli.stdout
             if resource == "leases":
                 status = one.status("pod-a")
                 assert status is not None
