@@ -121,6 +121,16 @@ def status_code(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def describe(exc: BaseException) -> str:
+    """One line for the log: the status and reason of an API error, else the exception."""
+    if isinstance(exc, KubeError):
+        return str(exc)
+    status = status_code(exc)
+    if status is not None:
+        return f"HTTP {status} {getattr(exc, 'reason', '')}".strip()
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def _server_message(exc: BaseException) -> str:
     """The Status message of an ApiException or a KubeError."""
     if isinstance(exc, KubeError):

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sardeenz.cluster.identity import PeerAddress
-from sardeenz.cluster.kube_api import KubeApi, KubeError, status_code
+from sardeenz.cluster.kube_api import KubeApi, describe, status_code
 
 if TYPE_CHECKING:
     from sardeenz.cluster.manager import ClusterManager
@@ -99,7 +99,7 @@ class PodWatcher:
                 if status == 403:
                     self._api.forbidden(verb, "pods", exc)
                 else:
-                    log.warning("Kubernetes: pod %s failed: %s", verb, _brief(exc))
+                    log.warning("Kubernetes: pod %s failed: %s", verb, describe(exc))
             failures += 1
             delay = min(MAX_BACKOFF_SECONDS, self._retry * 2 ** (failures - 1))
             await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
@@ -136,12 +136,3 @@ class PodWatcher:
         finally:
             await events.aclose()
         return version
-
-
-def _brief(exc: BaseException) -> str:
-    if isinstance(exc, KubeError):
-        return str(exc)
-    status = status_code(exc)
-    if status is not None:
-        return f"HTTP {status} {getattr(exc, 'reason', '')}".strip()
-    return f"{type(exc).__name__}: {exc}"

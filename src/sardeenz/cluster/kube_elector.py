@@ -20,7 +20,7 @@ import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sardeenz.cluster.kube_api import LEASE_NAME, KubeApi, status_code
+from sardeenz.cluster.kube_api import LEASE_NAME, KubeApi, describe, status_code
 from sardeenz.cluster.kube_lease import Desired, LeaseElection, LeaseRecord, Step
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class LeaseElector:
         if status == 403:
             api.forbidden(VERB[step], "leases", exc)
         else:
-            log.warning("cluster: Lease %s failed: %s", step, _brief(exc))
+            log.warning("cluster: Lease %s failed: %s", step, describe(exc))
         self._failures += 1
         if st.is_leader(now):
             backoff = st.timing.retry_period  # retry before the deadline
@@ -156,11 +156,4 @@ class LeaseElector:
             await asyncio.wait_for(self._api.replace_lease(body), self._api.timeout)
             log.info("cluster: released the Lease")
         except Exception as exc:  # the Lease then expires by itself
-            log.warning("cluster: could not release the Lease: %s", _brief(exc))
-
-
-def _brief(exc: BaseException) -> str:
-    status = status_code(exc)
-    if status is not None:
-        return f"HTTP {status} {getattr(exc, 'reason', '')}".strip()
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.warning("cluster: could not release the Lease: %s", describe(exc))
