@@ -24,7 +24,8 @@ import httpx
 import openai
 import pytest
 
-from tests.cluster.harness import agreed_leader
+from sardeenz.security.cluster_hmac import Signer
+from tests.cluster.harness import SECRET, agreed_leader
 from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
 from tests.kube.pods import LEASE_TIMING, KubePods
 
@@ -166,6 +167,18 @@ def test_stopped_leader_hands_the_lease_over(pods: KubePods) -> None:
         f"{agreed_took:.2f}s"
     )
     assert lease_took >= float(LEASE_TIMING["SARDEENZ_KUBE_RENEW_DEADLINE_SECONDS"])
+
+    # Fencing: an order of the first leader's term is refused by the pod that leads now.
+    path = "/internal/models/nope/sleep"
+    body = f'{{"term": {term}, "level": 1}}'.encode()
+    resp = httpx.post(
+        f"{pods.pods[third].url}{path}",
+        content=body,
+        headers=Signer(SECRET.encode()).headers("POST", path, body),
+        timeout=5,
+    )
+    assert resp.status_code == 409, resp.text
+    assert resp.json()["code"] == "stale_term"
 
 
 def test_no_orphan_engines(pods: KubePods) -> None:
