@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sardeenz.cluster.identity import Identity, PeerAddress
+from sardeenz.cluster.identity import PeerAddress
 from sardeenz.cluster.kube_api import KubeError
 from sardeenz.cluster.kube_discovery import PodWatcher
-from sardeenz.cluster.manager import ClusterManager
 
 READY = [{"type": "Ready", "status": "True"}]
 
@@ -23,16 +22,12 @@ def pod(name: str, ip: str | None, ready: bool, version: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "resourceVersion": version}, "status": status}
 
 
-ME = Identity("me", PeerAddress("10.0.0.1", 3000))
-
-
 @dataclass
-class FakeManager:
-    identity: Identity = ME
+class FakeMembers:
     members: dict[str, PeerAddress] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
 
-    def set_members(self, members: dict[str, PeerAddress]) -> None:
+    def set_members(self, members: Mapping[str, PeerAddress]) -> None:
         self.members = dict(members)
         self.log.append("list:" + ",".join(sorted(members)))
 
@@ -86,7 +81,7 @@ async def run_until(watcher: PodWatcher, api: ScriptedApi, done: int) -> None:
 
 
 async def test_list_watch_resume_and_relist_on_410() -> None:
-    m = FakeManager()
+    m = FakeMembers()
     api = ScriptedApi(
         lists=[
             {
@@ -107,7 +102,7 @@ async def test_list_watch_resume_and_relist_on_410() -> None:
             ],
         ],
     )
-    watcher = PodWatcher(cast(ClusterManager, m), cast(Any, api), retry=0.01)
+    watcher = PodWatcher(m, cast(Any, api), retry=0.01, port=3000)
     await run_until(watcher, api, done=3)
     assert api.watched_from == ["10", "12", "30"]
     assert m.log == [
@@ -121,12 +116,12 @@ async def test_list_watch_resume_and_relist_on_410() -> None:
 
 
 async def test_a_refused_watch_is_an_rbac_problem_and_is_retried() -> None:
-    m = FakeManager()
+    m = FakeMembers()
     api = ScriptedApi(
         lists=[{"metadata": {"resourceVersion": "10"}, "items": []}],
         watches=[[KubeError(403, 'cannot watch resource "pods"')]],
     )
-    watcher = PodWatcher(cast(ClusterManager, m), cast(Any, api), retry=0.01)
+    watcher = PodWatcher(m, cast(Any, api), retry=0.01, port=3000)
     await run_until(watcher, api, done=2)
     assert api.forbidden_calls == [("watch", "pods")]
     assert api.watched_from == ["10", "10"]  # retried from where it was, no new list

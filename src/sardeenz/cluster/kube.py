@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sardeenz.cluster.kube_api import LEASE_NAME, POD_SELECTOR, KubeApi, load_config
-from sardeenz.cluster.kube_discovery import PodWatcher
+from sardeenz.cluster.kube_discovery import Membership, PodWatcher
 from sardeenz.cluster.kube_elector import LeaseElector
 from sardeenz.cluster.kube_lease import LeaseElection
 from sardeenz.tasks import stop_task
@@ -42,7 +42,9 @@ class KubeCluster:
         api = self._api = KubeApi(config, m.settings.kube_request_timeout_seconds)
         await api.open()
         self._elector = LeaseElector(m, api, self._state)
-        watcher = PodWatcher(m, api, self._state.timing.retry_period)
+        watcher = PodWatcher(
+            Membership(m), api, self._state.timing.retry_period, m.identity.address.port
+        )
         log.info(
             "cluster: Kubernetes mode as %s (%s) in namespace %s: Lease %s, pods %s, API %s",
             m.identity.pod_id,

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sardeenz.cluster.identity import PeerAddress
 from sardeenz.cluster.kube_api import KubeApi, describe, status_code
@@ -72,12 +72,59 @@ def pod_name(pod: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-class PodWatcher:
-    def __init__(self, manager: ClusterManager, api: KubeApi, retry: float) -> None:
+class Members(Protocol):
+    def set_members(self, members: Mapping[str, PeerAddress]) -> None: ...
+
+    def set_member(self, pod_id: str, address: PeerAddress | None) -> None: ...
+
+
+class Membership:
+    """What the watch reports, applied to the manager's peers, failure detector and
+    routing table (the same state static mode's pings and heartbeats feed)."""
+
+    def __init__(self, manager: ClusterManager) -> None:
+        assert manager.members is not None, "Kubernetes mode only"
         self._m = manager
+        self._members = manager.members
+
+    def set_members(self, members: Mapping[str, PeerAddress]) -> None:
+        """A fresh pod list: exactly these pods (besides this one) are the peers."""
+        for gone in self._members - set(members):
+            self.set_member(gone, None)
+        for pod_id, address in members.items():
+            self.set_member(pod_id, address)
+
+    def set_member(self, pod_id: str, address: PeerAddress | None) -> None:
+        """``pod_id`` is Ready at ``address``, or (None) deleted or not Ready: its routes
+        go at once, not after the failure detector's unavailable time."""
+        m = self._m
+        if pod_id == m.identity.pod_id:
+            return
+        if address is None:
+            self._members.discard(pod_id)
+            if m.peers.remove(pod_id) is not None:
+                m.detector.forget(pod_id)
+                m.table.set_remote(pod_id, [])
+                log.warning("cluster: pod %s left (deleted or not Ready); routes removed", pod_id)
+            return
+        if pod_id not in self._members:
+            log.info("cluster: pod %s joined at %s", pod_id, address)
+        self._members.add(pod_id)
+        if m.peers.get(pod_id) is None or m.peers.pod_at(address) != pod_id:
+            m.peers.upsert(pod_id, address)
+            while m.peers.replaced:  # a pod that had this address before
+                gone = m.peers.replaced.pop()
+                m.detector.forget(gone)
+                m.table.set_remote(gone, [])
+
+
+class PodWatcher:
+    def __init__(self, members: Members, api: KubeApi, retry: float, port: int) -> None:
+        self._m = members
         self._api = api
         self._retry = retry
-        self._port = manager.identity.address.port
+        self._port = port
+        """The port of a pod that names none (this pod's own)."""
 
     async def run(self) -> None:
         failures = 0

@@ -369,39 +369,10 @@ class ClusterManager:
         data = await self.order(owner, f"/internal/models/{instance_id}/{action}", {"level": level})
         return ModelInstance.model_validate(data)
 
-    # ------------------------------------------------- Kubernetes membership
     def admits(self, pod_id: str) -> bool:
-        """Static: anyone with the secret; Kubernetes: the Ready pods the watch reports."""
+        """Static: anyone with the secret; Kubernetes: the Ready pods the watch reports
+        (kube_discovery.py's ``Membership`` keeps ``members``)."""
         return self.members is None or pod_id in self.members
-
-    def set_members(self, members: Mapping[str, PeerAddress]) -> None:
-        """A fresh pod list: exactly these pods (besides this one) are the peers."""
-        for gone in (self.members or set()) - set(members):
-            self.set_member(gone, None)
-        for pod_id, address in members.items():
-            self.set_member(pod_id, address)
-
-    def set_member(self, pod_id: str, address: PeerAddress | None) -> None:
-        """``pod_id`` is Ready at ``address``, or (None) deleted or not Ready: its routes
-        go at once, not after the failure detector's unavailable time."""
-        if self.members is None or pod_id == self.identity.pod_id:
-            return
-        if address is None:
-            self.members.discard(pod_id)
-            if self.peers.remove(pod_id) is not None:
-                self.detector.forget(pod_id)
-                self.table.set_remote(pod_id, [])
-                log.warning("cluster: pod %s left (deleted or not Ready); routes removed", pod_id)
-            return
-        if pod_id not in self.members:
-            log.info("cluster: pod %s joined at %s", pod_id, address)
-        self.members.add(pod_id)
-        if self.peers.get(pod_id) is None or self.peers.pod_at(address) != pod_id:
-            self.peers.upsert(pod_id, address)
-            while self.peers.replaced:
-                gone = self.peers.replaced.pop()
-                self.detector.forget(gone)
-                self.table.set_remote(gone, [])
 
     # -------------------------------------------------------------- upkeep
     def expire_routes(self) -> None:
