@@ -13,7 +13,7 @@ feeds them messages with the monotonic clock and keeps the routing table's
 remote endpoints in step with what peers report.
 
 Kubernetes mode (cluster/kube.py): the same heartbeat driver (no pings, no
-votes), while the pod watch says who the peers are (``set_members``) and the
+votes), while the pod watch says who the peers are (``members``) and the
 Lease says who leads (``leadership`` is a kube_lease.py ``LeaseElection``).
 Everything else (routing, ``/internal``, status, fencing) is shared.
 """
