@@ -376,6 +376,68 @@ class Settings(BaseSettings):
             "cluster_profile_sync_interval_seconds",
         ),
     )
+    cluster_mode: Literal["auto", "single", "static", "kubernetes"] = Field(
+        "auto", validation_alias=_env("SARDEENZ_CLUSTER_MODE", "cluster_mode")
+    )
+    """``auto``: Kubernetes when ``KUBERNETES_SERVICE_HOST`` is set (and ``CLUSTER_PEERS``
+    is not), static with ``CLUSTER_PEERS``, else single; the others force a mode (``single``
+    keeps a pod on Kubernetes out of any cluster; ``kubernetes`` runs Kubernetes mode
+    outside a pod, with ``SARDEENZ_KUBE_API_URL``)."""
+
+    # --- Kubernetes mode (docs/cluster.md) ----------------------------------
+    kube_api_url: str | None = Field(
+        None, validation_alias=_env("SARDEENZ_KUBE_API_URL", "kube_api_url")
+    )
+    """The API server; default ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``,
+    what every pod is given."""
+    kube_service_account_dir: Path = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount"),
+        validation_alias=_env("SARDEENZ_KUBE_SERVICE_ACCOUNT_DIR", "kube_service_account_dir"),
+    )
+    """Where the pod's ServiceAccount ``token`` (re-read every minute: the kubelet rotates
+    it), ``ca.crt`` and ``namespace`` are (the ``namespace`` file is used when
+    ``NAMESPACE`` is not set)."""
+    kube_lease_duration_seconds: int = Field(
+        15,
+        ge=1,
+        le=3600,
+        validation_alias=_env(
+            "SARDEENZ_KUBE_LEASE_DURATION_SECONDS", "kube_lease_duration_seconds"
+        ),
+    )
+    """``leaseDurationSeconds`` of the ``sardeenz-leader`` Lease: another pod takes a Lease
+    it has seen unchanged this long."""
+    kube_renew_deadline_seconds: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_KUBE_RENEW_DEADLINE_SECONDS", "kube_renew_deadline_seconds"
+        ),
+    )
+    """The leader steps down when its last successful renewal was sent this long ago; below
+    the lease duration (the margin is what keeps two leaders apart)."""
+    kube_renew_interval_seconds: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_KUBE_RENEW_INTERVAL_SECONDS", "kube_renew_interval_seconds"
+        ),
+    )
+    """How often the leader renews the Lease; below the renew deadline."""
+    kube_retry_period_seconds: float = Field(
+        2.0,
+        gt=0,
+        validation_alias=_env("SARDEENZ_KUBE_RETRY_PERIOD_SECONDS", "kube_retry_period_seconds"),
+    )
+    """Followers read the Lease this often; a leader retries a failed renewal this soon."""
+    kube_request_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=_env(
+            "SARDEENZ_KUBE_REQUEST_TIMEOUT_SECONDS", "kube_request_timeout_seconds"
+        ),
+    )
+    """Timeout of each Kubernetes API call (a watch: of its connection and of each read)."""
 
     # --- authentication (any JWT setting turns admin auth on) ---------------
     jwt_secret: SecretStr | None = Field(

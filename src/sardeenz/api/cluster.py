@@ -35,8 +35,14 @@ class ClusterStatus(BaseModel):
 
     mode: str = Field(description="single | static | kubernetes")
     leader: str | None = Field(description="the leader's pod id; null while there is none")
-    term: int = Field(description="fencing term of the current leadership (static mode)")
+    term: int = Field(
+        description="fencing term of the current leadership (Kubernetes: leaseTransitions + 1)"
+    )
     pods: list[PodView]
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="problems to fix (Kubernetes mode: an RBAC rule the Role lacks)",
+    )
 
 
 @router.get("/status", response_model=ClusterStatus, dependencies=[READONLY])

@@ -53,3 +53,5 @@ def cluster_status(
             ]
         )
     emit("Pods", cols, rows)
+    for warning in status.get("warnings") or []:
+        console.print(f"warning: {warning}", markup=False, soft_wrap=True, style="yellow")

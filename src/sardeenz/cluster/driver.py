@@ -115,7 +115,9 @@ class ClusterDriver:
                 m.note_leadership()
                 m.expire_routes()
                 healthy = m.detector.healthy(m.now()) & m.peers.ids()
-                if m.now() >= self._next_stand and m.election.should_stand(m.now(), healthy):
+                bully = m.leadership is m.election  # Kubernetes mode: the Lease elects
+                stand = bully and m.now() >= self._next_stand
+                if stand and m.election.should_stand(m.now(), healthy):
                     if await self._stand(healthy):
                         next_beat = m.now() + self._beat_every
                         await self._heartbeat_round()  # tell everyone at once
@@ -233,7 +235,7 @@ class ClusterDriver:
         if not isinstance(pod_id, str) or not isinstance(term, int):
             return
         m.heard(pod_id, address)
-        m.election.on_heartbeat_reply(pod_id, term, data.get("ack") is True, sent_at)
+        m.leadership.on_heartbeat_reply(pod_id, term, data.get("ack") is True, sent_at)
 
     async def _prevote(self, peers: list[Any]) -> bool:
         """Would a quorum vote for us in the next term? Nobody changes state to answer."""

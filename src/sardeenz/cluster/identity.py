@@ -4,11 +4,10 @@ Pure functions of the settings and the environment, so ``sardeenz serve``
 can refuse a cluster it cannot run (one line, exit 2) before anything starts,
 and tests can call them directly.
 
-Modes (seed): ``KUBERNETES_SERVICE_HOST`` -> Kubernetes, ``CLUSTER_PEERS``
--> static peers, else a single node. Kubernetes mode is not implemented yet:
-a node that finds itself in a Kubernetes pod without ``CLUSTER_PEERS`` runs as
-a single node and says so once (refusing to start would break every
-single-pod deployment on Kubernetes); with ``CLUSTER_PEERS`` it runs static.
+Modes (seed): ``CLUSTER_PEERS`` -> static peers (wherever the node runs),
+else ``KUBERNETES_SERVICE_HOST`` -> Kubernetes (cluster/kube.py), else a
+single node. ``SARDEENZ_CLUSTER_MODE`` forces one (``single`` keeps a pod on
+Kubernetes out of any cluster, with no RBAC needed).
 """
 
 from __future__ import annotations
@@ -74,6 +73,8 @@ def parse_peers(text: str) -> list[PeerAddress]:
 def detect_mode(settings: Settings, environ: Mapping[str, str] | None = None) -> ClusterMode:
     """The mode the environment asks for (see the module docstring)."""
     env = os.environ if environ is None else environ
+    if settings.cluster_mode != "auto":
+        return ClusterMode(settings.cluster_mode)
     if settings.cluster_peers.strip():
         return ClusterMode.STATIC
     if env.get("KUBERNETES_SERVICE_HOST"):
@@ -85,12 +86,17 @@ def _bind_all(host: str) -> bool:
     return host in ("", "0.0.0.0", "::", "[::]")
 
 
-def identity_of(settings: Settings) -> Identity:
+def identity_of(settings: Settings, mode: ClusterMode = ClusterMode.STATIC) -> Identity:
+    """Pod id ``POD_NAME``, else ``hostname:port`` (on Kubernetes: the hostname, which
+    is the pod's name, so discovery recognises this pod among the ones it lists)."""
     host = settings.advertise_address or (
         socket.gethostname() if _bind_all(settings.host) else settings.host
     )
     port = settings.advertise_port or settings.port
-    pod_id = settings.pod_name or f"{socket.gethostname()}:{settings.port}"
+    fallback = socket.gethostname()
+    if mode is not ClusterMode.KUBERNETES:
+        fallback = f"{fallback}:{settings.port}"
+    pod_id = settings.pod_name or fallback
     return Identity(pod_id=pod_id, address=PeerAddress(host.strip("[]"), port))
 
 
@@ -110,14 +116,25 @@ def is_self(peer: PeerAddress, me: Identity, settings: Settings) -> bool:
 
 def check_cluster_settings(settings: Settings, environ: Mapping[str, str] | None = None) -> None:
     """Raise ``ConfigError`` (one line) when a cluster is asked for that cannot run."""
-    if detect_mode(settings, environ) is not ClusterMode.STATIC:
+    mode = detect_mode(settings, environ)
+    if mode is ClusterMode.SINGLE:
         return
-    parse_peers(settings.cluster_peers)
+    if mode is ClusterMode.STATIC:
+        if not settings.cluster_peers.strip():
+            raise ConfigError("SARDEENZ_CLUSTER_MODE=static needs CLUSTER_PEERS")
+        parse_peers(settings.cluster_peers)
+        why = "CLUSTER_PEERS is set"
+    else:
+        from sardeenz.cluster.kube_api import check_kube_settings  # no client import here
+
+        check_kube_settings(settings, environ)
+        why = "Kubernetes cluster mode (KUBERNETES_SERVICE_HOST is set)"
     secret = settings.cluster_secret.get_secret_value().encode()
     if not secret:
+        alone = "" if mode is ClusterMode.STATIC else " (or SARDEENZ_CLUSTER_MODE=single)"
         raise ConfigError(
-            "CLUSTER_PEERS is set but CLUSTER_SECRET is empty: pods authenticate each other "
-            "with it; generate one with 'openssl rand -hex 32' and give every pod the same"
+            f"{why} but CLUSTER_SECRET is empty: pods authenticate each other "
+            f"with it; generate one with 'openssl rand -hex 32' and give every pod the same{alone}"
         )
     for name, value in (
         ("CLUSTER_SECRET", secret),

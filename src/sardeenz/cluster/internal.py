@@ -211,7 +211,7 @@ class InternalApi:
         if not self._m.accepts_order(term):
             raise _Reply(
                 409,
-                f"order of term {term} refused: this pod has seen term {self._m.election.term}",
+                f"order of term {term} refused: this pod has seen term {self._m.leadership.term}",
                 "stale_term",
             )
 

@@ -11,6 +11,11 @@ peers, exchanges heartbeats and runs the election; the handlers of
 election and failure detector are pure (cluster/election.py): this class
 feeds them messages with the monotonic clock and keeps the routing table's
 remote endpoints in step with what peers report.
+
+Kubernetes mode (cluster/kube.py): the same heartbeat driver (no pings, no
+votes), while the pod watch says who the peers are (``members``) and the
+Lease says who leads (``leadership`` is a kube_lease.py ``LeaseElection``).
+Everything else (routing, ``/internal``, status, fencing) is shared.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from sardeenz.cluster.identity import (
     is_self,
     parse_peers,
 )
+from sardeenz.cluster.leadership import Leadership
 from sardeenz.cluster.peers import GpuFigures, Heartbeat, PeerStore, remote_endpoints, route_key
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
@@ -44,6 +50,7 @@ from sardeenz.security.cluster_hmac import Signer, Verifier
 
 if TYPE_CHECKING:
     from sardeenz.cluster.driver import ClusterDriver
+    from sardeenz.cluster.kube import KubeCluster
 
 log = logging.getLogger(__name__)
 
@@ -64,19 +71,27 @@ class ClusterManager:
         self.table = table
         self.supervisor = supervisor
         self.inventory = inventory
-        self.requested_mode = detect_mode(settings, environ)
-        # Kubernetes mode is a later step: such a node runs single (identity.py says why).
-        self.mode = (
-            ClusterMode.STATIC if self.requested_mode is ClusterMode.STATIC else ClusterMode.SINGLE
-        )
-        self.active = self.mode is ClusterMode.STATIC
-        self.identity: Identity = identity_of(settings)
+        self.mode = detect_mode(settings, environ)
+        self.active = self.mode is not ClusterMode.SINGLE
+        self.identity: Identity = identity_of(settings, self.mode)
         self.timing = Timing(
             suspect_after=settings.cluster_suspect_after_seconds,
             unavailable_after=settings.cluster_unavailable_after_seconds,
             candidacy_timeout=settings.cluster_request_timeout_seconds * 1.5,
         )
         self.election = Election(self.identity.pod_id, self.timing)
+        """Static mode's Bully state (its driver stands, votes and persists with it)."""
+        self.leadership: Leadership = self.election
+        """Who leads and the fencing term, whichever mode elects."""
+        self.members: set[str] | None = None
+        """Kubernetes mode: the Ready pods the watch reports; only they are peers.
+        None (static mode): any pod with the secret that makes itself heard."""
+        if self.mode is ClusterMode.KUBERNETES:
+            from sardeenz.cluster.kube_api import lease_timing
+            from sardeenz.cluster.kube_lease import LeaseElection
+
+            self.leadership = LeaseElection(self.identity.pod_id, lease_timing(settings))
+            self.members = set()
         self.detector = FailureDetector(self.timing)
         self.peers = PeerStore()
         self.seeds: list[PeerAddress] = []
@@ -94,6 +109,7 @@ class ClusterManager:
             self.verifier = Verifier([secret, previous])
         self._state_file = settings.data_dir / "cluster-election.json"
         self._driver: ClusterDriver | None = None
+        self._kube: KubeCluster | None = None
         self._gpus: list[GpuFigures] = []
         self.promised_bytes: Callable[[list[GpuInfo]], Awaitable[dict[int, int]]] | None = None
         """The memory ledger's promised bytes per GPU (app.py sets it)."""
@@ -108,14 +124,19 @@ class ClusterManager:
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         if not self.active:
-            if self.requested_mode is ClusterMode.KUBERNETES:
-                log.warning(
-                    "KUBERNETES_SERVICE_HOST is set but Kubernetes cluster mode is not "
-                    "supported yet: running as a single node (set CLUSTER_PEERS for static mode)"
-                )
             return
         from sardeenz.cluster.driver import ClusterDriver  # only a cluster pays for httpx
 
+        if self.mode is ClusterMode.KUBERNETES:
+            from sardeenz.cluster.kube import KubeCluster  # and only Kubernetes for its client
+            from sardeenz.cluster.kube_lease import LeaseElection
+
+            assert isinstance(self.leadership, LeaseElection)
+            self._kube = KubeCluster(self, self.leadership)
+            await self._kube.start()
+            self._driver = ClusterDriver(self)
+            self._driver.start()
+            return
         saved = await asyncio.to_thread(_read_state, self._state_file)
         if saved is not None:
             self.election.term, self.election.voted_for = saved
@@ -135,6 +156,9 @@ class ClusterManager:
         self._driver.start()
 
     async def stop(self) -> None:
+        kube, self._kube = self._kube, None
+        if kube is not None:  # first: the leader hands the Lease back while peers still hear it
+            await kube.stop()
         driver, self._driver = self._driver, None
         if driver is not None:
             await driver.stop()
@@ -153,17 +177,17 @@ class ClusterManager:
     def leader(self) -> str | None:
         if not self.active:
             return self.identity.pod_id
-        return self.election.current_leader(self.now())
+        return self.leadership.current_leader(self.now())
 
     def is_leader(self) -> bool:
-        return not self.active or self.election.is_leader(self.now())
+        return not self.active or self.leadership.is_leader(self.now())
 
     def ping(self) -> dict[str, Any]:
         return {
             "podId": self.identity.pod_id,
             "host": self.identity.address.host,
             "port": self.identity.address.port,
-            "term": self.election.term,
+            "term": self.leadership.term,
             "leader": self.leader(),
         }
 
@@ -190,8 +214,8 @@ class ClusterManager:
             pod_id=self.identity.pod_id,
             host=self.identity.address.host,
             port=self.identity.address.port,
-            term=self.election.term,
-            leader=self.election.is_leader(self.now()),
+            term=self.leadership.term,
+            leader=self.leadership.is_leader(self.now()),
             routing_version=self.table.version,
             instances=instances,
             gpus=self._gpus,
@@ -247,10 +271,11 @@ class ClusterManager:
             "mode": self.mode.value,
             "podId": self.identity.pod_id,
             "leader": leader,
-            "term": self.election.term,
-            "quorum": self.election.quorum if self.active else 1,
+            "term": self.leadership.term,
+            "quorum": self.leadership.quorum if self.active else 1,
             "size": self.cluster_size() if self.active else 1,
             "pods": pods,
+            "warnings": self._kube.warnings() if self._kube is not None else [],
         }
 
     def instances(self) -> list[ModelInstance]:
@@ -276,7 +301,7 @@ class ClusterManager:
     # ------------------------------------------------------------ messages in
     def heard(self, pod_id: str, address: PeerAddress) -> None:
         """A sign of life from ``pod_id`` (a ping answer, a heartbeat, a reply)."""
-        if pod_id == self.identity.pod_id:
+        if pod_id == self.identity.pod_id or not self.admits(pod_id):
             return
         self.peers.upsert(pod_id, address)
         while self.peers.replaced:
@@ -289,31 +314,31 @@ class ClusterManager:
     def on_heartbeat(self, hb: Heartbeat) -> dict[str, Any]:
         """``POST /internal/heartbeat``: record the peer; ack it if it is our leader."""
         now = self.now()
-        if hb.pod_id == self.identity.pod_id:
-            return {"podId": self.identity.pod_id, "term": self.election.term, "ack": False}
+        if hb.pod_id == self.identity.pod_id or not self.admits(hb.pod_id):
+            return {"podId": self.identity.pod_id, "term": self.leadership.term, "ack": False}
         self.heard(hb.pod_id, hb.address)
         peer = self.peers.apply(hb)
         key = route_key(hb)
         if key != peer.routes:
             peer.routes = key
             self.table.set_remote(hb.pod_id, remote_endpoints(hb))
-        ack = self.election.on_heartbeat(hb.pod_id, hb.term, hb.leader, now)
+        ack = self.leadership.on_heartbeat(hb.pod_id, hb.term, hb.leader, now)
         self.note_leadership()
-        return {"podId": self.identity.pod_id, "term": self.election.term, "ack": ack}
+        return {"podId": self.identity.pod_id, "term": self.leadership.term, "ack": ack}
 
     async def on_vote(self, candidate: str, term: int) -> dict[str, Any]:
-        granted = self.election.on_vote_request(candidate, term, self.now())
+        granted = self.leadership.on_vote_request(candidate, term, self.now())
         if granted:  # one vote per term, also across a restart
             await self.persist()
-        return {"podId": self.identity.pod_id, "term": self.election.term, "granted": granted}
+        return {"podId": self.identity.pod_id, "term": self.leadership.term, "granted": granted}
 
     def on_prevote(self, candidate: str, term: int) -> dict[str, Any]:
-        granted = self.election.would_vote(candidate, term, self.now())
-        return {"podId": self.identity.pod_id, "term": self.election.term, "granted": granted}
+        granted = self.leadership.would_vote(candidate, term, self.now())
+        return {"podId": self.identity.pod_id, "term": self.leadership.term, "granted": granted}
 
     def accepts_order(self, term: int) -> bool:
         """Fencing: refuse a leader order older than the newest term seen here."""
-        ok = self.election.accepts_order(term)
+        ok = self.leadership.accepts_order(term)
         self.note_leadership()
         return ok
 
@@ -351,7 +376,7 @@ class ClusterManager:
             status, data = await self._driver.order(
                 peer.address,
                 path,
-                {**payload, "term": self.election.term},
+                {**payload, "term": self.leadership.term},
                 timeout=timeout or max(30.0, self.settings.cluster_request_timeout_seconds),
             )
         except httpx.HTTPError as exc:
@@ -410,6 +435,11 @@ class ClusterManager:
         data = await self.order(owner, f"/internal/models/{instance_id}/{action}", {"level": level})
         return ModelInstance.model_validate({**data, "podId": owner})
 
+    def admits(self, pod_id: str) -> bool:
+        """Static: anyone with the secret; Kubernetes: the Ready pods the watch reports
+        (kube_discovery.py's ``Membership`` keeps ``members``)."""
+        return self.members is None or pod_id in self.members
+
     # -------------------------------------------------------------- upkeep
     def expire_routes(self) -> None:
         """Remove the routes of pods the failure detector calls unavailable."""
@@ -423,9 +453,9 @@ class ClusterManager:
     def note_leadership(self) -> None:
         """Log leadership changes (once each)."""
         now = self.now()
-        self.election.size = self.cluster_size()
-        self.election.tick(now)
-        current = (self.election.current_leader(now), self.election.term)
+        self.leadership.size = self.cluster_size()
+        self.leadership.tick(now)
+        current = (self.leadership.current_leader(now), self.leadership.term)
         if current != self._last_leader:
             self._last_leader = current
             leader, term = current

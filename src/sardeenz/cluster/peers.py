@@ -101,6 +101,13 @@ class PeerStore:
         self._by_address[address] = pod_id
         return peer
 
+    def remove(self, pod_id: str) -> Peer | None:
+        """Forget ``pod_id`` (Kubernetes: its pod was deleted or is not Ready)."""
+        peer = self._peers.pop(pod_id, None)
+        if peer is not None and self._by_address.get(peer.address) == pod_id:
+            del self._by_address[peer.address]
+        return peer
+
     def apply(self, hb: Heartbeat) -> Peer:
         peer = self.upsert(hb.pod_id, hb.address)
         peer.heartbeat = hb

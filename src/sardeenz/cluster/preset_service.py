@@ -409,7 +409,7 @@ class PresetService:
         if not self._m.accepts_order(sync.term):
             return 409, {
                 "detail": f"sync of term {sync.term} refused: this pod has seen term "
-                f"{self._m.election.term}",
+                f"{self._m.leadership.term}",
                 "code": "stale_term",
             }
         await self._repo.replace_all(rows)

