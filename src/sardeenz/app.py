@@ -39,6 +39,7 @@ from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
+from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
@@ -253,8 +254,15 @@ def create_app(settings: Settings) -> Gateway:
     gateway.api = app
     gateway.services = services
     if services.cluster.active:
+        starts = ClusterStarts(services.cluster, services.placement)
+        services.ondemand.cluster = starts
         install_cluster(
-            gateway, services.cluster, services.proxy, services.profile_sync, services.presets
+            gateway,
+            services.cluster,
+            services.proxy,
+            services.profile_sync,
+            services.presets,
+            starts,
         )
     return gateway
 

@@ -56,6 +56,22 @@ class Starter(Protocol):
     def list_instances(self) -> list[ModelInstance]: ...
 
 
+class ClusterStarter(Protocol):
+    """A cluster's on-demand placement (cluster/ondemand.py): the leader chooses the pod."""
+
+    @property
+    def pod_id(self) -> str: ...
+
+    async def start(self, name: str, req: LoadRequest) -> tuple[str, ModelInstance] | None: ...
+
+    def status(self, pod_id: str, instance_id: str) -> tuple[InstanceStatus | None, str | None]: ...
+
+
+REMOTE_POLL_SECONDS = 0.1
+"""How often waiters for a model started on another pod look for its route (it comes
+with that pod's heartbeat)."""
+
+
 class StartFailed(Exception):
     """The on-demand start failed; the message is the root cause."""
 
@@ -95,6 +111,10 @@ class OnDemand:
         """Runs starts and wakes, evicting idle models while memory is short (room.py)."""
         self.external: ExternalServers | None = None
         """Set by the app: the catalog's ``engine: external`` servers (never started)."""
+        self.cluster: ClusterStarter | None = None
+        """Set by the app in a cluster: starts are placed by the leader's scheduler."""
+        self._remote: dict[str, tuple[str, str, float]] = {}
+        """Model -> (pod, instance id, when) of a start the leader placed on another pod."""
 
     @property
     def evictor(self) -> Evictor | None:
@@ -157,6 +177,7 @@ class OnDemand:
         while True:
             ep = table.pick(name)
             if ep is not None:
+                self._remote.pop(name, None)
                 return ep
             self._note_ended(name)  # did the instance we started fail meanwhile?
             failed = self._recent_failure(name, loop.time())
@@ -165,6 +186,9 @@ class OnDemand:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return self._timed_out(name)
+            if self._started_elsewhere(name, loop.time()):
+                await asyncio.sleep(min(REMOTE_POLL_SECONDS, remaining))
+                continue
             pending = table.pending(name)
             if (
                 not pending
@@ -266,8 +290,15 @@ class OnDemand:
                     await self._starter.unload(inst.id)
         STATS.started(name)
         log.info("starting %s on demand (first request)", name)
+        req = load_request(name, entry)
+        placed = await self.cluster.start(name, req) if self.cluster is not None else None
+        if placed is not None and self.cluster is not None:
+            pod, inst = placed
+            if pod != self.cluster.pod_id:
+                self._remote[name] = (pod, inst.id, asyncio.get_running_loop().time())
+                return inst.id
         try:
-            inst = await self._load_making_room(name, load_request(name, entry))
+            inst = placed[1] if placed is not None else await self._load_making_room(name, req)
         except SardeenzError as exc:
             message = f"cannot start: {exc.message}"
             if exc.code in MEMORY_REFUSALS:
@@ -284,6 +315,26 @@ class OnDemand:
         if not any(v.instance_id == inst.id for v in self._table.instances(name)):
             self._table.apply(inst)
         return inst.id
+
+    def _started_elsewhere(self, name: str, now: float) -> bool:
+        """Is a start the leader placed on another pod still on its way? A failure
+        there is recorded like a local one (its waiters get the cause)."""
+        record = self._remote.get(name)
+        if record is None or self.cluster is None:
+            return False
+        pod, iid, at = record
+        status, error = self.cluster.status(pod, iid)
+        if status is InstanceStatus.FAILED:
+            del self._remote[name]
+            cause = f"on {pod}: {error or 'the engine failed while starting'}"
+            self._failures[name] = _Failure(now, cause)
+            STATS.start_failed(name)
+            log.warning("on-demand start of %s failed %s", name, cause)
+            return False  # the caller's next look finds the failure
+        if now - at > self._max_wait or (status is None and now - at > self._max_wait / 2):
+            del self._remote[name]  # gone or never seen: a new start may be tried
+            return False
+        return True
 
     async def _load_making_room(self, name: str, req: LoadRequest) -> ModelInstance:
         return await self.room.run(name, lambda: self._starter.load(req))

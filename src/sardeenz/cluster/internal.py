@@ -14,7 +14,8 @@ election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``,
 ``GET memory-profiles`` (this pod's profiles) and ``POST memory-profiles``
 (the leader's merged set, fenced; cluster/profile_sync.py), ``GET|POST
 presets/sync`` (this pod's presets; the leader's whole set, fenced;
-cluster/preset_service.py).
+cluster/preset_service.py), ``POST ondemand/place`` (a pod asks the leader to
+place a catalog model's on-demand start; cluster/ondemand.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.cluster import handover
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.peers import Heartbeat
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
@@ -110,10 +112,12 @@ class InternalApi:
         manager: ClusterManager,
         profile_sync: ProfileSync | None = None,
         presets: PresetService | None = None,
+        starts: ClusterStarts | None = None,
     ) -> None:
         self._m = manager
         self._profiles = profile_sync
         self._presets = presets
+        self._starts = starts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -190,6 +194,8 @@ class InternalApi:
                 return 200, await self._profiles.local()
             if method == "POST":
                 return await self._profiles.receive(body)
+        if route == "ondemand/place" and method == "POST" and self._starts is not None:
+            return await self._starts.receive(body)
         if route == "presets/sync" and self._presets is not None:
             if method == "POST":
                 return await self._presets.receive(body)

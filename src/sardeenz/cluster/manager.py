@@ -298,6 +298,16 @@ class ClusterManager:
             out.extend(i.model_copy(update={"pod_id": peer.pod_id}) for i in hb.instances)
         return out
 
+    def instance_on(self, pod_id: str, instance_id: str) -> ModelInstance | None:
+        """``instance_id`` as ``pod_id`` last described it (this pod: as it is now)."""
+        if pod_id == self.identity.pod_id:
+            found = [i for i in self.supervisor.list_instances() if i.id == instance_id]
+        else:
+            peer = self.peers.get(pod_id)
+            hb = peer.heartbeat if peer is not None else None
+            found = [i for i in (hb.instances if hb else []) if i.id == instance_id]
+        return found[0] if found else None
+
     # ------------------------------------------------------------ messages in
     def heard(self, pod_id: str, address: PeerAddress) -> None:
         """A sign of life from ``pod_id`` (a ping answer, a heartbeat, a reply)."""

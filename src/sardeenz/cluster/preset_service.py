@@ -259,30 +259,16 @@ class PresetService:
         )
 
     def _status_of(self, pod_id: str, instance_id: str) -> tuple[InstanceStatus | None, str | None]:
-        m = self._m
-        if pod_id == m.identity.pod_id:
-            found = [i for i in m.supervisor.list_instances() if i.id == instance_id]
-        else:
-            peer = m.peers.get(pod_id)
-            hb = peer.heartbeat if peer is not None else None
-            found = [i for i in (hb.instances if hb else []) if i.id == instance_id]
-        if not found:
-            return None, None
-        return found[0].status, found[0].error_message
+        found = self._m.instance_on(pod_id, instance_id)
+        return (found.status, found.error_message) if found is not None else (None, None)
 
-    # ------------------------------------------------------------- observed
     def observed(self) -> list[Observed]:
         """Every instance of every pod not known to be gone, as the leader sees it."""
-        m = self._m
-        out = [_observed(m.identity.pod_id, i) for i in m.supervisor.list_instances()]
-        if m.active:
-            now = m.now()
-            for peer in m.peers.all():
-                hb = peer.heartbeat
-                if hb is None or m.detector.state(peer.pod_id, now) is PeerState.UNAVAILABLE:
-                    continue
-                out.extend(_observed(peer.pod_id, i) for i in hb.instances)
-        return out
+        me = self._m.identity.pod_id
+        return [
+            Observed(i.pod_id or me, i.id, i.served_model_name, i.status, i.created_at)
+            for i in self._m.instances()
+        ]
 
     # ------------------------------------------------------------- reconcile
     def poke(self) -> None:
@@ -443,7 +429,3 @@ class PresetService:
 
 def _models(row: PresetRow) -> list[PresetModel]:
     return [PresetModel.model_validate(m) for m in row.models]
-
-
-def _observed(pod_id: str, i: Any) -> Observed:
-    return Observed(pod_id, i.id, i.served_model_name, i.status, i.created_at)

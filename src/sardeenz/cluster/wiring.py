@@ -7,6 +7,7 @@ from typing import Any
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
 from sardeenz.cluster.internal import InternalApi
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import leader_redirect
@@ -19,8 +20,9 @@ def install_cluster(
     proxy: InferenceProxy,
     profile_sync: ProfileSync | None = None,
     presets: PresetService | None = None,
+    starts: ClusterStarts | None = None,
 ) -> None:
-    gateway.internal = InternalApi(manager, profile_sync, presets)
+    gateway.internal = InternalApi(manager, profile_sync, presets, starts)
     gateway.trusted_forward = trusted_forward(manager)
     gateway.redirect = leader_redirect(manager)
     proxy.remote_headers = remote_headers(manager)

@@ -1,0 +1,113 @@
+"""On-demand starts in a cluster: the leader's scheduler chooses the pod.
+
+A ``/v1`` request on any pod for a catalog model that runs nowhere in the
+cluster (no local instance, no remote route) is a start on demand
+(catalog/demand.py). In a cluster that pod does not start it on itself: it
+asks the leader (``POST /internal/ondemand/place`` with the load request its
+catalog entry makes), and the leader places it as it places a load without
+``podId`` (cluster/placement.py: the scheduler over every pod's GPUs, the
+chosen pod's ledger admitting it). The asking pod's waiters then wait for the
+model's route, which arrives with the chosen pod's heartbeat, and are
+forwarded there like any request for a remote model.
+
+When the leader cannot place it (no pod has room, the chosen pod refused), or
+there is no leader (an election, the minority side of a partition), the pod
+starts the model on itself, making room by evicting its own idle catalog
+models as a single node does: a request for a catalog model is answered when
+the pod it reached can serve it. Two pods may then run the model; the idle
+reaper of each puts its copy away when idle. The catalog is per pod: give
+every pod the same catalog (one config file) so any of them can start, route
+and put away any entry.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.placement import ClusterPlacement
+from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
+from sardeenz.errors import SardeenzError
+
+log = logging.getLogger(__name__)
+
+PATH = "/internal/ondemand/place"
+
+
+class _PlaceOrder(BaseModel):
+    request: LoadRequest
+
+
+class ClusterStarts:
+    def __init__(self, manager: ClusterManager, placement: ClusterPlacement) -> None:
+        self._m = manager
+        self._placement = placement
+
+    @property
+    def pod_id(self) -> str:
+        return self._m.identity.pod_id
+
+    async def start(self, name: str, req: LoadRequest) -> tuple[str, ModelInstance] | None:
+        """Where the leader started ``name``; None: start it on this pod instead."""
+        m = self._m
+        if not m.active:
+            return None
+        leader = m.leader()
+        if leader is None:
+            log.warning("on-demand start of %s: no leader now, starting it on this pod", name)
+            return None
+        if leader == m.identity.pod_id:
+            answer = await self.place(req)
+        else:
+            body = {"request": req.model_dump(mode="json", by_alias=True)}
+            answer = await m.ask(leader, "POST", PATH, body) or {
+                "placed": False,
+                "reason": f"the leader {leader} did not answer",
+            }
+        if not answer.get("placed"):
+            log.warning(
+                "on-demand start of %s: the leader could not place it (%s); "
+                "starting it on this pod",
+                name,
+                answer.get("reason"),
+            )
+            return None
+        try:
+            pod, instance = str(answer["podId"]), ModelInstance.model_validate(answer["instance"])
+        except (KeyError, ValidationError) as exc:
+            log.warning("on-demand start of %s: bad answer from the leader: %s", name, exc)
+            return None
+        log.info("on-demand start of %s placed on %s by the leader", name, pod)
+        return pod, instance
+
+    async def place(self, req: LoadRequest) -> dict[str, Any]:
+        """The leader's side: place ``req`` with the scheduler; never raises."""
+        try:
+            instance = await self._placement.place(req.model_copy(update={"pod_id": None}))
+        except SardeenzError as exc:  # no_pod_fits, not_leader, the chosen pod's refusal
+            return {"placed": False, "reason": exc.message, "code": exc.code}
+        if instance is None:  # not in a cluster after all
+            return {"placed": False, "reason": "not in a cluster", "code": "not_clustered"}
+        pod = instance.pod_id or self._m.identity.pod_id
+        return {
+            "placed": True,
+            "podId": pod,
+            "instance": instance.model_dump(mode="json", by_alias=True),
+        }
+
+    async def receive(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """``POST /internal/ondemand/place`` (signed; answered by the leader)."""
+        try:
+            order = _PlaceOrder.model_validate_json(body)
+        except ValidationError as exc:
+            return 400, {"detail": f"bad placement order: {exc}"[:500], "code": "invalid_request"}
+        return 200, await self.place(order.request)
+
+    def status(self, pod_id: str, instance_id: str) -> tuple[InstanceStatus | None, str | None]:
+        """The instance as its pod last described it: (None, None) while no heartbeat
+        lists it yet."""
+        found = self._m.instance_on(pod_id, instance_id)
+        return (found.status, found.error_message) if found is not None else (None, None)
