@@ -110,7 +110,10 @@ def test_move_under_load_fails_no_request(cluster: Cluster) -> None:
         assert resp.json()["state"] in ("pending", "starting-target")
         return await _follow(leader, resp.json()["id"])
 
-    load, moved = _under_load(cluster.pods["pod-c"].url, "mv", 200, 25, move)
+    # 100 tokens at 40 ms: streams of 4 s, longer than the switch takes to be seen by every
+    # pod plus its grace even on a busy machine, so the drain always has streams to wait
+    # for (with 1 s streams a slow heartbeat round let them all end before it began).
+    load, moved = _under_load(cluster.pods["pod-c"].url, "mv", 200, 100, move)
     print(f"\n{_timeline(moved)}")
     took = sorted(s.chunks[-1] - s.started for s in load.ok)
     p50 = took[len(took) // 2]

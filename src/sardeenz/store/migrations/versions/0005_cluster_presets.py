@@ -1,4 +1,4 @@
-"""Cluster presets (desired states) and which one is applied.
+"""Presets (desired states) and which one is applied.
 
 Revision ID: 0005
 Revises: 0004
