@@ -11,7 +11,8 @@ from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.config import Settings
-from sardeenz.domain import LoadRequest, ModelInstance
+from sardeenz.domain import EngineKind, LoadRequest, ModelInstance
+from sardeenz.engines import get_adapter
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
 from sardeenz.events import EventBus
 from sardeenz.gpu.budget import GpuBudget, compute_budget
@@ -61,13 +62,25 @@ class Services:
         ``model_does_not_fit`` unless ``force``; an unknown verdict never blocks)."""
         return await self.supervisor.load(req)
 
-    async def vllm_install(self) -> VllmInstall:
-        """The vLLM install this node would launch (probed once per controller).
+    async def vllm_install(self, refresh: bool = False) -> VllmInstall:
+        """The vLLM install this node would launch (see ``VllmProbe`` for when it is re-probed).
 
         A narrow method so the API never reaches into the supervisor's parts;
         where the probe lives is this object's business.
         """
-        return await self.vllm_probe.get()
+        return await self.vllm_probe.get(refresh)
+
+    async def require_engine(self, engine: object) -> None:
+        """Raise ``engine_unavailable`` (409) when ``engine``, named explicitly, cannot run here.
+
+        The same check a load makes (the adapter's ``target``), for what would load later:
+        a catalog entry added through the API. An entry that names no engine takes the
+        default when it starts (which may change by then), so it is not checked now.
+        """
+        if isinstance(engine, EngineKind):
+            refusal = (await get_adapter(engine).target(self.vllm_probe)).refusal
+            if refusal is not None:
+                raise refusal
 
     def gpu_budgets(self, gpus: list[GpuInfo]) -> list[GpuBudget]:
         """Per-GPU budget of a snapshot: model baselines, other processes, KV cache total."""

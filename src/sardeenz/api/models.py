@@ -31,7 +31,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     responses={
         400: {"description": "invalid request"},
         404: {"description": "cluster: no such pod (`code`: pod_not_found)"},
-        409: ERRORS[409],
+        409: {
+            "description": "conflicting state (`code` says which); `engine_unavailable`: "
+            "the engine is not installed on this node (no vLLM behind SARDEENZ_VLLM_PYTHON)"
+        },
         503: {"description": "cluster: the pod is unavailable (`code`: pod_unavailable)"},
     },
 )
