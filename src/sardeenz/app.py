@@ -50,6 +50,7 @@ from sardeenz.store.catalog import CatalogRepository
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.profiles import ProfileRepository
+from sardeenz.telemetry import node as node_metrics
 
 log = logging.getLogger("sardeenz")
 
@@ -108,6 +109,7 @@ def build_services(settings: Settings) -> Services:
         ondemand=ondemand,
         reaper=reaper,
         cluster=cluster,
+        node=node_metrics.NodeSampler(inventory, supervisor, ledger),
         external=external,
     )
 
@@ -213,6 +215,8 @@ def create_app(settings: Settings) -> Gateway:
     )
     gateway.api = app
     gateway.services = services
+    node_metrics.COLLECTOR.sampler = services.node
+    gateway.before_scrape = services.node.refresh
     if services.cluster.active:
         install_cluster(gateway, services.cluster, services.proxy)
     return gateway

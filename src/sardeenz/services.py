@@ -20,12 +20,15 @@ from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
+from sardeenz.proxy import metrics as proxy_metrics
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.routing import RoutingTable, RoutingUpdater
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.store.db import Database
+from sardeenz.telemetry.node import NodeSampler
+from sardeenz.telemetry.resources import ResourceMetrics, resource_metrics
 
 
 @dataclass
@@ -51,6 +54,8 @@ class Services:
     ondemand: OnDemand
     reaper: IdleReaper
     cluster: ClusterManager
+    node: NodeSampler
+    """Memory samples for ``/metrics`` and ``ResourceMetrics`` (taken when asked)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None
@@ -81,6 +86,23 @@ class Services:
             refusal = (await get_adapter(engine).target(self.vllm_probe)).refusal
             if refusal is not None:
                 raise refusal
+
+    async def resource_metrics(self, instance_id: str | None = None) -> list[ResourceMetrics]:
+        """The seed's ``ResourceMetrics`` of one instance (404 if unknown) or of all."""
+        if instance_id is not None:
+            self.supervisor.get(instance_id)  # instance_not_found before sampling
+        sample = await self.node.sample()
+        return [
+            resource_metrics(
+                inst,
+                sample.held.get(inst.id, {}),
+                sample.at,
+                proxy_metrics.peek(inst.served_model_name),
+                self.proxy.inflight.count(inst.id),
+            )
+            for inst in sample.instances
+            if instance_id is None or inst.id == instance_id
+        ]
 
     def gpu_budgets(self, gpus: list[GpuInfo]) -> list[GpuBudget]:
         """Per-GPU budget of a snapshot: model baselines, other processes, KV cache total."""

@@ -386,6 +386,11 @@ class MemoryLedger:
         if refusal is not None:
             raise refusal
 
+    async def promised_bytes_by_gpu(self, gpus: Sequence[GpuInfo]) -> dict[int, int]:
+        """Per GPU, memory promised to engines starting or waking that ``gpus`` does not
+        show as used yet (what placement adds to the snapshot; the metrics show it)."""
+        return pending_bytes_by_gpu(gpus, await self._pending())
+
     async def _pending(self, *, exclude: str | None = None) -> list[Reservation]:
         """The reservations of the promises still pending (but ``exclude``'s)."""
         return await reservations(
