@@ -210,7 +210,7 @@ class EngineUnavailable(Conflict):
 def unavailable_error(install: VllmInstall) -> EngineUnavailable:
     """The refusal of a vLLM load when the probe found no vLLM: what was found, and the fix."""
     return EngineUnavailable(
-        f"engine 'vllm' is not available on this node: {install.describe()}. "
+        f"vLLM is not available on this node: {install.describe()}. "
         f"To run vLLM, {VLLM_SETUP_HINT}. The install is checked again by the next load "
         f"(at most every {RECHECK_SECONDS:g} s) or by GET /api/v1/engines?refresh=true",
         python=install.python,
