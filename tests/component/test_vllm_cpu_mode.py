@@ -198,3 +198,27 @@ def test_forced_cpu_load_runs_without_gpu_settings_and_cleans_up(cpu_server: Ser
         assert gpu_ids.status_code == 400, gpu_ids.text
         assert "runs on CPU" in gpu_ids.json()["detail"]
         assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
+
+
+def test_a_catalog_model_whose_vllm_is_gone_answers_with_the_fix(
+    cpu_server: ServerProcess, fake_vllm: FakeVllm
+) -> None:
+    with cpu_server.client() as api:
+        entry = api.put("/api/v1/catalog/ondemand-cpu", json={"modelPath": "m", "engine": "vllm"})
+        assert entry.status_code == 200, entry.text  # vLLM is there when it is added
+        fake_vllm.uninstall()
+        try:
+            assert reprobe(api)["available"] is False
+            resp = api.post(
+                "/v1/completions", json={"model": "ondemand-cpu", "prompt": "x", "max_tokens": 1}
+            )
+            assert resp.status_code == 503, resp.text
+            error = resp.json()["error"]
+            assert error["code"] == "model_start_failed"
+            assert "SARDEENZ_VLLM_PYTHON" in error["message"]
+            assert "make vllm-env" in error["message"]
+            assert api.get("/api/v1/models").json() == []  # nothing was started
+        finally:
+            fake_vllm.install()
+            assert reprobe(api)["available"] is True
+            assert api.delete("/api/v1/catalog/ondemand-cpu").status_code == 200
