@@ -71,6 +71,7 @@ from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
+from sardeenz.telemetry import node as node_metrics
 
 log = logging.getLogger("sardeenz")
 
@@ -140,6 +141,7 @@ def build_services(settings: Settings) -> Services:
         placement=placement,
         presets=PresetService(cluster, PresetRepository(db), placement),
         profile_sync=ProfileSync(cluster, profiles),
+        node=node_metrics.NodeSampler(inventory, supervisor, ledger),
         external=external,
     )
 
@@ -253,6 +255,8 @@ def create_app(settings: Settings) -> Gateway:
     )
     gateway.api = app
     gateway.services = services
+    node_metrics.COLLECTOR.sampler = services.node
+    gateway.before_scrape = services.node.refresh
     if services.cluster.active:
         starts = ClusterStarts(services.cluster, services.placement)
         services.ondemand.cluster = starts

@@ -32,6 +32,10 @@ _UNITS |= {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 2**10, "m":
 _UNITS |= {"g": 2**30, "t": 2**40}
 
 
+SIZE_FORMS = "sizes: 24GiB, 24GB, 512MiB, 1TiB; G, M and T mean GiB, MiB and TiB"
+"""The accepted memory sizes, as refusals list them."""
+
+
 class ConfigError(ValueError):
     """A setting that cannot be used; the message says which and why."""
 
@@ -58,8 +62,22 @@ def parse_sim_gpus(text: str) -> list[SimGpuSpec]:
     for i, part in enumerate(p for p in text.split(",") if p.strip()):
         name, sep, size = part.rpartition(":")
         if not sep or not name.strip():
-            raise ConfigError(f"simulated GPU {part.strip()!r} must look like 'NAME:SIZE'")
-        memory = parse_size(size)
+            raise ConfigError(
+                f"simulated GPU {part.strip()!r} must look like 'NAME:SIZE', e.g. "
+                f"'NVIDIA L4:24GiB' ({SIZE_FORMS})"
+            )
+        if re.fullmatch(r"\s*[0-9.]+\s*", size):
+            # A bare number would be bytes: '24' meant 24 GiB, and 24 bytes is no GPU.
+            raise ConfigError(
+                f"simulated GPU {part.strip()!r}: the size {size.strip()!r} needs a unit, e.g. "
+                f"'{name.strip()}:{size.strip()}GiB' ({SIZE_FORMS})"
+            )
+        try:
+            memory = parse_size(size)
+        except ConfigError:
+            raise ConfigError(
+                f"simulated GPU {part.strip()!r}: {size.strip()!r} is not a size ({SIZE_FORMS})"
+            ) from None
         if memory <= 0:
             raise ConfigError(f"simulated GPU {name.strip()!r} needs a positive memory size")
         gpus.append(SimGpuSpec(index=i, name=name.strip(), memory_bytes=memory))

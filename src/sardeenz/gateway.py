@@ -30,6 +30,7 @@ from sardeenz.proxy.wire import INVALID_API_KEY, api_error, ascii_int, header, s
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
+from sardeenz.telemetry.admin import STATS as ADMIN_API
 
 TrustedForward = Callable[[Scope, Receive, Send, ASGIApp], Awaitable[None]]
 
@@ -51,6 +52,7 @@ class Gateway:
         self._api_limit = api_max_body_bytes
         # No audit trail: the standalone proxy, which has no database.
         self._admin = audit.wrap(self._limited) if audit is not None else self._limited
+        self._admin = ADMIN_API.wrap(self._admin)  # count + latency by route template
         self._direct = audit.wrap(self._direct_proxy) if audit is not None else self._direct_proxy
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
         self.services: Any = None
@@ -61,6 +63,8 @@ class Gateway:
         """A /v1 request another pod forwarded (cluster signature instead of an API key)."""
         self.redirect: Callable[[Scope, Send], Awaitable[bool]] | None = None
         """A follower sends admin and dashboard requests to the leader (True: answered)."""
+        self.before_scrape: Callable[[], Awaitable[None]] | None = None
+        """Refreshes what ``/metrics`` reads at scrape time (GPU and instance memory)."""
 
     def http_protocol(self, settings: Settings) -> type[asyncio.Protocol]:
         """uvicorn's ``http=``: the fast lane with the express path in front of this app.
@@ -100,6 +104,8 @@ class Gateway:
         elif path == "/metrics" or path == "/api/v1/metrics":
             if path != "/metrics" and not await self._authorize(scope, send, Role.READONLY):
                 return
+            if self.before_scrape is not None:
+                await self.before_scrape()
             body, content_type = render_metrics()
             await send(
                 {

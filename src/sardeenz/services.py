@@ -16,7 +16,8 @@ from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.config import Settings
-from sardeenz.domain import LoadRequest, ModelInstance
+from sardeenz.domain import EngineKind, LoadRequest, ModelInstance
+from sardeenz.engines import get_adapter
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
 from sardeenz.events import EventBus
 from sardeenz.gpu.budget import GpuBudget, compute_budget
@@ -24,12 +25,15 @@ from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
+from sardeenz.proxy import metrics as proxy_metrics
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.routing import RoutingTable, RoutingUpdater
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.store.db import Database
+from sardeenz.telemetry.node import NodeSampler
+from sardeenz.telemetry.resources import ResourceMetrics, resource_metrics
 
 
 @dataclass
@@ -63,6 +67,8 @@ class Services:
     """Memory profiles shared across the cluster (cluster/profile_sync.py)."""
     presets: PresetService
     """Desired states: storage, distribution, apply, reconcile (cluster/preset_service.py)."""
+    node: NodeSampler
+    """Memory samples for ``/metrics`` and ``ResourceMetrics`` (taken when asked)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None
@@ -74,13 +80,42 @@ class Services:
         ``model_does_not_fit`` unless ``force``; an unknown verdict never blocks)."""
         return await self.supervisor.load(req)
 
-    async def vllm_install(self) -> VllmInstall:
-        """The vLLM install this node would launch (probed once per controller).
+    async def vllm_install(self, refresh: bool = False) -> VllmInstall:
+        """The vLLM install this node would launch (see ``VllmProbe`` for when it is re-probed).
 
         A narrow method so the API never reaches into the supervisor's parts;
         where the probe lives is this object's business.
         """
-        return await self.vllm_probe.get()
+        return await self.vllm_probe.get(refresh)
+
+    async def require_engine(self, engine: object) -> None:
+        """Raise ``engine_unavailable`` (409) when ``engine``, named explicitly, cannot run here.
+
+        The same check a load makes (the adapter's ``target``), for what would load later:
+        a catalog entry added through the API. An entry that names no engine takes the
+        default when it starts (which may change by then), so it is not checked now.
+        """
+        if isinstance(engine, EngineKind):
+            refusal = (await get_adapter(engine).target(self.vllm_probe)).refusal
+            if refusal is not None:
+                raise refusal
+
+    async def resource_metrics(self, instance_id: str | None = None) -> list[ResourceMetrics]:
+        """The seed's ``ResourceMetrics`` of one instance (404 if unknown) or of all."""
+        if instance_id is not None:
+            self.supervisor.get(instance_id)  # instance_not_found before sampling
+        sample = await self.node.sample()
+        return [
+            resource_metrics(
+                inst,
+                sample.held.get(inst.id, {}),
+                sample.at,
+                proxy_metrics.peek(inst.served_model_name),
+                self.proxy.inflight.count(inst.id),
+            )
+            for inst in sample.instances
+            if instance_id is None or inst.id == instance_id
+        ]
 
     def gpu_budgets(self, gpus: list[GpuInfo]) -> list[GpuBudget]:
         """Per-GPU budget of a snapshot: model baselines, other processes, KV cache total."""

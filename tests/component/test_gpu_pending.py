@@ -169,7 +169,7 @@ def test_waking_refuses_when_the_memory_it_gave_back_was_taken(
         assert resp.status_code == 200, resp.text
         assert resp.json()["status"] == "sleeping"
 
-        # While it sleeps another process takes most of the GPU: 15 GB cannot come back.
+        # While it sleeps another process takes most of the GPU: 14 GiB cannot come back.
         inventory.other_bytes = 12 * GIB
         resp = api.post(f"/api/v1/models/{iid}/wake")
         assert resp.status_code == 409, resp.text
@@ -177,8 +177,8 @@ def test_waking_refuses_when_the_memory_it_gave_back_was_taken(
         assert refused["code"] == "insufficient_gpu_memory"
         detail = str(refused["detail"])
         assert f"cannot wake {iid}" in detail
-        assert "GPU0 NVIDIA L4 needs 15.0 GB back" in detail
-        assert "12.3 GB free" in detail  # 24 GiB - 0.5 GiB - 12 GiB = 11.5 GiB
+        assert "GPU0 NVIDIA L4 needs 14.0 GiB back" in detail
+        assert "11.5 GiB free" in detail  # 24 GiB - 0.5 GiB - 12 GiB = 11.5 GiB
         after = api.get(f"/api/v1/models/{iid}").json()
         assert after["status"] == "sleeping"
         assert after["sleepLevel"] == 1
@@ -196,7 +196,7 @@ def test_waking_refuses_when_the_memory_it_gave_back_was_taken(
         assert error["type"] == "service_unavailable_error"
         assert error["code"] == "wake_failed"
         assert "could not be woken" in error["message"]
-        assert "needs 15.0 GB back" in error["message"]
+        assert "needs 14.0 GiB back" in error["message"]
         assert resp.headers["retry-after"] == "10"
         assert api.get(f"/api/v1/models/{iid}").json()["status"] == "sleeping"
 

@@ -43,3 +43,32 @@ def test_a_bad_setting_is_one_line_naming_it(tmp_path: Path) -> None:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("sardeenz: invalid configuration: SARDEENZ_PORT:")
     assert "Traceback" not in done.stderr
+
+
+def test_a_simulated_gpu_without_unit_is_one_line_with_the_accepted_forms(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sardeenz.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--sim-gpus",
+            "L4:24",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "simulated GPU 'L4:24': the size '24' needs a unit, e.g. 'L4:24GiB'" in lines[0]
+    assert "24GiB, 24GB, 512MiB" in lines[0]
+    for noise in ("Value error", "pydantic", "validation error", "Traceback", "input_value"):
+        assert noise not in done.stderr
+    assert not (tmp_path / "data").exists()

@@ -121,8 +121,10 @@ def test_too_big_is_a_409_naming_free_memory_per_gpu() -> None:
     assert err.status == 409
     assert err.code == "insufficient_gpu_memory"
     assert err.message == (
-        "not enough free GPU memory: needs 20.0 GB per GPU; free after 2 GB reserve: "
-        "GPU0 NVIDIA L4 13.8 GB, GPU1 Tesla T4 10.2 GB"
+        # GiB with one decimal (sardeenz.units): 20 GB = 18.6 GiB, the 2 GB reserve 1.9 GiB;
+        # L4: 24 GiB - 10 GB - 2 GB = 12.8 GiB; T4: 16 GiB - 5 GB - 2 GB = 9.5 GiB
+        "not enough free GPU memory: needs 18.6 GiB per GPU; free after 1.9 GiB reserve: "
+        "GPU0 NVIDIA L4 12.8 GiB, GPU1 Tesla T4 9.5 GiB"
     )
     assert err.extra["requiredBytesPerGpu"] == 20 * GB
     assert err.extra["chosenGpuIds"] == [0]
@@ -162,7 +164,7 @@ def test_no_limit_takes_the_default_or_what_is_left() -> None:
             inv.snapshot_now(), gpu_ids=[0], tensor_parallel_size=1, gpu_memory_limit_gb=None
         )
     assert full.value.code == "insufficient_gpu_memory"
-    assert "GPU0 NVIDIA L4 0.0 GB" in full.value.message
+    assert "GPU0 NVIDIA L4 0.0 GiB" in full.value.message
 
 
 def test_default_limit_bytes_is_placed_like_a_limit() -> None:

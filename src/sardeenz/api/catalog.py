@@ -37,15 +37,20 @@ async def get_catalog_entry(name: str, services: ServicesDep) -> CatalogModel:
     dependencies=[ADMIN],
     responses={
         400: {"description": "the entry would not load (`code`: invalid_catalog_entry)"},
-        409: {"description": "a name or alias is another entry's (`catalog_name_taken`)"},
+        409: {
+            "description": "a name or alias is another entry's (`catalog_name_taken`); "
+            "its engine is not installed on this node (`engine_unavailable`)"
+        },
     },
 )
 async def put_catalog_entry(name: str, body: CatalogEntry, services: ServicesDep) -> CatalogModel:
     """Add or replace an entry (stored; overrides a config-file entry of the same name).
 
-    Checked like a load request; a running instance keeps running as it was loaded.
+    Checked like a load request, including whether its engine can run here (an
+    entry with ``engine: vllm`` where no vLLM was found is refused with 409
+    ``engine_unavailable``); a running instance keeps running as it was loaded.
     """
-    return await services.catalog.put(name, body)
+    return await services.catalog.put(name, body, services.require_engine)
 
 
 @router.delete(

@@ -15,6 +15,8 @@ router = APIRouter(prefix="/api/v1", tags=["engines"])
 class VllmReport(CamelModel):
     python: str
     found: bool
+    available: bool
+    """A vLLM engine can start (false: vLLM loads are refused, `engine_unavailable`)."""
     version: str | None
     distribution: str | None
     cpu_build: bool
@@ -30,6 +32,7 @@ class VllmReport(CamelModel):
         return cls(
             python=install.python,
             found=install.found,
+            available=install.available,
             version=install.version,
             distribution=install.distribution,
             cpu_build=install.cpu_build,
@@ -52,11 +55,15 @@ class EnginesReport(CamelModel):
 
 
 @router.get("/engines", response_model=EnginesReport, dependencies=[READONLY])
-async def list_engines(services: ServicesDep) -> EnginesReport:
+async def list_engines(services: ServicesDep, refresh: bool = False) -> EnginesReport:
     """The vLLM behind ``SARDEENZ_VLLM_PYTHON`` (version, CUDA or CPU build), and the sim engine.
 
-    Answers what the first vLLM load would be launched with; the probe runs
-    once at start-up (restart the node after upgrading vLLM).
+    Answers what the next vLLM load would be launched with. The probe runs at
+    start-up; a result that found no vLLM is checked again (at most every few
+    seconds) by the next load or report, so installing vLLM needs no restart.
+    ``refresh=true`` probes again now in any case (after upgrading vLLM).
+    ``vllm.available`` false: loads with ``engine: vllm`` are refused with 409
+    ``engine_unavailable``.
     """
-    install = await services.vllm_install()
+    install = await services.vllm_install(refresh)
     return EnginesReport(vllm=VllmReport.of(install), sim=SimReport())

@@ -14,6 +14,7 @@ from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import LoadRequest, ModelInstance, SleepRequest
 from sardeenz.events import CatalogEvent, Event, LogEvent, RemovedEvent, StatusEvent
 from sardeenz.security.policy import ADMIN, READONLY
+from sardeenz.telemetry.resources import ResourceMetrics
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"])
 
@@ -33,7 +34,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         404: {"description": "cluster: no such pod (`code`: pod_not_found)"},
         409: {
             "description": "conflicting state (`code` says which); in a cluster, no pod can "
-            "take the load: `no_pod_fits` with `reasons` per pod"
+            "take the load: `no_pod_fits` with `reasons` per pod; `engine_unavailable`: "
+            "the engine is not installed on this node (no vLLM behind SARDEENZ_VLLM_PYTHON)"
         },
         503: {"description": "cluster: the pod is unavailable (`code`: pod_unavailable)"},
     },
@@ -132,6 +134,23 @@ async def get_model(instance_id: str, services: ServicesDep) -> ModelInstance:
     return services.supervisor.get(instance_id)
 
 
+@router.get(
+    "/{instance_id}/metrics",
+    response_model=ResourceMetrics,
+    responses=ERRORS,
+    dependencies=[READONLY],
+)
+async def get_resource_metrics(instance_id: str, services: ServicesDep) -> ResourceMetrics:
+    """The seed's ``ResourceMetrics`` of one instance, measured now.
+
+    ``gpuMemoryUsed`` in GB (10^9 bytes) as the seed has it, with exact bytes beside;
+    ``activeConnections`` are the instance's requests in flight; ``requestCount`` and the
+    latencies (``avgResponseTime`` is the p50, as in the seed; ms) count its served name.
+    """
+    (found,) = await services.resource_metrics(instance_id)
+    return found
+
+
 @router.get("/{instance_id}/logs", responses=ERRORS, dependencies=[READONLY])
 async def get_logs(
     instance_id: str,
@@ -223,6 +242,14 @@ async def instance_events(
 
 
 events_router = APIRouter(prefix="/api/v1", tags=["models"])
+
+
+@events_router.get(
+    "/resource-metrics", response_model=list[ResourceMetrics], dependencies=[READONLY]
+)
+async def list_resource_metrics(services: ServicesDep) -> list[ResourceMetrics]:
+    """``ResourceMetrics`` of every instance of this node (one poll for the dashboard)."""
+    return await services.resource_metrics()
 
 
 @events_router.get(

@@ -15,7 +15,7 @@ for every request that misses the routing table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -108,8 +108,17 @@ class Catalog:
         return self._model(item, insts)
 
     # ---------------------------------------------------------------- changes
-    async def put(self, name: str, entry: CatalogEntry) -> CatalogModel:
-        """Add or replace the API entry ``name`` (overrides a config entry of that name)."""
+    async def put(
+        self,
+        name: str,
+        entry: CatalogEntry,
+        engine_check: Callable[[object], Awaitable[None]] | None = None,
+    ) -> CatalogModel:
+        """Add or replace the API entry ``name`` (overrides a config entry of that name).
+
+        ``engine_check`` (the node's ``Services.require_engine``) runs once the entry is
+        otherwise valid: it raises when the entry's engine cannot run on this node.
+        """
         try:
             check_name(name)
             checked = check_entry(name, entry, self._default_engine)
@@ -122,6 +131,8 @@ class Catalog:
                     f"catalog entry {name!r}: {n!r} already names entry {owner!r}",
                     code="catalog_name_taken",
                 )
+        if engine_check is not None:
+            await engine_check(checked.engine)
         data = checked.model_dump(mode="json", exclude_defaults=True)
         await self._repo.put(name, data)
         self._api_raw[name] = data

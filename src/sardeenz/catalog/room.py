@@ -22,7 +22,7 @@ from sardeenz.config import Settings
 from sardeenz.domain import ModelInstance
 from sardeenz.errors import SardeenzError
 from sardeenz.events import CatalogEvent, EventBus
-from sardeenz.gpu.selection import gb
+from sardeenz.units import gib
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,8 @@ class RoomMaker:
         what = f"put to sleep (level {level})" if action == "sleep" else "unloaded"
         if step.why:
             what += f" ({step.why})"
-        needed = gb(need) if need is not None else "unknown"
-        freed = gb(frees) if frees is not None else "unknown"
+        needed = gib(need) if need is not None else "unknown"
+        freed = gib(frees) if frees is not None else "unknown"
         log.warning(
             "evicting %s (instance %s, was %s): %s to make room for %s; needed %s per GPU, "
             "frees about %s: %s",

@@ -11,14 +11,11 @@ from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt
 from sardeenz.cli.models import InstanceArg
 from sardeenz.cli.output import Cell, Col, JsonOpt, emit, emit_json
 from sardeenz.cli.resolve import resolve_instance, resolve_profile
+from sardeenz.units import gib
 
 __all__ = ["app"]
 
 app = typer.Typer(help="Memory profiles and 'will it fit' checks on a running server.")
-
-
-def _gb(n_bytes: int | None) -> str:
-    return "-" if n_bytes is None else f"{n_bytes / 1e9:.1f} GB"
 
 
 @app.command("ls")
@@ -52,10 +49,10 @@ def profiles_ls(
             p["modelPath"],
             str(p["maxTokens"]),
             p.get("gpuName") or "-",
-            num(p["totalGpuMemoryGib"], 2),
-            num(p["weightsMemoryGib"], 2),
-            num(p["cudaGraphsGib"], 2),
-            num(p["kvCacheAvailableGib"], 2),
+            num(p["totalGpuMemoryGib"], 1),
+            num(p["weightsMemoryGib"], 1),
+            num(p["cudaGraphsGib"], 1),
+            num(p["kvCacheAvailableGib"], 1),
         ]
         for p in items
     ]
@@ -137,8 +134,8 @@ def profiles_check(
                 [
                     str(g["index"]),
                     g["name"],
-                    _gb(g["availableBytes"]),
-                    _gb(g["neededBytes"]),
+                    gib(g["availableBytes"]),
+                    gib(g["neededBytes"]),
                     {True: "yes", False: "no", None: "?"}[g["fits"]],
                 ]
                 for g in verdict["gpus"]

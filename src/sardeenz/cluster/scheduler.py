@@ -41,7 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sardeenz.gpu.selection import RESERVED_BYTES, gb
+from sardeenz.gpu.selection import RESERVED_BYTES
+from sardeenz.units import gib
 
 GIB = 2**30
 
@@ -122,13 +123,13 @@ class Placement:
         if not self.gpu_ids:
             return f"would go to {self.pod_id} (no GPUs: the engine runs on host memory)"
         gpus = ", ".join(
-            f"GPU {i} ({n}): {gb(b)} free after"
+            f"GPU {i} ({n}): {gib(b)} free after"
             for (i, b), n in zip(self.free_after_bytes, self.gpu_names, strict=True)
         )
         need = (
             "memory need unknown"
             if self.need_bytes_per_gpu is None
-            else f"needs {gb(self.need_bytes_per_gpu)} per GPU"
+            else f"needs {gib(self.need_bytes_per_gpu)} per GPU"
         )
         return f"would go to {self.pod_id}, {gpus} ({need})"
 
@@ -300,15 +301,15 @@ def _fits(gpu: GpuState, need: int | None) -> bool:
 
 
 def _describe(gpus: Sequence[GpuState]) -> str:
-    return ", ".join(f"GPU{g.index} {g.name} {gb(g.available_bytes)}" for g in gpus)
+    return ", ".join(f"GPU{g.index} {g.name} {gib(g.available_bytes)}" for g in gpus)
 
 
 def _shortfall(gpus: Sequence[GpuState], need: int | None, count: int) -> str:
     on = "per GPU" if count == 1 else f"on each of {count} GPUs"
-    wanted = "free memory" if need is None else gb(need)
+    wanted = "free memory" if need is None else gib(need)
     return (
         f"needs {wanted} {on}; available after promises and the "
-        f"{gb(RESERVED_BYTES)} reserve: {_describe(gpus)}"
+        f"{gib(RESERVED_BYTES)} reserve: {_describe(gpus)}"
     )
 
 

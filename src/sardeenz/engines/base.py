@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, ModelInstance
 from sardeenz.engines.vllm_probe import VllmInstall
+from sardeenz.errors import SardeenzError
 
 if TYPE_CHECKING:
     import httpx
@@ -109,6 +110,9 @@ class EngineTarget:
     """The engine gets a private TMPDIR, removed with the instance (vLLM)."""
     install: VllmInstall | None = None
     """For ``LaunchContext.vllm``."""
+    refusal: SardeenzError | None = None
+    """Set when no engine of this kind can start here (vLLM not installed): the load is
+    refused with it once the request itself is known to be valid, before anything starts."""
 
 
 class EngineAdapter(Protocol):

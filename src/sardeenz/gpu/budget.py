@@ -111,6 +111,33 @@ def compute_budget(
     return result
 
 
+def held_by_instance(
+    gpus: Iterable[GpuInfo],
+    baselines: Baselines,
+    *,
+    instance_pids: Mapping[str, Collection[int]] | None = None,
+) -> dict[str, dict[int, int]]:
+    """What each instance holds now, ``{instance_id: {gpu_index: bytes}}``.
+
+    Its processes' memory in the snapshot, matched as ``compute_budget`` matches them; an
+    instance none of whose processes can be seen (NVML in a container sees host PIDs) is
+    taken to hold its baseline. Instances with neither are absent.
+    """
+    pid_owner = {pid: iid for iid, pids in (instance_pids or {}).items() for pid in pids}
+    known = set(baselines) | set(instance_pids or {})
+    held: dict[str, dict[int, int]] = {}
+    for gpu in gpus:
+        for proc in gpu.processes:
+            owner = _owner(proc, known, pid_owner)
+            if owner is not None:
+                by_gpu = held.setdefault(owner, {})
+                by_gpu[gpu.index] = by_gpu.get(gpu.index, 0) + proc.used_bytes
+    for iid, baseline in baselines.items():
+        if iid not in held and baseline:
+            held[iid] = {int(i): int(b) for i, b in baseline.items()}
+    return held
+
+
 def measure_baseline(
     gpus: Iterable[GpuInfo],
     *,

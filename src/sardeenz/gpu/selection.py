@@ -6,8 +6,8 @@ vLLM as ``--gpu-memory-utilization``.
 
 Units. The API's ``gpuMemoryLimit`` is in GB and the seed's reserve is "2GB";
 both are decimal gigabytes (10**9 bytes), the unit the seed's figures and
-the load dialog use. (vLLM's own log lines are in GiB; memory metrics keep
-GiB.) Messages print decimal GB with one decimal.
+the load dialog use. Messages print GiB with one decimal (``sardeenz.units.gib``),
+as vLLM's own log lines do: the reserve reads "1.9 GiB".
 
 No ``gpuMemoryLimit``. vLLM would take its default 0.9 of TOTAL memory,
 which fails vLLM's own start-up check as soon as anything else holds memory
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from sardeenz.errors import Conflict, InvalidRequest
 from sardeenz.gpu.inventory import GpuInfo
+from sardeenz.units import gib
 
 GB = 10**9
 RESERVED_BYTES = 2 * GB
@@ -62,12 +63,7 @@ class Placement:
     gpus: list[GpuInfo] = field(default_factory=list)
 
 
-_RESERVE = f"{RESERVED_BYTES / GB:g} GB"
-
-
-def gb(n_bytes: float) -> str:
-    """Decimal GB with one decimal, as messages print memory."""
-    return f"{n_bytes / GB:.1f} GB"
+_RESERVE = gib(RESERVED_BYTES)
 
 
 def available_bytes(gpu: GpuInfo) -> int:
@@ -76,7 +72,7 @@ def available_bytes(gpu: GpuInfo) -> int:
 
 
 def _describe(gpu: GpuInfo) -> str:
-    return f"GPU{gpu.index} {gpu.name} {gb(available_bytes(gpu))}"
+    return f"GPU{gpu.index} {gpu.name} {gib(available_bytes(gpu))}"
 
 
 def _free_report(gpus: Sequence[GpuInfo]) -> list[dict[str, object]]:
@@ -203,9 +199,9 @@ def plan_placement(
         for g in chosen:
             need = limit * g.total_bytes // smallest
             if need > available_bytes(g):
-                raise _insufficient(f"needs {gb(limit)} {on}", gpus, chosen, limit)
+                raise _insufficient(f"needs {gib(limit)} {on}", gpus, chosen, limit)
         if len({g.total_bytes for g in chosen}) > 1:
-            shares = ", ".join(f"GPU{g.index} {gb(fraction * g.total_bytes)}" for g in chosen)
+            shares = ", ".join(f"GPU{g.index} {gib(fraction * g.total_bytes)}" for g in chosen)
             warnings.append(
                 f"GPUs of different sizes share one --gpu-memory-utilization {fraction} "
                 f"(a fraction of each GPU's total): {shares}"
@@ -228,7 +224,7 @@ def plan_placement(
     if fraction < VLLM_DEFAULT_UTILIZATION:
         warnings.append(
             f"no gpuMemoryLimit given: using --gpu-memory-utilization {fraction} "
-            f"({gb(fraction * smallest)} {on}, what is free after the reserve) instead of "
+            f"({gib(fraction * smallest)} {on}, what is free after the reserve) instead of "
             f"vLLM's default {VLLM_DEFAULT_UTILIZATION}; set gpuMemoryLimit to leave room "
             "for other models"
         )

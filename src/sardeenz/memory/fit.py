@@ -33,7 +33,7 @@ from sardeenz.domain import LoadRequest
 from sardeenz.engines.vllm import flag_value
 from sardeenz.errors import Conflict, InvalidRequest
 from sardeenz.gpu.inventory import GpuInfo, GpuInventory
-from sardeenz.gpu.selection import GB, RESERVED_BYTES, available_bytes, gb
+from sardeenz.gpu.selection import GB, RESERVED_BYTES, available_bytes
 from sardeenz.memory.estimate import (
     GIB,
     MIB,
@@ -50,10 +50,11 @@ from sardeenz.memory.models import (
     MemoryProfile,
 )
 from sardeenz.store.profiles import ProfileRepository
+from sardeenz.units import gib
 
 log = logging.getLogger(__name__)
 
-_RESERVE = f"{RESERVED_BYTES / GB:g} GB"
+_RESERVE = gib(RESERVED_BYTES)
 
 
 def choose_profile(
@@ -239,7 +240,8 @@ async def check_fit(
                     "fits": False,
                     "needed_bytes_per_gpu": minimum,
                     "gpus": fits_gpus,
-                    "reason": f"gpuMemoryLimit {gb(limit)} is below the {gb(minimum)} per GPU "
+                    "reason": f"gpuMemoryLimit {request.gpu_memory_limit:g} GB ({gib(limit)}) is "
+                    f"below the {gib(minimum)} per GPU "
                     f"the model needs to start ({source})",
                 }
             )
@@ -260,12 +262,12 @@ async def check_fit(
         fits = len(fitting) >= tp
     on = "per GPU" if tp == 1 else f"on each of {tp} GPUs"
     if fits:
-        where = ", ".join(f"GPU{f.index} {f.name} ({gb(f.available_bytes)} free)" for f in chosen)
-        reason = f"fits ({source}): needs {gb(needed)} {on}; {where} after the {_RESERVE} reserve"
+        where = ", ".join(f"GPU{f.index} {f.name} ({gib(f.available_bytes)} free)" for f in chosen)
+        reason = f"fits ({source}): needs {gib(needed)} {on}; {where} after the {_RESERVE} reserve"
     else:
-        free = ", ".join(f"GPU{f.index} {f.name} {gb(f.available_bytes)}" for f in per_gpu)
+        free = ", ".join(f"GPU{f.index} {f.name} {gib(f.available_bytes)}" for f in per_gpu)
         reason = (
-            f"does not fit ({source}): needs {gb(needed)} {on}; free after the {_RESERVE} "
+            f"does not fit ({source}): needs {gib(needed)} {on}; free after the {_RESERVE} "
             f"reserve: {free}"
         )
     return FitVerdict.model_validate(

@@ -64,12 +64,13 @@ from sardeenz.gpu.budget import (
 from sardeenz.gpu.capability import attention_backend_override
 from sardeenz.gpu.inventory import GpuBooks, GpuInfo, GpuInventory, GpuOutOfMemory, books_for
 from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
-from sardeenz.gpu.selection import gb, plan_placement
+from sardeenz.gpu.selection import plan_placement
 from sardeenz.memory.fit import check_fit, fit_request_for_load, load_refusal
 from sardeenz.memory.models import FitRequest, FitVerdict
 from sardeenz.memory.promises import Promise, reservations, wake_refusal
 from sardeenz.runtime import hostmem, proctree
 from sardeenz.store.profiles import ProfileRepository
+from sardeenz.units import gib
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class MemoryLedger:
             pending_bytes_by_gpu(gpus, promised),
         )
 
-    async def promised_bytes_by_gpu(self, gpus: list[GpuInfo]) -> dict[int, int]:
+    async def promised_bytes_by_gpu(self, gpus: Sequence[GpuInfo]) -> dict[int, int]:
         """Bytes per GPU promised to engines that have not taken them yet (as placement
         counts them); the cluster heartbeat carries them to the leader's scheduler."""
         if not gpus or not any(p.pending for p in self._held.values()):
@@ -211,7 +212,7 @@ class MemoryLedger:
         except Conflict as exc:
             if exc.code != "insufficient_gpu_memory" or not pending:
                 raise
-            held = ", ".join(f"GPU{i} {gb(b)}" for i, b in sorted(pending.items()))
+            held = ", ".join(f"GPU{i} {gib(b)}" for i, b in sorted(pending.items()))
             raise Conflict(
                 f"{exc.message} (this counts as used the memory promised to engines that are "
                 f"still starting or waking up and have not taken it yet: {held})",

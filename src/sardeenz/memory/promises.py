@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from sardeenz.errors import Conflict
 from sardeenz.gpu.budget import Reservation, pending_bytes_by_gpu, wake_shortfalls
 from sardeenz.gpu.inventory import GpuInfo
-from sardeenz.gpu.selection import gb
 from sardeenz.runtime import proctree
+from sardeenz.units import gib
 
 
 @dataclass
@@ -100,11 +100,11 @@ def wake_refusal(
     if not short:
         return None
     lacking = ", ".join(
-        f"GPU{s.index} {s.name} needs {gb(s.needed_bytes)} back, {gb(s.free_bytes)} free"
+        f"GPU{s.index} {s.name} needs {gib(s.needed_bytes)} back, {gib(s.free_bytes)} free"
         for s in short
     )
     pending = pending_bytes_by_gpu(gpus, others)
-    held = [f"GPU{s.index} {gb(pending[s.index])}" for s in short if pending.get(s.index)]
+    held = [f"GPU{s.index} {gib(pending[s.index])}" for s in short if pending.get(s.index)]
     promised = (
         f" (counting as used the memory promised to engines still starting or waking up: "
         f"{', '.join(held)})"
@@ -113,7 +113,7 @@ def wake_refusal(
     )
     return Conflict(
         f"cannot wake {instance_id}: not enough free GPU memory to take back its "
-        f"{gb(promise.bytes_per_gpu)} per GPU: {lacking}{promised}; "
+        f"{gib(promise.bytes_per_gpu)} per GPU: {lacking}{promised}; "
         "unload or sleep another model first",
         code="insufficient_gpu_memory",
         shortBytesPerGpu=max(s.needed_bytes - s.free_bytes for s in short),

@@ -41,6 +41,7 @@ import orjson
 
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus
 from sardeenz.proxy import metrics
 from sardeenz.proxy.demand import Demand, model_state
 from sardeenz.proxy.inflight import Inflight
@@ -84,6 +85,11 @@ RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes], bytes
 _METHODS: Final = {
     m: m.encode() for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 }
+_LISTED_WAITING: Final = frozenset(
+    {InstanceStatus.STARTING, InstanceStatus.SLEEPING, InstanceStatus.ACTIVE}
+)
+"""Statuses that put a name in ``/v1/models`` when it is not routable (active: held for a
+moment while it falls asleep)."""
 _LOG_EVERY: Final = 5.0
 _WATCH_AFTER: Final = 0.05
 """Seconds before a request gets a disconnect watcher (see ``_guarded``)."""
@@ -248,7 +254,7 @@ class InferenceProxy:
         )
 
     async def _models(self, path: str, send: Send, head: bool) -> None:
-        """``GET /v1/models`` (and ``/v1/models/{id}``) from the routing table."""
+        """``GET /v1/models`` (and ``/v1/models/{id}``) from the routing table and catalog."""
         table = self._table
         demand = self.demand
         on_demand = set(demand.names()) if demand is not None else set()
@@ -256,7 +262,7 @@ class InferenceProxy:
             version, body = self._models_cache
             now = (table.version, demand.version if demand is not None else 0)
             if version != now:
-                names = sorted(set(table.names()) | on_demand)
+                names = sorted(self._listed_names(on_demand))
                 body = orjson.dumps(
                     {"object": "list", "data": [self._model_card(n, on_demand) for n in names]}
                 )
@@ -264,13 +270,36 @@ class InferenceProxy:
             await send_json(send, 200, b"" if head else body, content_length=len(body))
             return
         name = path[len("/v1/models/") :]
-        if table.lookup(name) is None and name not in on_demand:
+        if name not in self._listed_names(on_demand, only=name):
             await self._unknown_model(name).send(send, True)
             return
         body = orjson.dumps(self._model_card(name, on_demand))
         await send_json(send, 200, b"" if head else body, content_length=len(body))
 
+    def _listed_names(self, on_demand: set[str], only: str | None = None) -> set[str]:
+        """The one rule of what ``/v1/models`` lists: the names a request would be served for.
+
+        Routable names; catalog names (a request starts them); and names whose instances
+        are ``starting`` or ``sleeping`` (a request waits for the start, or wakes the model:
+        clients such as Open WebUI discover models here). Not ``failed`` or ``stopping``.
+        ``only``: the answer for that one name (``/v1/models/{id}``), without a full scan.
+        """
+        table = self._table
+        candidates = [only] if only is not None else table.known_names()
+        listed = {n for n in candidates if table.lookup(n) is not None or n in on_demand}
+        for name in candidates:
+            if name not in listed and any(
+                v.status in _LISTED_WAITING for v in table.instances(name)
+            ):
+                listed.add(name)
+        if only is None:
+            listed |= on_demand
+        return listed
+
     def _model_card(self, name: str, on_demand: set[str]) -> dict[str, Any]:
+        """An OpenAI model card plus ``state``: ``active``, ``starting``, ``sleeping`` (a
+        request waits for or wakes it), for catalog models also ``unloaded`` and, for
+        external servers, what their health check says."""
         eps = self._table.endpoints(name)
         card: dict[str, Any] = {
             "id": name,
@@ -281,13 +310,12 @@ class InferenceProxy:
         lens = [e.max_model_len for e in eps if e.max_model_len is not None]
         if lens:
             card["max_model_len"] = min(lens)
-        if name in on_demand:  # a catalog model: say whether a request would wait
-            known = self.demand.state(name) if self.demand is not None else None
-            if known is not None:  # an external server: its health check knows
-                card["state"] = known
-            else:
-                statuses = {i.status for i in self._table.instances(name)}
-                card["state"] = "active" if eps else model_state(statuses)
+        known = self.demand.state(name) if name in on_demand and self.demand is not None else None
+        if known is not None:  # an external server: its health check knows
+            card["state"] = known
+        else:
+            statuses = {i.status for i in self._table.instances(name)}
+            card["state"] = "active" if eps else model_state(statuses)
         return card
 
     # ------------------------------------------------------ /api/direct/{port}

@@ -154,6 +154,11 @@ def for_model(model: str) -> ModelMetrics:
     return m
 
 
+def peek(model: str) -> ModelMetrics | None:
+    """The metrics of ``model`` if any request named it (never creates a series)."""
+    return _by_model.get(model)
+
+
 def observe_instance(old: InstanceView | None, new: InstanceView | None) -> None:
     """Routing-table listener keeping ``sardeenz_instance_status`` current."""
     if new is None:

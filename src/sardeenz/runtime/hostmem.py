@@ -27,8 +27,9 @@ import psutil
 from sardeenz.config import ConfigError, Settings, parse_size
 from sardeenz.engines.vllm import flag_value
 from sardeenz.errors import Conflict
+from sardeenz.units import GIB as GIB
+from sardeenz.units import gib
 
-GIB = 2**30
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
@@ -89,10 +90,6 @@ def available_bytes() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
 class HostMemoryBook:
     """Host memory promised to CPU-mode engines that are still starting."""
 
@@ -108,11 +105,11 @@ class HostMemoryBook:
         usable = available - pending
         if estimate.total <= usable:
             return
-        starting = f", {_gib(pending)} of it promised to engines still starting" if pending else ""
+        starting = f", {gib(pending)} of it promised to engines still starting" if pending else ""
         raise InsufficientHostMemory(
-            f"not enough host memory for a vLLM CPU engine: needs about {_gib(estimate.total)} "
-            f"(KV cache {_gib(estimate.kv_cache)} + weights {_gib(estimate.weights)} + runtime "
-            f"{_gib(estimate.overhead)}), {_gib(available)} available{starting}. Lower "
+            f"not enough host memory for a vLLM CPU engine: needs about {gib(estimate.total)} "
+            f"(KV cache {gib(estimate.kv_cache)} + weights {gib(estimate.weights)} + runtime "
+            f"{gib(estimate.overhead)}), {gib(available)} available{starting}. Lower "
             "SARDEENZ_VLLM_CPU_KVCACHE_GIB, unload a model, or load with force: true",
             requiredBytes=estimate.total,
             availableBytes=available,

@@ -37,12 +37,18 @@ import psutil
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance, utcnow
 from sardeenz.engines import get_adapter
-from sardeenz.engines.base import EngineAdapter, InstallProbe, LaunchContext, engine_tmp_dir
+from sardeenz.engines.base import (
+    EngineAdapter,
+    EngineTarget,
+    InstallProbe,
+    LaunchContext,
+    engine_tmp_dir,
+)
 from sardeenz.engines.logparse import extract_error
-from sardeenz.errors import Conflict, InvalidRequest, NotFound
+from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
-from sardeenz.memory.ledger import MemoryLedger
+from sardeenz.memory.ledger import Admission, MemoryLedger
 from sardeenz.runtime import proctree
 from sardeenz.runtime.drain import NoTraffic, Traffic, drain_for_sleep, drain_for_unload
 from sardeenz.runtime.names import check_names
@@ -184,9 +190,7 @@ class Supervisor:
             raise InvalidRequest(str(exc), code="invalid_extra_args") from exc
         target = await adapter.target(self.installs)
         instance_id = uuid.uuid4().hex[:12]
-        grant = await self.ledger.admit_load(
-            instance_id, req, target, extra_args, adapter.default_footprint_bytes(extra_args)
-        )
+        grant = await self._admit(instance_id, req, target, extra_args, adapter)
         warnings = list(grant.warnings)
         if req.enable_sleep_mode and target.no_sleep_reason:
             warnings.append(target.no_sleep_reason)
@@ -252,6 +256,32 @@ class Supervisor:
         runner.start()
         log.info("loading %s as %s on port %d (pid %s)", model_path, instance_id, port, runner.pid)
         return runner.snapshot()
+
+    async def _admit(
+        self,
+        instance_id: str,
+        req: LoadRequest,
+        target: EngineTarget,
+        extra_args: list[str],
+        adapter: EngineAdapter,
+    ) -> Admission:
+        """The ledger's grant; or the target's refusal when the engine cannot run here.
+
+        An engine that cannot start is refused after the ledger has checked the request
+        (a 400 for a bad request still says what is wrong with it) but before its memory
+        verdict, which judges a device that was only guessed.
+        """
+        footprint = adapter.default_footprint_bytes(extra_args)
+        if target.refusal is None:
+            return await self.ledger.admit_load(instance_id, req, target, extra_args, footprint)
+        try:
+            await self.ledger.admit_load(instance_id, req, target, extra_args, footprint)
+        except InvalidRequest:
+            raise
+        except SardeenzError:
+            pass
+        self.ledger.release(instance_id)
+        raise target.refusal
 
     # --- unload ------------------------------------------------------------------
     async def unload(self, instance_id: str) -> ModelInstance:
