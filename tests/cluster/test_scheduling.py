@@ -124,7 +124,7 @@ def test_no_pod_fits_is_409_with_a_reason_per_pod(gpu_cluster: Cluster) -> None:
     assert data["code"] == "no_pod_fits"
     assert data["strategy"] == "balanced"
     assert set(data["reasons"]) == {"pod-a", "pod-b", "pod-c"}
-    assert all("needs 107.4 GB per GPU" in r for r in data["reasons"].values()), data
+    assert all("needs 100.0 GiB per GPU" in r for r in data["reasons"].values()), data
     h100 = httpx.post(
         f"{url}/api/v1/models/load", json=_body("sched-h100", 1, gpuType="H100"), timeout=30
     )

@@ -171,7 +171,7 @@ def test_a_victim_that_can_sleep_is_put_to_sleep_and_it_is_an_event(srv: ServerP
     (line,) = eviction_lines(srv, "big")
     assert "evicting deep (instance" in line
     assert "put to sleep (level 2)" in line
-    assert "needed 2.0 GB per GPU" in line
+    assert "needed 1.9 GiB per GPU" in line
     event = events.wait()
     assert event["action"] == "sleep"
     assert event["reason"] == "evicted"

@@ -105,7 +105,7 @@ def test_free_after_and_verdict() -> None:
     assert got.free_after_bytes == ((1, 18 * GB),)
     assert got.min_free_after_bytes == 18 * GB
     assert got.verdict() == (
-        "would go to pod-a, GPU 1 (NVIDIA L4): 18.0 GB free after (needs 12.0 GB per GPU)"
+        "would go to pod-a, GPU 1 (NVIDIA L4): 16.8 GiB free after (needs 11.2 GiB per GPU)"
     )
 
 
@@ -114,7 +114,7 @@ def test_free_after_and_verdict() -> None:
     [
         (
             PlacementRequest(need_bytes_per_gpu=60 * GB),
-            {"pod-a": "needs 60.0 GB per GPU", "pod-b": "needs 60.0 GB", "pod-c": "needs 60.0"},
+            {"pod-a": "needs 55.9 GiB per GPU", "pod-b": "needs 55.9 GiB", "pod-c": "needs 55.9"},
         ),
         (
             PlacementRequest(need_bytes_per_gpu=GB, gpu_type="H100"),
@@ -155,7 +155,7 @@ def test_unavailable_pod_and_promised_memory() -> None:
     refused = schedule(snap, PlacementRequest(need_bytes_per_gpu=9 * GB), BAL)
     assert isinstance(refused, Refusal)
     assert refused.by_pod["pod-a"] == "pod unavailable (no heartbeat)"
-    assert "GPU0 L4 5.0 GB" in refused.by_pod["pod-b"]
+    assert "GPU0 L4 4.7 GiB" in refused.by_pod["pod-b"]
 
 
 def test_pods_without_gpus() -> None:
