@@ -15,13 +15,25 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from sardeenz import __version__
-from sardeenz.api import auth, benchmarks, catalog, cluster, engines, gpus, health, memory, models
+from sardeenz.api import (
+    auth,
+    benchmarks,
+    catalog,
+    cluster,
+    engines,
+    gpus,
+    health,
+    memory,
+    models,
+    requests,
+)
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
+from sardeenz.cluster.identity import identity_of
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.wiring import install_cluster
 from sardeenz.config import Settings
@@ -38,6 +50,7 @@ from sardeenz.logsetup import RequestIdMiddleware
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.proxy.history import RequestHistory
 from sardeenz.proxy.inflight import ProxyTraffic
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
 from sardeenz.runtime.supervisor import Supervisor
@@ -50,6 +63,7 @@ from sardeenz.store.catalog import CatalogRepository
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.profiles import ProfileRepository
+from sardeenz.store.requests import RequestRepository
 
 log = logging.getLogger("sardeenz")
 
@@ -67,6 +81,7 @@ def build_services(settings: Settings) -> Services:
     )
     supervisor = Supervisor(settings, bus, InstanceRepository(db), ledger, vllm_probe)
     api_keys = ApiKeys.from_settings(settings)
+    authenticator = Authenticator(settings)
     table = RoutingTable(engine_host=settings.engine_host)
     if settings.proxy_auto_wake:
         table.waker = _waker(supervisor)
@@ -84,6 +99,12 @@ def build_services(settings: Settings) -> Services:
     catalog.external_state = external.catalog_state
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
+    proxy.requests.pod = identity_of(settings).pod_id
+    retention = (
+        RequestRepository(db, settings.request_log_max_rows)
+        if settings.request_log_retention
+        else None
+    )
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
     cluster = ClusterManager(settings, table, supervisor, inventory)
     return Services(
@@ -99,9 +120,10 @@ def build_services(settings: Settings) -> Services:
         routing=table,
         proxy=proxy,
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
-        auth=Authenticator(settings),
+        auth=authenticator,
         api_keys=api_keys,
-        audit=AuditTrail(AuditRepository(db)),
+        audit=AuditTrail(AuditRepository(db), authenticator),
+        requests=RequestHistory(proxy.requests, retention),
         profiles=ProfileService(profiles, supervisor, inventory),
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
         catalog=catalog,
@@ -200,6 +222,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
     app.include_router(cluster.router)
+    app.include_router(requests.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 

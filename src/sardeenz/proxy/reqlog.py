@@ -1,0 +1,290 @@
+"""The per-request inference log and the usage counters per API key and model.
+
+Why this shape: the relay paths (express.py, forwarder.py) are the hot path,
+measured per request in benchmarks/proxy_overhead.py. At a request's end they
+call ``note`` with values they already hold: one tuple appended to a deque,
+nothing parsed, nothing written. The rest happens in ``drain``, in batches off
+the request's path (a flusher task every ``FLUSH_EVERY`` seconds, and before
+anything reads the log or the counters): the tokens are read from the tail of
+the response the relay already saw (the engine's ``usage`` object: the last
+bytes of a JSON body, or the final usage chunk of a stream when the client
+asked for it with ``stream_options.include_usage``; the stream is never
+altered), the request id is taken from the client's ``X-Request-Id`` (else one
+of ours), the usage counters are updated, and the entry joins a bounded ring.
+With retention on, the flusher hands each batch to a sink (the SQLite
+repository, store/requests.py) from its own task, never from a request.
+
+Bodies are never kept: only the last bytes of the response (at most
+``TAIL_BYTES``), and only until the next drain, to find ``usage`` in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sardeenz.proxy.metrics import REGISTRY
+from sardeenz.proxy.routing import Endpoint
+from sardeenz.store.requests import RequestQuery, status_matches
+from sardeenz.tasks import stop_task
+
+log = logging.getLogger(__name__)
+
+FLUSH_EVERY: Final = 1.0
+"""Seconds between drains of the pending requests (and SQLite writes, when on)."""
+TAIL_BYTES: Final = 4096
+"""How much of the end of a whole (non-stream) body is kept to find ``usage`` in."""
+PENDING_MAX: Final = 1 << 17
+"""Safety bound of requests waiting for a drain, should the flusher stall."""
+NO_KEY: Final = "_none"
+"""``key`` label of requests made without an inference API key (keys off)."""
+_MAX_MODEL: Final = 200
+_MAX_REQUEST_ID: Final = 128
+
+_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,12})')
+_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,12})')
+
+Pending = tuple[
+    float,  # wall-clock time the request ended (time.time())
+    str,  # the metrics label of the model (a served name, or _unknown)
+    str | None,  # the model the client asked for, when no served name was found
+    Endpoint | None,  # where it went
+    int,  # status (499: the client left first)
+    float,  # latency, seconds
+    float,  # time to first body byte, seconds (0: none sent)
+    bool,  # an event stream
+    str | None,  # API key id
+    Sequence[tuple[bytes, bytes]],  # the request's headers (for X-Request-Id)
+    bytes,  # the last body bytes relayed
+    bytes,  # the ones before them
+]
+
+
+def usage_tokens(*tails: bytes) -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens of the last ``"usage"`` object in ``tails``, in order.
+
+    A stream's usage chunk may come in the read before the one holding ``[DONE]``,
+    hence several tails: the first that has a usage object wins.
+    """
+    for tail in tails:
+        i = tail.rfind(b'"usage"')
+        if i < 0:
+            continue
+        part = tail[i : i + 512]
+        p = _PROMPT.search(part)
+        c = _COMPLETION.search(part)
+        if p is None and c is None:
+            continue  # "usage": null
+        return (int(p.group(1)) if p else None, int(c.group(1)) if c else None)
+    return None, None
+
+
+@dataclass(slots=True)
+class Record:
+    """One finished inference request, as the log keeps it."""
+
+    id: int
+    request_id: str
+    at: float
+    model: str
+    instance_id: str | None
+    pod: str | None
+    status: int
+    latency: float
+    ttft: float | None
+    stream: bool
+    key_id: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+def matches(query: RequestQuery, r: Record) -> bool:
+    """Does ``r`` pass the filters of ``GET /api/v1/requests``?"""
+    if query.model is not None and r.model != query.model:
+        return False
+    if query.key is not None and r.key_id != query.key:
+        return False
+    if query.since is not None and r.at < query.since:
+        return False
+    if query.before_id is not None and r.id >= query.before_id:
+        return False
+    return query.status is None or status_matches(query.status, r.status)
+
+
+# ------------------------------------------------------------------ usage counters
+_usage: dict[tuple[str, str], list[int]] = {}
+"""(key id, model label) -> [requests, prompt tokens, completion tokens]; per process,
+like the proxy's other metrics (proxy/metrics.py), so one scrape sees them all."""
+
+
+def usage_rows() -> list[tuple[str, str, int, int, int]]:
+    """(key id, model, requests, prompt tokens, completion tokens), sorted."""
+    return [(k, m, v[0], v[1], v[2]) for (k, m), v in sorted(_usage.items())]
+
+
+class _UsageCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        rows = usage_rows()
+        specs = (
+            ("sardeenz_usage_requests", "Inference requests by API key id and model.", 0),
+            (
+                "sardeenz_usage_prompt_tokens",
+                "Prompt tokens (the engine's usage) by API key id and model.",
+                1,
+            ),
+            (
+                "sardeenz_usage_completion_tokens",
+                "Completion tokens (the engine's usage) by API key id and model.",
+                2,
+            ),
+        )
+        for name, doc, col in specs:
+            family = CounterMetricFamily(name, doc, labels=["key", "model"])
+            for key, model, *counts in rows:
+                family.add_metric([key, model], counts[col])
+            yield family
+
+    def describe(self) -> Iterator[Metric]:
+        for name in (
+            "sardeenz_usage_requests",
+            "sardeenz_usage_prompt_tokens",
+            "sardeenz_usage_completion_tokens",
+        ):
+            yield CounterMetricFamily(name, "", labels=["key", "model"])
+
+
+REGISTRY.register(_UsageCollector())
+
+Sink = Callable[[list[Record]], Awaitable[None]]
+
+
+class RequestLog:
+    """The ring of recent requests and the queue feeding it; one per proxy.
+
+    ``note`` is the relay paths' entry point (see module doc). Everything runs on
+    the event loop thread, so nothing here takes a lock.
+    """
+
+    def __init__(self, size: int = 1000, pod: str | None = None) -> None:
+        self._pending: deque[Pending] = deque(maxlen=PENDING_MAX)
+        self.note: Callable[[Pending], None] = self._pending.append
+        """Record a finished request: the one call the hot path makes."""
+        self._ring: deque[Record] = deque(maxlen=max(1, size))
+        self._ids = itertools.count(1)
+        self._prefix = f"{int(time.time()):x}-"
+        self.pod = pod
+        self.sink: Sink | None = None
+        """Retention (store/requests.py): gets each drained batch, from the flusher."""
+        self._batch: list[Record] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def size(self) -> int:
+        return self._ring.maxlen or 0
+
+    # ------------------------------------------------------------------ drain
+    def drain(self) -> None:
+        """Turn the pending requests into records (usage, ids, counters, ring)."""
+        pending = self._pending
+        if not pending:
+            return
+        ring = self._ring
+        usage = _usage
+        keep = self.sink is not None
+        ids = self._ids
+        while pending:
+            at, label, asked, ep, status, latency, ttfb, stream, key, headers, last, prev = (
+                pending.popleft()
+            )
+            prompt, completion = usage_tokens(last, prev) if status < 400 else (None, None)
+            n = next(ids)
+            if ep is None:
+                instance, pod = None, None
+            else:
+                instance, pod = ep.instance_id, self.pod if ep.local else ep.base_url
+            rec = Record(
+                id=n,
+                request_id=_client_request_id(headers) or f"{self._prefix}{n:x}",
+                at=at,
+                model=(asked or label)[:_MAX_MODEL],
+                instance_id=instance,
+                pod=pod,
+                status=status,
+                latency=latency,
+                ttft=ttfb if stream and ttfb > 0 else None,
+                stream=stream,
+                key_id=key,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+            )
+            ring.append(rec)
+            counts = usage.get((key or NO_KEY, label))
+            if counts is None:
+                counts = usage[(key or NO_KEY, label)] = [0, 0, 0]
+            counts[0] += 1
+            counts[1] += prompt or 0
+            counts[2] += completion or 0
+            if keep:
+                self._batch.append(rec)
+
+    def records(self, query: RequestQuery, limit: int) -> list[Record]:
+        """The ring, newest first, filtered."""
+        self.drain()
+        out: list[Record] = []
+        for rec in reversed(self._ring):
+            if matches(query, rec):
+                out.append(rec)
+                if len(out) >= limit:
+                    break
+        return out
+
+    # ---------------------------------------------------------------- flusher
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._flush_loop(), name="request-log"
+            )
+
+    async def close(self) -> None:
+        """Stop the flusher after a last drain and write."""
+        task, self._task = self._task, None
+        await stop_task(task)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Drain, then hand what retention has not written yet to the sink."""
+        self.drain()
+        sink = self.sink
+        if sink is None or not self._batch:
+            self._batch.clear()
+            return
+        batch, self._batch = self._batch, []
+        try:
+            await sink(batch)
+        except Exception:  # retention must never break the proxy
+            log.exception("could not write %d request log entries", len(batch))
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY)
+            await self.flush()
+
+
+def _client_request_id(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name == b"x-request-id":
+            text = bytes(value).decode("latin-1").strip()
+            if 0 < len(text) <= _MAX_REQUEST_ID and text.isprintable():
+                return text
+            return None
+    return None
