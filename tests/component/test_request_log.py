@@ -73,7 +73,7 @@ def _chat(model: str, **extra: Any) -> dict[str, Any]:
 
 def _stream_usage(resp: httpx.Response) -> dict[str, int]:
     """The usage chunk of an SSE stream (the client asked for it)."""
-    usage = None
+    usage: dict[str, int] | None = None
     for line in resp.text.splitlines():
         if line.startswith("data: {"):
             doc = json.loads(line[6:])
@@ -110,7 +110,8 @@ def test_a_scoped_key_gets_403_on_other_models_and_sees_only_its_own(srv: Server
 
 
 def _usage_row(report: dict[str, Any], key: str, model: str) -> dict[str, Any]:
-    for row in report["rows"]:
+    rows: list[dict[str, Any]] = report["rows"]
+    for row in rows:
         if row["keyId"] == key and row["model"] == model:
             return row
     return {"requests": 0, "promptTokens": 0, "completionTokens": 0}
