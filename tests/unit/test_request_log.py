@@ -41,21 +41,21 @@ def pending(
     stream: bool = False,
     ttfb: float = 0.01,
     at: float | None = None,
-    headers: list[tuple[bytes, bytes]] | None = None,
     last: bytes = JSON_BODY,
     prev: bytes = b"",
 ) -> Pending:
+    """What the relay paths note (see express.py ``_end``)."""
     return (
         time.time() if at is None else at,
         model,
         asked,
-        ep,
+        ep.instance_id if ep is not None else None,
+        ep.base_url if ep is not None and not ep.local else None,
         status,
         0.05,
         ttfb,
         stream,
         key,
-        headers or [],
         last,
         prev,
     )
@@ -77,6 +77,9 @@ def test_usage_is_read_from_the_tail_of_a_body_or_a_stream() -> None:
     # Per-chunk usage (continuous stats): the last one counts.
     two = USAGE_CHUNK.replace(b":5}", b":1}") + USAGE_CHUNK
     assert usage_tokens(two) == (3, 5)
+    # Spaced JSON, another field order, no completion (embeddings).
+    assert usage_tokens(b'"usage": {"completion_tokens": 9, "prompt_tokens": 4}}') == (4, 9)
+    assert usage_tokens(b'"usage":{"prompt_tokens":6,"total_tokens":6}}') == (6, None)
 
 
 def test_the_ring_keeps_the_newest_entries_only() -> None:
@@ -90,12 +93,12 @@ def test_the_ring_keeps_the_newest_entries_only() -> None:
 
 def test_a_record_has_what_the_relay_saw() -> None:
     log = RequestLog(size=10, pod="node-1")
-    log.note(pending(headers=[(b"x-request-id", b"abc-1")]))
+    log.note(pending())
     log.note(pending(stream=True, ttfb=0.02, last=b"data: [DONE]\n\n", prev=USAGE_CHUNK))
     log.note(pending(ep=REMOTE, key=None, status=502))
     log.note(pending(status=403, model="_unknown", asked="other-model", ep=None, last=b""))
     remote, stream, plain = log.records(RequestQuery(), 10)[1:]
-    assert plain.request_id == "abc-1"
+    assert plain.id == 1
     assert (plain.model, plain.instance_id, plain.pod, plain.key_id) == (
         "m1",
         "inst-1",
@@ -169,11 +172,11 @@ async def test_retention_writes_batches_and_keeps_the_table_bounded(tmp_path: Pa
         log = RequestLog(size=10)
         history = RequestHistory(log, repo)
         for i in range(130):
-            log.note(pending(key="a" if i % 2 else "b", headers=[(b"x-request-id", b"r%d" % i)]))
+            log.note(pending(key="a" if i % 2 else "b", at=1000.0 + i))
         await log.flush()
         assert await repo.count() == 100
         newest = await history.list(RequestQuery(key="a"), 3)
-        assert [e.request_id for e in newest] == ["r129", "r127", "r125"]
+        assert [e.at.timestamp() for e in newest] == [1129.0, 1127.0, 1125.0]
         assert newest[0].prompt_tokens == 12
         assert newest[0].latency_ms == pytest.approx(50)
         assert history.info().retention is True

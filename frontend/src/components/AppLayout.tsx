@@ -36,6 +36,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/charts', 'Metrics'],
   ['/benchmarks', 'Benchmarks'],
   ['/profiles', 'Memory profiles'],
+  ['/requests', 'Requests'],
   ['/audit', 'Audit log'],
   ['/about', 'About'],
 ];

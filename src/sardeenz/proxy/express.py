@@ -400,20 +400,21 @@ class _Exchange:
         LANE.express += 1
         self._done = True
         self._conn = None
-        self._relay.inflight.discard(self._ep.instance_id, self)
+        ep = self._ep
+        self._relay.inflight.discard(ep.instance_id, self)
         latency = finished(self._mm, self._t0, status)
         self._relay.note(
             (
                 _time(),
                 self._model,
                 None,
-                self._ep,
+                ep.instance_id,
+                None if ep.local else ep.base_url,
                 status,
                 latency,
                 self._ttfb,
                 self._event_stream,
                 self._key,
-                self.request[1],
                 self._last,
                 self._prev,
             )

@@ -295,12 +295,12 @@ class InferenceProxy:
                 UNKNOWN_MODEL,
                 asked,
                 None,
+                None,
                 status,
                 _perf() - t0,
                 0.0,
                 False,
                 key.id if key is not None else None,
-                scope["headers"],
                 b"",
                 b"",
             )
@@ -479,18 +479,19 @@ class InferenceProxy:
             latency = finished(mm, t0, status)
             if openai:
                 key: ApiKey | None = scope.get(API_KEY_SCOPE)
+                went = state.ep
                 self.requests.note(
                     (
                         _time(),
                         mm.model,
                         None,
-                        state.ep,
+                        went.instance_id if went is not None else None,
+                        went.base_url if went is not None and not went.local else None,
                         status,
                         latency,
                         state.ttfb,
                         state.stream,
                         key.id if key is not None else None,
-                        scope["headers"],
                         state.last,
                         state.prev,
                     )

@@ -9,8 +9,8 @@ anything reads the log or the counters): the tokens are read from the tail of
 the response the relay already saw (the engine's ``usage`` object: the last
 bytes of a JSON body, or the final usage chunk of a stream when the client
 asked for it with ``stream_options.include_usage``; the stream is never
-altered), the request id is taken from the client's ``X-Request-Id`` (else one
-of ours), the usage counters are updated, and the entry joins a bounded ring.
+altered), the usage counters are updated, and the entry joins a bounded ring;
+its ``Record`` (with a request id of ours) is made only when the ring is read.
 With retention on, the flusher hands each batch to a sink (the SQLite
 repository, store/requests.py) from its own task, never from a request.
 
@@ -21,12 +21,11 @@ Bodies are never kept: only the last bytes of the response (at most
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -34,7 +33,6 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sardeenz.proxy.metrics import REGISTRY
-from sardeenz.proxy.routing import Endpoint
 from sardeenz.store.requests import RequestQuery, status_matches
 from sardeenz.tasks import stop_task
 
@@ -49,44 +47,62 @@ PENDING_MAX: Final = 1 << 17
 NO_KEY: Final = "_none"
 """``key`` label of requests made without an inference API key (keys off)."""
 _MAX_MODEL: Final = 200
-_MAX_REQUEST_ID: Final = 128
 
-_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,12})')
-_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,12})')
 
 Pending = tuple[
     float,  # wall-clock time the request ended (time.time())
     str,  # the metrics label of the model (a served name, or _unknown)
     str | None,  # the model the client asked for, when no served name was found
-    Endpoint | None,  # where it went
+    str | None,  # the instance it went to
+    str | None,  # the peer it was relayed to (None: this node)
     int,  # status (499: the client left first)
     float,  # latency, seconds
     float,  # time to first body byte, seconds (0: none sent)
     bool,  # an event stream
     str | None,  # API key id
-    Sequence[tuple[bytes, bytes]],  # the request's headers (for X-Request-Id)
     bytes,  # the last body bytes relayed
     bytes,  # the ones before them
 ]
+"""Only immutable scalars: the garbage collector stops tracking such a tuple the first
+time it sees it, so thousands waiting for a drain do not make its passes longer."""
+
+_PROMPT_FIRST = re.compile(
+    rb'"prompt_tokens"\s*:\s*(\d{1,12}).*?"completion_tokens"\s*:\s*(\d{1,12})', re.S
+)
+_COMPLETION_FIRST = re.compile(
+    rb'"completion_tokens"\s*:\s*(\d{1,12}).*?"prompt_tokens"\s*:\s*(\d{1,12})', re.S
+)
+_PROMPT_ONLY = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,12})')
+_USAGE_SPAN = 512
+"""How far past ``"usage"`` its fields are looked for (the object is ~100 bytes)."""
 
 
-def usage_tokens(*tails: bytes) -> tuple[int | None, int | None]:
-    """(prompt, completion) tokens of the last ``"usage"`` object in ``tails``, in order.
+def _usage_in(tail: bytes) -> tuple[int | None, int | None] | None:
+    """One regex search after the last ``"usage"`` (measured: the cheapest way here)."""
+    i = tail.rfind(b'"usage"')
+    if i < 0:
+        return None
+    end = i + _USAGE_SPAN
+    m = _PROMPT_FIRST.search(tail, i, end)
+    if m is not None:
+        return int(m[1]), int(m[2])
+    m = _COMPLETION_FIRST.search(tail, i, end)
+    if m is not None:
+        return int(m[2]), int(m[1])
+    m = _PROMPT_ONLY.search(tail, i, end)  # embeddings: no completion
+    return (int(m[1]), None) if m is not None else None  # None: "usage": null
 
-    A stream's usage chunk may come in the read before the one holding ``[DONE]``,
-    hence several tails: the first that has a usage object wins.
+
+def usage_tokens(last: bytes, prev: bytes = b"") -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens of the last ``"usage"`` object the response ended with.
+
+    ``last``: the last bytes relayed; ``prev``: the read before them, where a stream's
+    usage chunk is when ``[DONE]`` came in a read of its own.
     """
-    for tail in tails:
-        i = tail.rfind(b'"usage"')
-        if i < 0:
-            continue
-        part = tail[i : i + 512]
-        p = _PROMPT.search(part)
-        c = _COMPLETION.search(part)
-        if p is None and c is None:
-            continue  # "usage": null
-        return (int(p.group(1)) if p else None, int(c.group(1)) if c else None)
-    return None, None
+    found = _usage_in(last)
+    if found is None and prev:
+        found = _usage_in(prev)
+    return found if found is not None else (None, None)
 
 
 @dataclass(slots=True)
@@ -179,8 +195,9 @@ class RequestLog:
         self._pending: deque[Pending] = deque(maxlen=PENDING_MAX)
         self.note: Callable[[Pending], None] = self._pending.append
         """Record a finished request: the one call the hot path makes."""
-        self._ring: deque[Record] = deque(maxlen=max(1, size))
-        self._ids = itertools.count(1)
+        self._ring: deque[Pending] = deque(maxlen=max(1, size))
+        self._drained = 0
+        """Requests drained so far: the id of the newest entry in the ring."""
         self._prefix = f"{int(time.time()):x}-"
         self.pod = pod
         self.sink: Sink | None = None
@@ -194,54 +211,62 @@ class RequestLog:
 
     # ------------------------------------------------------------------ drain
     def drain(self) -> None:
-        """Turn the pending requests into records (usage, ids, counters, ring)."""
+        """Count the pending requests (usage per key and model) and move them to the ring.
+
+        Only what the counters need is worked out here; a ``Record`` is made when
+        something reads the ring (or retention writes it).
+        """
         pending = self._pending
         if not pending:
             return
-        ring = self._ring
         usage = _usage
         keep = self.sink is not None
-        ids = self._ids
-        while pending:
-            at, label, asked, ep, status, latency, ttfb, stream, key, headers, last, prev = (
-                pending.popleft()
-            )
-            prompt, completion = usage_tokens(last, prev) if status < 400 else (None, None)
-            n = next(ids)
-            if ep is None:
-                instance, pod = None, None
-            else:
-                instance, pod = ep.instance_id, self.pod if ep.local else ep.base_url
-            rec = Record(
-                id=n,
-                request_id=_client_request_id(headers) or f"{self._prefix}{n:x}",
-                at=at,
-                model=(asked or label)[:_MAX_MODEL],
-                instance_id=instance,
-                pod=pod,
-                status=status,
-                latency=latency,
-                ttft=ttfb if stream and ttfb > 0 else None,
-                stream=stream,
-                key_id=key,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-            )
-            ring.append(rec)
+        first = self._drained + 1
+        for p in pending:
+            label, status, key = p[1], p[5], p[9]
             counts = usage.get((key or NO_KEY, label))
             if counts is None:
                 counts = usage[(key or NO_KEY, label)] = [0, 0, 0]
             counts[0] += 1
-            counts[1] += prompt or 0
-            counts[2] += completion or 0
-            if keep:
-                self._batch.append(rec)
+            if status < 400:
+                prompt, completion = usage_tokens(p[10], p[11])
+                if prompt:
+                    counts[1] += prompt
+                if completion:
+                    counts[2] += completion
+        self._drained += len(pending)
+        if keep:
+            self._batch.extend(self._record(first + i, p) for i, p in enumerate(pending))
+        self._ring.extend(pending)
+        pending.clear()
+
+    def _record(self, n: int, p: Pending) -> Record:
+        at, label, asked, instance, peer, status, latency, ttfb, stream, key, last, prev = p
+        prompt, completion = usage_tokens(last, prev) if status < 400 else (None, None)
+        return Record(
+            id=n,
+            request_id=f"{self._prefix}{n:x}",
+            at=at,
+            model=(asked or label)[:_MAX_MODEL],
+            instance_id=instance,
+            pod=peer or (self.pod if instance is not None else None),
+            status=status,
+            latency=latency,
+            ttft=ttfb if stream and ttfb > 0 else None,
+            stream=stream,
+            key_id=key,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
 
     def records(self, query: RequestQuery, limit: int) -> list[Record]:
         """The ring, newest first, filtered."""
         self.drain()
         out: list[Record] = []
-        for rec in reversed(self._ring):
+        n = self._drained
+        for p in reversed(self._ring):
+            rec = self._record(n, p)
+            n -= 1
             if matches(query, rec):
                 out.append(rec)
                 if len(out) >= limit:
@@ -278,13 +303,3 @@ class RequestLog:
         while True:
             await asyncio.sleep(FLUSH_EVERY)
             await self.flush()
-
-
-def _client_request_id(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
-    for name, value in headers:
-        if name == b"x-request-id":
-            text = bytes(value).decode("latin-1").strip()
-            if 0 < len(text) <= _MAX_REQUEST_ID and text.isprintable():
-                return text
-            return None
-    return None
