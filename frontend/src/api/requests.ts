@@ -49,6 +49,6 @@ export function useUsage(live: boolean) {
   return useQuery({
     queryKey: ['usage'],
     queryFn: () => api<UsageReport>('/api/v1/usage'),
-    refetchInterval: live ? LIVE_MS * 2 : false,
+    refetchInterval: live ? LIVE_MS : false,
   });
 }

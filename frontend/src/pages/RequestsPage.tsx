@@ -33,15 +33,15 @@ function RequestTable({ entries }: { entries: RequestEntry[] }) {
     <Table aria-label="Request log" variant="compact" gridBreakPoint="grid-lg">
       <Thead>
         <Tr>
-          <Th>Time</Th>
-          <Th>Model</Th>
-          <Th>Instance</Th>
-          <Th>Status</Th>
-          <Th>Latency</Th>
-          <Th>TTFT</Th>
-          <Th>Tokens in / out</Th>
-          <Th>Key</Th>
-          <Th>Request id</Th>
+          <Th modifier="wrap">Time</Th>
+          <Th modifier="wrap">Model</Th>
+          <Th modifier="wrap">Instance</Th>
+          <Th modifier="wrap">Status</Th>
+          <Th modifier="wrap">Latency</Th>
+          <Th modifier="wrap">TTFT</Th>
+          <Th modifier="wrap">Tokens in / out</Th>
+          <Th modifier="wrap">Key</Th>
+          <Th modifier="wrap">Request id</Th>
         </Tr>
       </Thead>
       <Tbody>
@@ -93,11 +93,11 @@ function UsageTable({ rows }: { rows: UsageRow[] }) {
     <Table aria-label="Usage per key and model" variant="compact">
       <Thead>
         <Tr>
-          <Th>Key</Th>
-          <Th>Model</Th>
-          <Th>Requests</Th>
-          <Th>Prompt tokens</Th>
-          <Th>Completion tokens</Th>
+          <Th modifier="wrap">Key</Th>
+          <Th modifier="wrap">Model</Th>
+          <Th modifier="wrap">Requests</Th>
+          <Th modifier="wrap">Prompt tokens</Th>
+          <Th modifier="wrap">Completion tokens</Th>
         </Tr>
       </Thead>
       <Tbody>
