@@ -113,6 +113,8 @@ def test_a_record_has_what_the_relay_saw() -> None:
     assert remote.prompt_tokens is None  # an error: its body is not searched
     refused = log.records(RequestQuery(status="403"), 1)[0]
     assert (refused.model, refused.instance_id) == ("other-model", None)
+    # The responses' tails were only read for usage: the ring keeps no body bytes.
+    assert not any(isinstance(field, bytes) for entry in log._ring for field in entry)
 
 
 def test_filters() -> None:

@@ -15,7 +15,7 @@ With retention on, the flusher hands each batch to a sink (the SQLite
 repository, store/requests.py) from its own task, never from a request.
 
 Bodies are never kept: only the last bytes of the response (at most
-``TAIL_BYTES``), and only until the next drain, to find ``usage`` in.
+``TAIL_BYTES``), and only until the next drain reads ``usage`` in them.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ FLUSH_EVERY: Final = 1.0
 """Seconds between drains of the pending requests (and SQLite writes, when on)."""
 TAIL_BYTES: Final = 4096
 """How much of the end of a whole (non-stream) body is kept to find ``usage`` in."""
+Entry = tuple[Any, ...]
+"""A ``Pending`` whose last two fields (the response's tail) became its prompt and
+completion tokens (None: unknown): what the ring keeps."""
 _WIDTH: Final = 12
 """Fields of a ``Pending`` tuple, as laid out flat in the queue."""
 NO_KEY: Final = "_none"
@@ -197,7 +200,7 @@ class RequestLog:
         self._pending: list[Any] = []
         self.note: Callable[[Pending], None] = self._pending.extend
         """Record a finished request: the one call the hot path makes."""
-        self._ring: deque[Pending] = deque(maxlen=max(1, size))
+        self._ring: deque[Entry] = deque(maxlen=max(1, size))
         self._drained = 0
         """Requests drained so far: the id of the newest entry in the ring."""
         self._prefix = f"{int(time.time()):x}-"
@@ -224,32 +227,32 @@ class RequestLog:
         usage = _usage
         count = len(flat) // _WIDTH
         first = self._drained + 1
-        for j in range(0, count * _WIDTH, _WIDTH):
+        # Entries for what the ring keeps (all of them when retention writes them).
+        keep_from = 0 if self.sink is not None else max(0, count - self.size)
+        entries: list[Entry] = []
+        for n, j in enumerate(range(0, count * _WIDTH, _WIDTH)):
             label, status, key = flat[j + 1], flat[j + 5], flat[j + 9]
             counts = usage.get((key or NO_KEY, label))
             if counts is None:
                 counts = usage[(key or NO_KEY, label)] = [0, 0, 0]
             counts[0] += 1
+            prompt = completion = None
             if status < 400:
                 prompt, completion = usage_tokens(flat[j + 10], flat[j + 11])
                 if prompt:
                     counts[1] += prompt
                 if completion:
                     counts[2] += completion
+            if n >= keep_from:  # the response's tail is not kept past this point
+                entries.append((*flat[j : j + 10], prompt, completion))
         self._drained += count
-        # Tuples again only for what the ring keeps (and retention writes).
-        keep_from = 0 if self.sink is not None else max(0, count - self.size)
-        entries: list[Pending] = [
-            tuple(flat[j : j + _WIDTH]) for j in range(keep_from * _WIDTH, count * _WIDTH, _WIDTH)
-        ]
         del flat[: count * _WIDTH]
         if self.sink is not None:
-            self._batch.extend(self._record(first + i, p) for i, p in enumerate(entries))
+            self._batch.extend(self._record(first + i, e) for i, e in enumerate(entries))
         self._ring.extend(entries)
 
-    def _record(self, n: int, p: Pending) -> Record:
-        at, label, asked, instance, peer, status, latency, ttfb, stream, key, last, prev = p
-        prompt, completion = usage_tokens(last, prev) if status < 400 else (None, None)
+    def _record(self, n: int, e: Entry) -> Record:
+        at, label, asked, instance, peer, status, latency, ttfb, stream, key, prompt, completion = e
         return Record(
             id=n,
             request_id=f"{self._prefix}{n:x}",
@@ -307,6 +310,12 @@ class RequestLog:
             log.exception("could not write %d request log entries", len(batch))
 
     async def _flush_loop(self) -> None:
+        # The queue is bounded by this loop (what a second of traffic notes): it must
+        # outlive any error of a drain.
         while True:
             await asyncio.sleep(FLUSH_EVERY)
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("request log drain failed; %d fields dropped", len(self._pending))
+                self._pending.clear()
