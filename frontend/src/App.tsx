@@ -19,6 +19,7 @@ const BenchmarkRunPage = lazy(() => import('./pages/BenchmarkRunPage'));
 const BenchmarkComparePage = lazy(() => import('./pages/BenchmarkComparePage'));
 const ProfilesPage = lazy(() => import('./pages/ProfilesPage'));
 const AuditPage = lazy(() => import('./pages/AuditPage'));
+const RequestsPage = lazy(() => import('./pages/RequestsPage'));
 const AboutPage = lazy(() => import('./pages/AboutPage'));
 const ClusterPage = lazy(() => import('./pages/ClusterPage'));
 
@@ -64,6 +65,7 @@ export function App() {
           <Route path="/benchmarks/compare" element={<BenchmarkComparePage />} />
           <Route path="/benchmarks/:id" element={<BenchmarkRunPage />} />
           <Route path="/profiles" element={<ProfilesPage />} />
+          <Route path="/requests" element={<RequestsPage />} />
           <Route path="/audit" element={<AuditPage />} />
           <Route path="/cluster" element={<ClusterPage />} />
           <Route path="/about" element={<AboutPage />} />

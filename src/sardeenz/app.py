@@ -27,6 +27,7 @@ from sardeenz.api import (
     models,
     moves,
     presets,
+    requests,
 )
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
@@ -37,6 +38,7 @@ from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.handover import Pods
+from sardeenz.cluster.identity import identity_of
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.ondemand import ClusterStarts
@@ -58,6 +60,7 @@ from sardeenz.logsetup import RequestIdMiddleware
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.proxy.history import RequestHistory
 from sardeenz.proxy.inflight import ProxyTraffic
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
 from sardeenz.runtime.supervisor import Supervisor
@@ -71,6 +74,7 @@ from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
+from sardeenz.store.requests import RequestRepository
 from sardeenz.telemetry import node as node_metrics
 
 log = logging.getLogger("sardeenz")
@@ -89,6 +93,7 @@ def build_services(settings: Settings) -> Services:
     )
     supervisor = Supervisor(settings, bus, InstanceRepository(db), ledger, vllm_probe)
     api_keys = ApiKeys.from_settings(settings)
+    authenticator = Authenticator(settings)
     table = RoutingTable(engine_host=settings.engine_host)
     if settings.proxy_auto_wake:
         table.waker = _waker(supervisor)
@@ -109,6 +114,12 @@ def build_services(settings: Settings) -> Services:
     catalog.external_state = external.catalog_state
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
+    proxy.requests.pod = identity_of(settings).pod_id
+    retention = (
+        RequestRepository(db, settings.request_log_max_rows)
+        if settings.request_log_retention
+        else None
+    )
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
     cluster = ClusterManager(settings, table, supervisor, inventory)
     cluster.promised_bytes = ledger.promised_bytes_by_gpu
@@ -127,9 +138,10 @@ def build_services(settings: Settings) -> Services:
         routing=table,
         proxy=proxy,
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
-        auth=Authenticator(settings),
+        auth=authenticator,
         api_keys=api_keys,
-        audit=AuditTrail(AuditRepository(db)),
+        audit=AuditTrail(AuditRepository(db), authenticator),
+        requests=RequestHistory(proxy.requests, retention),
         profiles=ProfileService(profiles, supervisor, inventory),
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
         catalog=catalog,
@@ -242,6 +254,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(cluster.router)
     app.include_router(moves.router)
     app.include_router(presets.router)
+    app.include_router(requests.router)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 

@@ -210,6 +210,25 @@ class Settings(BaseSettings):
         True, validation_alias=_env("SARDEENZ_PROXY_FAST_LANE", "proxy_fast_lane")
     )
     """Serve /v1 connections with proxy/fastlane.py instead of uvicorn's cycle."""
+    request_log_size: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        validation_alias=_env("SARDEENZ_REQUEST_LOG_SIZE", "request_log_size"),
+    )
+    """Finished /v1 requests kept in memory for GET /api/v1/requests (a ring)."""
+    request_log_retention: bool = Field(
+        False,
+        validation_alias=_env("SARDEENZ_REQUEST_LOG_RETENTION", "request_log_retention"),
+    )
+    """Also keep the request log in the database (written in batches, off the hot path)."""
+    request_log_max_rows: int = Field(
+        100_000,
+        ge=100,
+        le=100_000_000,
+        validation_alias=_env("SARDEENZ_REQUEST_LOG_MAX_ROWS", "request_log_max_rows"),
+    )
+    """Rows of the request log kept in the database (the oldest go first)."""
     max_header_bytes: int = Field(
         64 * 1024,
         ge=4096,

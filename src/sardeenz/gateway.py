@@ -26,7 +26,14 @@ from sardeenz.proxy.fastlane import fast_lane_protocol
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.headguard import HeadLimits, guarded_protocol
 from sardeenz.proxy.metrics import render_metrics
-from sardeenz.proxy.wire import INVALID_API_KEY, api_error, ascii_int, header, send_json
+from sardeenz.proxy.wire import (
+    API_KEY_SCOPE,
+    INVALID_API_KEY,
+    api_error,
+    ascii_int,
+    header,
+    send_json,
+)
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
@@ -88,9 +95,14 @@ class Gateway:
             return
         path: str = scope["path"]
         if path.startswith("/v1/"):
-            if self._keys.enabled and not self._keys.check(
-                header(scope["headers"], b"authorization")
-            ):
+            key = (
+                self._keys.identify(header(scope["headers"], b"authorization"))
+                if self._keys.enabled
+                else None
+            )
+            if key is not None:
+                scope[API_KEY_SCOPE] = key  # the proxy applies its model scope
+            elif self._keys.enabled:
                 if self.trusted_forward is not None and header(
                     scope["headers"], b"x-cluster-signature"
                 ):
@@ -106,6 +118,7 @@ class Gateway:
                 return
             if self.before_scrape is not None:
                 await self.before_scrape()
+            self._proxy.requests.drain()  # the usage counters, current
             body, content_type = render_metrics()
             await send(
                 {

@@ -27,6 +27,7 @@ from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.proxy import metrics as proxy_metrics
 from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.proxy.history import RequestHistory
 from sardeenz.proxy.routing import RoutingTable, RoutingUpdater
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
@@ -53,6 +54,7 @@ class Services:
     auth: Authenticator
     api_keys: ApiKeys
     audit: AuditTrail
+    requests: RequestHistory
     profiles: ProfileService
     benchmarks: BenchmarkRunner
     catalog: Catalog

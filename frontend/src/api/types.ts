@@ -325,6 +325,10 @@ export interface AuditEntry {
   status: number;
   outcome: 'ok' | 'denied' | 'error' | string;
   remote: string | null;
+  instanceId?: string | null;
+  model?: string | null;
+  runId?: string | null;
+  code?: string | null; // the error code of a refused request
 }
 
 // --- Cluster (GET /api/cluster/status, answered by every pod for its own view)

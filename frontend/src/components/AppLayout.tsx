@@ -37,6 +37,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/charts', 'Metrics'],
   ['/benchmarks', 'Benchmarks'],
   ['/profiles', 'Memory profiles'],
+  ['/requests', 'Requests'],
   ['/audit', 'Audit log'],
   ['/cluster', 'Cluster'],
   ['/about', 'About'],

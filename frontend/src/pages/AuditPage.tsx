@@ -1,6 +1,7 @@
 import { Button, Card, CardBody, Label, PageSection } from '@patternfly/react-core';
 import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import { useState } from 'react';
+import { Link } from 'react-router';
 import { isMissingRoute } from '../api/client';
 import { useAudit } from '../api/queries';
 import type { AuditEntry } from '../api/types';
@@ -9,6 +10,25 @@ import { Empty, ErrorState, Loading } from '../components/States';
 import { formatTimestamp } from '../lib/format';
 
 const OUTCOME_COLOR: Record<string, 'green' | 'orange' | 'red'> = { ok: 'green', denied: 'orange', error: 'red' };
+
+/** What the request acted on: the instance (linked), the model, the benchmark run. */
+function AuditTarget({ entry }: { entry: AuditEntry }) {
+  const parts = [];
+  if (entry.instanceId)
+    parts.push(
+      <div key="i" className="sz-mono">
+        <Link to={`/models/${encodeURIComponent(entry.instanceId)}`}>{entry.instanceId}</Link>
+      </div>,
+    );
+  if (entry.model) parts.push(<div key="m">{entry.model}</div>);
+  if (entry.runId)
+    parts.push(
+      <div key="r" className="sz-mono">
+        <Link to={`/benchmarks/${encodeURIComponent(entry.runId)}`}>run {entry.runId}</Link>
+      </div>,
+    );
+  return parts.length > 0 ? <>{parts}</> : <>—</>;
+}
 
 function AuditTable({ entries }: { entries: AuditEntry[] }) {
   return (
@@ -19,6 +39,7 @@ function AuditTable({ entries }: { entries: AuditEntry[] }) {
           <Th>Who</Th>
           <Th>Role</Th>
           <Th>Request</Th>
+          <Th>Target</Th>
           <Th>Status</Th>
           <Th>From</Th>
         </Tr>
@@ -34,10 +55,14 @@ function AuditTable({ entries }: { entries: AuditEntry[] }) {
             <Td dataLabel="Request" className="sz-mono sz-wrap-anywhere">
               {e.method} {e.path}
             </Td>
+            <Td dataLabel="Target" className="sz-wrap-anywhere">
+              <AuditTarget entry={e} />
+            </Td>
             <Td dataLabel="Status">
               <Label isCompact color={OUTCOME_COLOR[e.outcome] ?? 'grey'}>
                 {e.status} {e.outcome}
               </Label>
+              {e.code && <div className="sz-mono pf-v6-u-font-size-xs">{e.code}</div>}
             </Td>
             <Td dataLabel="From">{e.remote ?? '—'}</Td>
           </Tr>

@@ -21,7 +21,8 @@ What the client sees in each case, and when a failure is a stale pooled
 connection to retry, is decided by relay.py, which the handler uses too.
 
 Metrics are the handler's: the same per-model counters and histograms,
-observed through the same relay.py functions.
+observed through the same relay.py functions. At its end a request is noted in
+the request log (proxy/reqlog.py: one tuple of values held here, processed later).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from sardeenz.proxy.relay import (
     stream_end_on_failure,
     withdrawn,
 )
+from sardeenz.proxy.reqlog import TAIL_BYTES
 from sardeenz.proxy.routing import Endpoint
 from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, UpstreamClosed
 from sardeenz.proxy.wire import (
@@ -67,6 +69,7 @@ from sardeenz.security.auth import ApiKeys
 log = logging.getLogger(__name__)
 
 _perf = time.perf_counter
+_time = time.time
 _LAST_CHUNK: Final = b"0\r\n\r\n"
 
 
@@ -78,6 +81,7 @@ class ExpressRelay:
         self._table = proxy.table
         self._keys = api_keys
         self.inflight = proxy.inflight
+        self.note = proxy.requests.note
 
     def begin(
         self,
@@ -91,8 +95,11 @@ class ExpressRelay:
         if client is None or not url.startswith(b"/v1/") or url.startswith(b"/v1/models"):
             return None
         keys = self._keys
-        if keys is not None and keys.enabled and not keys.check(header(headers, b"authorization")):
-            return None
+        key = None
+        if keys is not None and keys.enabled:
+            key = keys.identify(header(headers, b"authorization"))
+            if key is None:
+                return None
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -102,6 +109,8 @@ class ExpressRelay:
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             return None
+        if key is not None and not key.allows(model):
+            return None  # the handler answers the 403 (and logs it)
         ep = self._table.pick(model)
         if ep is None:
             return None
@@ -125,7 +134,15 @@ class ExpressRelay:
                     return None
             block = replace_authorization(request_header_block(headers, True), ext.auth)
             data = client.encode(ep.host, ep.port, b"POST", ext.path_prefix + url, block, out_body)
-        exchange = _Exchange(lane, self, metrics.for_model(model), model, ep, keep_alive)
+        exchange = _Exchange(
+            lane,
+            self,
+            metrics.for_model(model),
+            model,
+            ep,
+            keep_alive,
+            key.id if key is not None else None,
+        )
         exchange.request = (url, headers, body)
         conn = client.idle_connection(ep.host, ep.port)
         if conn is None:
@@ -154,17 +171,20 @@ class _Exchange:
         "_event_stream",
         "_first",
         "_head",
+        "_key",
         "_lane",
         "_last",
         "_mm",
         "_model",
         "_pending",
+        "_prev",
         "_relay",
         "_reused",
         "_sent",
         "_status",
         "_t0",
         "_t1",
+        "_ttfb",
         "_whole",
         "connecting",
         "keep_alive",
@@ -179,6 +199,7 @@ class _Exchange:
         model: str,
         ep: Endpoint,
         keep_alive: bool,
+        key: str | None,
     ) -> None:
         self._t0 = _perf()
         self._t1 = 0.0
@@ -202,6 +223,9 @@ class _Exchange:
         self._sent = False  # any byte of the response written to the client
         self._first = True
         self._last = b"\n\n"
+        self._prev = b""
+        self._ttfb = 0.0
+        self._key = key
         self._done = False
         started(mm)
         relay.inflight.add(ep.instance_id, self)
@@ -263,7 +287,7 @@ class _Exchange:
             self._write(self._take_pending())
             if self._first:
                 self._first = False
-                first_byte(self._mm, self._t0)
+                self._ttfb = first_byte(self._mm, self._t0)
 
     def on_end(self) -> None:
         if self._error_headers is not None:
@@ -275,8 +299,10 @@ class _Exchange:
             )
             self._pending = [body]
         if self._whole:
-            self._write(self._head + b"".join(self._pending))
-            first_byte(self._mm, self._t0)
+            body = b"".join(self._pending)
+            self._write(self._head + body)
+            self._last = body[-TAIL_BYTES:]  # where the engine's usage is
+            self._ttfb = first_byte(self._mm, self._t0)
         else:
             tail = self._take_pending() if self._pending else b""
             if self._chunked:
@@ -284,7 +310,7 @@ class _Exchange:
             if tail:
                 self._write(tail)
             if self._first:
-                first_byte(self._mm, self._t0)
+                self._ttfb = first_byte(self._mm, self._t0)
         self._end(self._status, reusable=self.keep_alive)
 
     def _take_pending(self) -> bytes:
@@ -292,6 +318,7 @@ class _Exchange:
         pending = self._pending
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         pending.clear()
+        self._prev = self._last
         self._last = data
         return b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
 
@@ -373,8 +400,25 @@ class _Exchange:
         LANE.express += 1
         self._done = True
         self._conn = None
-        self._relay.inflight.discard(self._ep.instance_id, self)
-        finished(self._mm, self._t0, status)
+        ep = self._ep
+        self._relay.inflight.discard(ep.instance_id, self)
+        latency = finished(self._mm, self._t0, status)
+        self._relay.note(
+            (
+                _time(),
+                self._model,
+                None,
+                ep.instance_id,
+                None if ep.local else ep.base_url,
+                status,
+                latency,
+                self._ttfb,
+                self._event_stream,
+                self._key,
+                self._last,
+                self._prev,
+            )
+        )
         self._lane.finish(self, reusable)
 
     def _fall_back(self) -> None:

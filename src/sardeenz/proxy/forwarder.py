@@ -20,10 +20,15 @@ engine failure is decided in relay.py, shared with the express path):
 * the engine dies after the response started: a stream gets a final SSE
   ``event: error`` and is closed; any other body is cut (connection closed)
   because a truncated JSON document must not look complete;
+* a key scoped to some models (security/auth.py ``ApiKey``) asking for another
+  model: 403 ``model_not_allowed``; ``/v1/models`` lists only its models;
 * the client goes away: a watcher task (started 50 ms into the request, so
   that short requests do not pay for it) sees ``http.disconnect`` and cancels
   the handler, which closes the upstream connection so the engine aborts the
   generation instead of computing tokens for nobody.
+
+Every ``/v1`` request, answered or refused, is noted in the request log
+(proxy/reqlog.py) when it ends.
 """
 
 from __future__ import annotations
@@ -62,9 +67,11 @@ from sardeenz.proxy.relay import (
     started,
     stream_end_on_failure,
 )
+from sardeenz.proxy.reqlog import TAIL_BYTES, RequestLog
 from sardeenz.proxy.routing import Endpoint, ExternalTarget, RoutingTable, WakeFailed
 from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, UpstreamClosed
 from sardeenz.proxy.wire import (
+    API_KEY_SCOPE,
     ErrorReply,
     api_error,
     ascii_int,
@@ -74,11 +81,13 @@ from sardeenz.proxy.wire import (
     response_headers,
     send_json,
 )
+from sardeenz.security.auth import ApiKey
 
 log = logging.getLogger(__name__)
 
 
 _perf = time.perf_counter
+_time = time.time
 
 RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes], bytes | None]
 
@@ -110,10 +119,27 @@ class _State:
     ends it early when a sleep or an unload ran out of patience.
     """
 
-    __slots__ = ("client_gone", "cut_before_head", "finished", "resp", "task", "watcher")
+    __slots__ = (
+        "client_gone",
+        "cut_before_head",
+        "ep",
+        "finished",
+        "last",
+        "prev",
+        "resp",
+        "stream",
+        "task",
+        "ttfb",
+        "watcher",
+    )
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
         self.finished = False
+        self.ep: Endpoint | None = None  # the instance it went to, for the request log
+        self.ttfb = 0.0
+        self.stream = False
+        self.last = b""  # the last body bytes relayed, and the ones before (request log)
+        self.prev = b""
         self.client_gone = False
         self.cut_before_head = False
         self.watcher: asyncio.Task[None] | None = None
@@ -150,6 +176,8 @@ class InferenceProxy:
         """Load on first request (catalog/demand.py): asked only on a routing miss."""
         self.inflight = Inflight()
         """Requests in flight per instance (both relay paths register theirs here)."""
+        self.requests = RequestLog(settings.request_log_size)
+        """The request log and usage counters (both relay paths note theirs here)."""
         self._last_warning: dict[str, float] = {}
         self.remote_headers: RemoteHeaders | None = None
         """Cluster mode (cluster/forwarding.py): the header lines that send a request to
@@ -167,6 +195,7 @@ class InferenceProxy:
             # (engines get VLLM_HTTP_TIMEOUT_KEEP_ALIVE = engine_keepalive_seconds).
             keepalive = max(1.0, self._settings.engine_keepalive_seconds - 2.0)
             self._client = UpstreamClient(keepalive_timeout=keepalive)
+        self.requests.start()
 
     @property
     def client(self) -> UpstreamClient | None:
@@ -178,6 +207,7 @@ class InferenceProxy:
         return self._table
 
     async def close(self) -> None:
+        await self.requests.close()
         client, self._client = self._client, None
         if client is not None:
             await client.close()
@@ -192,7 +222,7 @@ class InferenceProxy:
         if method == "POST" and not is_models:
             await self._inference(scope, receive, send, t0)
         elif is_models and method in ("GET", "HEAD"):
-            await self._models(path, send, method == "HEAD")
+            await self._models(path, send, method == "HEAD", scope.get(API_KEY_SCOPE))
         else:
             allow = b"GET" if is_models else b"POST"
             body = openai_error(
@@ -204,6 +234,8 @@ class InferenceProxy:
 
     async def _inference(self, scope: Scope, receive: Receive, send: Send, t0: float) -> None:
         table = self._table
+        key: ApiKey | None = scope.get(API_KEY_SCOPE)
+        asked: str | None = None
         try:
             headers = self._request_headers(scope, json_default=True)
             body = await self._read_body(receive, scope)
@@ -219,6 +251,15 @@ class InferenceProxy:
                     "missing_model" if model is None else "invalid_model",
                     "model",
                 )
+            asked = model
+            if key is not None and not self._allowed(key, model):
+                raise ErrorReply(
+                    403,
+                    f"This API key may not use the model {model[:200]!r}",
+                    "invalid_request_error",
+                    "model_not_allowed",
+                    "model",
+                )
             ep = table.pick(model)
             if ep is None:
                 demand = self.demand
@@ -227,12 +268,15 @@ class InferenceProxy:
                     model, body = served, _with_model(payload, served)  # the served name
                     ep = table.pick(model)
                 elif served is None and not table.is_known(model):
-                    raise self._unknown_model(model)
+                    raise self._unknown_model(model, key)
         except ErrorReply as r:
-            metrics.for_model(UNKNOWN_MODEL).count(await r.send(send, True))
+            status = await r.send(send, True)
+            metrics.for_model(UNKNOWN_MODEL).count(status)
+            self._note_refused(scope, t0, status, asked, key)
             return
         except _Disconnected:
             metrics.for_model(UNKNOWN_MODEL).count(499)
+            self._note_refused(scope, t0, 499, asked, key)
             return
         mm = metrics.for_model(model)
         url_path: bytes = scope.get("raw_path") or scope["path"].encode()
@@ -240,10 +284,40 @@ class InferenceProxy:
             scope, receive, send, t0, mm, ep, model, url_path, body, headers, openai=True
         )
 
-    def _unknown_model(self, model: str) -> ErrorReply:
+    def _allowed(self, key: ApiKey, model: str) -> bool:
+        """May ``key`` use ``model``: by its name, or as an alias of a served name it may use."""
+        if key.allows(model):
+            return True
+        served = self.demand.resolve(model) if self.demand is not None else None
+        return served is not None and key.allows(served)
+
+    def _note_refused(
+        self, scope: Scope, t0: float, status: int, asked: str | None, key: ApiKey | None
+    ) -> None:
+        """A request answered before it had an instance (refused, or its client left)."""
+        self.requests.note(
+            (
+                _time(),
+                UNKNOWN_MODEL,
+                asked,
+                None,
+                None,
+                status,
+                _perf() - t0,
+                0.0,
+                False,
+                key.id if key is not None else None,
+                b"",
+                b"",
+            )
+        )
+
+    def _unknown_model(self, model: str, key: ApiKey | None = None) -> ErrorReply:
         names = self._table.names()
         if self.demand is not None:  # catalog models are available too
             names = sorted(set(names) | set(self.demand.names()))
+        if key is not None and key.models is not None:  # a scoped key sees its models only
+            names = [n for n in names if key.allows(n)]
         shown = ", ".join(names[:50]) + (" ..." if len(names) > 50 else "")
         return ErrorReply(
             404,
@@ -253,11 +327,23 @@ class InferenceProxy:
             "model",
         )
 
-    async def _models(self, path: str, send: Send, head: bool) -> None:
-        """``GET /v1/models`` (and ``/v1/models/{id}``) from the routing table and catalog."""
+    async def _models(self, path: str, send: Send, head: bool, key: ApiKey | None) -> None:
+        """``GET /v1/models`` (and ``/v1/models/{id}``) from the routing table and catalog.
+
+        A key scoped to some models sees those only (never from the shared cache).
+        """
         table = self._table
         demand = self.demand
         on_demand = set(demand.names()) if demand is not None else set()
+        scoped = key is not None and key.models is not None
+        if scoped and (path == "/v1/models" or path == "/v1/models/"):
+            assert key is not None
+            names = [n for n in sorted(self._listed_names(on_demand)) if key.allows(n)]
+            body = orjson.dumps(
+                {"object": "list", "data": [self._model_card(n, on_demand) for n in names]}
+            )
+            await send_json(send, 200, b"" if head else body, content_length=len(body))
+            return
         if path == "/v1/models" or path == "/v1/models/":
             version, body = self._models_cache
             now = (table.version, demand.version if demand is not None else 0)
@@ -270,8 +356,10 @@ class InferenceProxy:
             await send_json(send, 200, b"" if head else body, content_length=len(body))
             return
         name = path[len("/v1/models/") :]
-        if name not in self._listed_names(on_demand, only=name):
-            await self._unknown_model(name).send(send, True)
+        if name not in self._listed_names(on_demand, only=name) or (
+            key is not None and not key.allows(name)
+        ):
+            await self._unknown_model(name, key).send(send, True)
             return
         body = orjson.dumps(self._model_card(name, on_demand))
         await send_json(send, 200, b"" if head else body, content_length=len(body))
@@ -416,7 +504,26 @@ class InferenceProxy:
             timer.cancel()
             if state.watcher is not None:
                 state.watcher.cancel()
-            finished(mm, t0, status)
+            latency = finished(mm, t0, status)
+            if openai:
+                key: ApiKey | None = scope.get(API_KEY_SCOPE)
+                went = state.ep
+                self.requests.note(
+                    (
+                        _time(),
+                        mm.model,
+                        None,
+                        went.instance_id if went is not None else None,
+                        went.base_url if went is not None and not went.local else None,
+                        status,
+                        latency,
+                        state.ttfb,
+                        state.stream,
+                        key.id if key is not None else None,
+                        state.last,
+                        state.prev,
+                    )
+                )
 
     async def _forward(
         self,
@@ -460,6 +567,7 @@ class InferenceProxy:
         target = url_path + b"?" + query if query else url_path
         tried = False
         while True:
+            state.ep = ep
             sent_headers = headers
             if not ep.local and ep.external is None:  # another pod's proxy: one hop, signed
                 extra = (
@@ -528,6 +636,7 @@ class InferenceProxy:
     ) -> int:
         t2 = _perf()
         out, length, event_stream = response_headers(resp.headers)
+        state.stream = event_stream
         status = resp.status
         error = openai and is_error(status, length, event_stream)
 
@@ -544,7 +653,8 @@ class InferenceProxy:
             head_sent(mm, t0, t1, t2)
             state.finished = True
             await send({"type": "http.response.body", "body": data, "more_body": False})
-            first_byte(mm, t0)
+            state.ttfb = first_byte(mm, t0)
+            state.last = data[-TAIL_BYTES:]  # where the engine's usage is
             return status
 
         await send({"type": "http.response.start", "status": status, "headers": out})
@@ -552,16 +662,17 @@ class InferenceProxy:
         read = resp.read
         first = True
         last = b"\n\n"
+        prev = b""
         try:
             while True:
                 chunk = await read()
                 if not chunk:
                     break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                last = chunk
+                prev, last = last, chunk
                 if first:
                     first = False
-                    first_byte(mm, t0)
+                    state.ttfb = first_byte(mm, t0)
         except UpstreamClosed as exc:
             self.warn(ep, cut_note(exc))
             state.finished = True
@@ -573,9 +684,10 @@ class InferenceProxy:
             # connection, so the cut body cannot look complete.
             return CUT_STATUS
         state.finished = True
+        state.last, state.prev = last, prev
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         if first:
-            first_byte(mm, t0)
+            state.ttfb = first_byte(mm, t0)
         return status
 
     # --------------------------------------------------------------- helpers

@@ -250,16 +250,21 @@ def head_sent(mm: ModelMetrics, t0: float, t1: float, t2: float) -> None:
     mm.overhead.observe((t1 - t0) + (_perf() - t2))
 
 
-def first_byte(mm: ModelMetrics, t0: float) -> None:
-    """The first body bytes went out (or the response ended without any)."""
-    mm.ttfb.observe(_perf() - t0)
+def first_byte(mm: ModelMetrics, t0: float) -> float:
+    """The first body bytes went out (or the response ended without any): the time
+    since t0, which the request log keeps as a stream's time to first token."""
+    ttfb = _perf() - t0
+    mm.ttfb.observe(ttfb)
+    return ttfb
 
 
-def finished(mm: ModelMetrics, t0: float, status: int) -> None:
-    """The request is over with ``status`` (499: the client left first)."""
+def finished(mm: ModelMetrics, t0: float, status: int) -> float:
+    """The request is over with ``status`` (499: the client left first); its latency."""
     mm.in_flight -= 1
     mm.count(status)
-    mm.duration.observe(_perf() - t0)
+    latency = _perf() - t0
+    mm.duration.observe(latency)
+    return latency
 
 
 def withdrawn(mm: ModelMetrics) -> None:

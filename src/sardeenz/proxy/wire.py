@@ -22,6 +22,8 @@ import orjson
 from sardeenz.asgi import Send
 
 JSON_CT: Final = (b"content-type", b"application/json")
+API_KEY_SCOPE: Final = "sardeenz.api_key"
+"""Where the gateway leaves the inference key (``ApiKey``) a ``/v1`` request presented."""
 
 _HOP_BY_HOP: Final = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade"}

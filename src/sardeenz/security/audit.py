@@ -3,24 +3,43 @@
 An ASGI wrapper around the admin API: after a POST/PUT/PATCH/DELETE under
 ``/api`` finishes, it writes who (from the principal the route policy put on
 ``request.state``), what (method and path, never the query or body, which may
-carry secrets), when, and the status. One writer task this object owns takes
-the entries from a queue in the order the requests finished, so a slow disk
-never delays a response and ids follow time (concurrent writes used to land
-out of order); ``close()`` waits for the queue to drain.
+carry secrets), its target, when, and the status. One writer task this object
+owns takes the entries from a queue in the order the requests finished, so a
+slow disk never delays a response and ids follow time (concurrent writes used to
+land out of order); ``close()`` waits for the queue to drain.
+
+The target is named by the ids the request acted on (instance, model, benchmark
+run), read from the route's path parameters, the few naming fields of the
+request body (``modelPath``, ``servedModelName``, ``model``), in JSON or
+form-encoded alike, and the response (the id of a created instance or run); a
+refused request keeps its error ``code``. Only those fields are kept, never the
+bodies. A request refused before its route checked the caller (a body that is
+not JSON fails before the route's policy runs) is still attributed: the writer
+verifies its bearer token itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.parse
+from typing import Any
+
+import orjson
 
 from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
 from sardeenz.domain import utcnow
-from sardeenz.security.auth import Principal
+from sardeenz.errors import SardeenzError
+from sardeenz.proxy.wire import header
+from sardeenz.security.auth import Authenticator, Principal
 from sardeenz.security.policy import is_mutation
 from sardeenz.store.audit import AuditEntry, AuditRepository
 
 log = logging.getLogger(__name__)
+
+PEEK_BYTES = 64 * 1024
+"""How much of a request or response body is looked at for the target's names."""
+_MODEL_FIELDS = ("servedModelName", "served_model_name", "modelPath", "model_path", "model")
 
 
 def outcome_of(status: int) -> str:
@@ -29,10 +48,57 @@ def outcome_of(status: int) -> str:
     return "ok" if status < 400 else "error"
 
 
+def _document(body: bytes, content_type: bytes | None) -> dict[str, Any]:
+    """The body's top-level fields: a JSON object or a form (other bodies: nothing)."""
+    if not body:
+        return {}
+    ctype = (content_type or b"").split(b";", 1)[0].strip().lower()
+    if ctype == b"application/x-www-form-urlencoded":
+        try:
+            pairs = urllib.parse.parse_qsl(body.decode("utf-8"), max_num_fields=100)
+        except (UnicodeDecodeError, ValueError):
+            return {}
+        return dict(pairs)
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _text(value: Any, limit: int) -> str | None:
+    return value[:limit] if isinstance(value, str) and value else None
+
+
+def target_of(
+    scope: Scope, status: int, request: bytes, response: bytes
+) -> tuple[str | None, str | None, str | None, str | None]:
+    """(instance id, model, run id, refusal code) of a finished mutation."""
+    params: dict[str, Any] = scope.get("path_params") or {}
+    path: str = scope["path"]
+    sent = _document(request, header(scope["headers"], b"content-type"))
+    got = _document(response, b"application/json")
+    instance = _text(params.get("instance_id"), 64)
+    run = _text(params.get("run_id"), 64)
+    model = _text(params.get("name"), 512)
+    for doc in (got, sent):
+        for name in _MODEL_FIELDS:
+            model = model or _text(doc.get(name), 512)
+    instance = instance or _text(got.get("instanceId"), 64)
+    if status < 400 and isinstance(got.get("id"), str):
+        if path.startswith("/api/v1/models"):
+            instance = instance or _text(got["id"], 64)
+        elif path.startswith("/api/benchmarks"):
+            run = run or _text(got["id"], 64)
+    code = _text(got.get("code"), 64) if status >= 400 else None
+    return instance, model, run, code
+
+
 class AuditTrail:
-    def __init__(self, repo: AuditRepository) -> None:
+    def __init__(self, repo: AuditRepository, auth: Authenticator | None = None) -> None:
         self.repo = repo
-        self._queue: asyncio.Queue[AuditEntry] = asyncio.Queue()
+        self._auth = auth
+        self._queue: asyncio.Queue[tuple[AuditEntry, bytes | None]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
@@ -41,23 +107,34 @@ class AuditTrail:
                 await app(scope, receive, send)
                 return
             status = 500
+            request = bytearray()
+            response = bytearray()
+
+            async def peek_receive() -> Message:
+                message = await receive()
+                if message["type"] == "http.request" and len(request) < PEEK_BYTES:
+                    request.extend(message.get("body", b"")[: PEEK_BYTES - len(request)])
+                return message
 
             async def capture(message: Message) -> None:
                 nonlocal status
                 if message["type"] == "http.response.start":
                     status = int(message["status"])
+                elif message["type"] == "http.response.body" and len(response) < PEEK_BYTES:
+                    response.extend(message.get("body", b"")[: PEEK_BYTES - len(response)])
                 await send(message)
 
             try:
-                await app(scope, receive, capture)
+                await app(scope, peek_receive, capture)
             finally:
-                self._record(scope, status)
+                self._record(scope, status, bytes(request), bytes(response))
 
         return audited
 
-    def _record(self, scope: Scope, status: int) -> None:
+    def _record(self, scope: Scope, status: int, request: bytes, response: bytes) -> None:
         principal = scope.get("state", {}).get("principal")
         client = scope.get("client")
+        instance, model, run, code = target_of(scope, status, request, response)
         entry = AuditEntry(
             at=utcnow(),
             subject=principal.subject if isinstance(principal, Principal) else "anonymous",
@@ -67,8 +144,17 @@ class AuditTrail:
             status=status,
             outcome=outcome_of(status),
             remote=client[0] if client else None,
+            instance_id=instance,
+            model=model,
+            run_id=run,
+            code=code,
         )
-        self._queue.put_nowait(entry)
+        # Not checked by the route (refused before its policy ran): the writer checks the
+        # token. It stays in memory until then, and is never written.
+        unchecked = (
+            None if isinstance(principal, Principal) else header(scope["headers"], b"authorization")
+        )
+        self._queue.put_nowait((entry, unchecked))
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(
                 self._drain(), name="audit-writer"
@@ -78,10 +164,27 @@ class AuditTrail:
         """The trail, newest first: what ``GET /api/audit`` pages through."""
         return await self.repo.list(limit=limit, before_id=before_id)
 
+    async def _attribute(self, entry: AuditEntry, authorization: bytes | None) -> AuditEntry:
+        auth = self._auth
+        if auth is None:
+            return entry
+        if not auth.enabled:  # no auth: every caller is the local admin, as the route says
+            principal = await auth.authenticate(None)
+        elif authorization is None:
+            return entry
+        else:
+            try:
+                principal = await auth.authenticate(authorization.decode("latin-1"))
+            except SardeenzError:
+                return entry
+        return entry.model_copy(update={"subject": principal.subject, "role": principal.role})
+
     async def _drain(self) -> None:
         while True:
-            entry = await self._queue.get()
+            entry, authorization = await self._queue.get()
             try:
+                if entry.subject == "anonymous":
+                    entry = await self._attribute(entry, authorization)
                 await self.repo.add(entry)
             except Exception:  # the trail must never break the API it records
                 log.exception("could not write audit entry for %s %s", entry.method, entry.path)

@@ -190,51 +190,106 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One inference key as the proxy knows it: never the key itself.
+
+    ``id`` names it in the request log, usage and metrics (from the keys file, or
+    ``key-`` + the first 8 hex digits of its SHA-256 for a key given in
+    ``SARDEENZ_API_KEYS``). ``models``: the served names it may use; None: all.
+    """
+
+    id: str
+    models: frozenset[str] | None = None
+
+    def allows(self, model: str) -> bool:
+        models = self.models
+        return models is None or model in models
+
+
+_KEY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-@")
+
+
 class ApiKeys:
     """Inference API keys. Stored and compared as SHA-256 digests, in constant time."""
 
-    def __init__(self, digests: list[bytes]) -> None:
-        self._digests = digests
+    def __init__(self, keys: list[tuple[bytes, ApiKey]]) -> None:
+        self._keys = keys
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ApiKeys:
-        digests: list[bytes] = []
+        keys: list[tuple[bytes, ApiKey]] = []
         if settings.api_keys:
             for key in settings.api_keys.get_secret_value().split(","):
                 if key.strip():
-                    digests.append(hashlib.sha256(key.strip().encode()).digest())
+                    digest = hashlib.sha256(key.strip().encode()).digest()
+                    keys.append((digest, ApiKey(id=f"key-{digest.hex()[:8]}")))
         if settings.api_keys_file:
-            digests += _read_hashed_keys(settings.api_keys_file)
-        return cls(digests)
+            keys += read_keys_file(settings.api_keys_file)
+        return cls(keys)
 
     @property
     def enabled(self) -> bool:
-        return bool(self._digests)
+        return bool(self._keys)
+
+    @property
+    def ids(self) -> list[str]:
+        return [key.id for _, key in self._keys]
+
+    def identify(self, authorization: bytes | None) -> ApiKey | None:
+        """The key this ``Authorization`` value presents, or None (missing or wrong)."""
+        if not authorization or authorization[:7].lower() != b"bearer ":
+            return None
+        presented = hashlib.sha256(authorization[7:].strip()).digest()
+        found = None
+        for digest, key in self._keys:  # no early exit: the time does not depend on which key
+            if hmac.compare_digest(presented, digest):
+                found = key
+        return found
 
     def check(self, authorization: bytes | None) -> bool:
-        if not self._digests:
+        if not self._keys:
             return True
-        if not authorization or authorization[:7].lower() != b"bearer ":
-            return False
-        presented = hashlib.sha256(authorization[7:].strip()).digest()
-        ok = False
-        for digest in self._digests:  # no early exit: the time does not depend on which key
-            ok |= hmac.compare_digest(presented, digest)
-        return ok
+        return self.identify(authorization) is not None
 
 
-def _read_hashed_keys(path: Path) -> list[bytes]:
-    """One SHA-256 hex digest per line (``sardeenz hash-key`` prints one); # comments."""
-    digests = []
+def read_keys_file(path: Path) -> list[tuple[bytes, ApiKey]]:
+    """The keys of ``SARDEENZ_API_KEYS_FILE``: one key a line, ``#`` comments.
+
+        <sha256 hex digest> [<id> [<model>,<model>...]]
+
+    ``printf %s "$KEY" | sha256sum`` prints the digest;
+    without an id the key is ``key-`` + its first 8 hex digits; without models (or
+    ``*``) it may use every model.
+    """
+    keys: list[tuple[bytes, ApiKey]] = []
+    seen: set[str] = set()
     for n, line in enumerate(path.read_text().splitlines(), 1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
+        fields = line.split("#", 1)[0].split()
+        if not fields:
             continue
+        text = fields[0]
         try:
             raw = bytes.fromhex(text.removeprefix("sha256:"))
         except ValueError as exc:
             raise ValueError(f"{path}:{n}: not a SHA-256 hex digest") from exc
         if len(raw) != 32:
             raise ValueError(f"{path}:{n}: not a SHA-256 hex digest")
-        digests.append(raw)
-    return digests
+        if len(fields) > 3:
+            raise ValueError(f"{path}:{n}: expected '<digest> [<id> [<model>,...]]'")
+        key_id = fields[1] if len(fields) > 1 else f"key-{raw.hex()[:8]}"
+        if not set(key_id) <= _KEY_ID_CHARS or len(key_id) > 64:
+            raise ValueError(
+                f"{path}:{n}: key id {key_id[:64]!r} may use letters, digits and ._-@ only"
+                " (at most 64)"
+            )
+        if key_id in seen:
+            raise ValueError(f"{path}:{n}: key id {key_id!r} is used twice")
+        seen.add(key_id)
+        models: frozenset[str] | None = None
+        if len(fields) == 3 and fields[2] != "*":
+            models = frozenset(m for m in fields[2].split(",") if m)
+            if not models:
+                raise ValueError(f"{path}:{n}: an empty model list (use '*' for every model)")
+        keys.append((raw, ApiKey(id=key_id, models=models)))
+    return keys

@@ -22,6 +22,10 @@ class AuditEntry(CamelModel):
     status: int
     outcome: str = Field(description="'ok' (2xx/3xx), 'denied' (401/403) or 'error'")
     remote: str | None = None
+    instance_id: str | None = Field(None, description="the instance acted on")
+    model: str | None = Field(None, description="the model acted on (served name or path)")
+    run_id: str | None = Field(None, description="the benchmark run acted on")
+    code: str | None = Field(None, description="the error code of a refused request")
 
 
 class AuditRepository:
@@ -30,7 +34,9 @@ class AuditRepository:
 
     async def add(self, entry: AuditEntry) -> None:
         async with self._db.engine.begin() as conn:
-            await conn.execute(audit_log.insert().values(**entry.model_dump(exclude={"id"})))
+            await conn.execute(
+                audit_log.insert().values(**entry.model_dump(exclude={"id"}, by_alias=False))
+            )
 
     async def list(self, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
         query = sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(limit)

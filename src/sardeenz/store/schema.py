@@ -128,6 +128,30 @@ audit_log = sa.Table(
     sa.Column("status", sa.Integer, nullable=False),
     sa.Column("outcome", sa.String(16), nullable=False),
     sa.Column("remote", sa.String(64), nullable=True),
+    # The target and the refusal (0005): what the request acted on, and the error code.
+    sa.Column("instance_id", sa.String(64), nullable=True),
+    sa.Column("model", sa.String(512), nullable=True),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("code", sa.String(64), nullable=True),
+)
+
+# --- the request log, when retention is on (SARDEENZ_REQUEST_LOG_RETENTION) -----------
+request_log = sa.Table(
+    "request_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("request_id", sa.String(128), nullable=False),
+    sa.Column("at", sa.Float, nullable=False, index=True),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("instance_id", sa.String(64), nullable=True),
+    sa.Column("pod", sa.String(256), nullable=True),
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("latency", sa.Float, nullable=False),
+    sa.Column("ttft", sa.Float, nullable=True),
+    sa.Column("stream", sa.Boolean, nullable=False),
+    sa.Column("key_id", sa.String(64), nullable=True),
+    sa.Column("prompt_tokens", sa.Integer, nullable=True),
+    sa.Column("completion_tokens", sa.Integer, nullable=True),
 )
 
 # --- on-demand catalog: entries added through the API (YAML ones are not stored) ----

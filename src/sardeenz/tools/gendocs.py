@@ -104,6 +104,14 @@ MEANINGS: dict[str, str] = {
         "serve plain `/v1` connections with the fast lane instead of uvicorn's request "
         "cycle (docs/proxy.md, Performance)"
     ),
+    "request_log_size": (
+        "finished `/v1` requests kept in memory for `GET /api/v1/requests` and the "
+        "dashboard's Requests page ([api.md](api.md#request-log-and-usage))"
+    ),
+    "request_log_retention": (
+        "also keep the request log in the database (batched writes, never on a request's path)"
+    ),
+    "request_log_max_rows": "rows of the request log kept in the database (oldest dropped)",
     "engine_keepalive_seconds": (
         "idle keep-alive of connections to engines; engines are started with "
         "`VLLM_HTTP_TIMEOUT_KEEP_ALIVE` set to it (docs/proxy.md)"

@@ -1,0 +1,321 @@
+"""The per-request inference log and the usage counters per API key and model.
+
+Why this shape: the relay paths (express.py, forwarder.py) are the hot path,
+measured per request in benchmarks/proxy_overhead.py. At a request's end they
+call ``note`` with values they already hold: one tuple, laid flat in a list,
+nothing parsed, nothing written. The rest happens in ``drain``, in batches off
+the request's path (a flusher task every ``FLUSH_EVERY`` seconds, and before
+anything reads the log or the counters): the tokens are read from the tail of
+the response the relay already saw (the engine's ``usage`` object: the last
+bytes of a JSON body, or the final usage chunk of a stream when the client
+asked for it with ``stream_options.include_usage``; the stream is never
+altered), the usage counters are updated, and the entry joins a bounded ring;
+its ``Record`` (with a request id of ours) is made only when the ring is read.
+With retention on, the flusher hands each batch to a sink (the SQLite
+repository, store/requests.py) from its own task, never from a request.
+
+Bodies are never kept: only the last bytes of the response (at most
+``TAIL_BYTES``), and only until the next drain reads ``usage`` in them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sardeenz.proxy.metrics import REGISTRY
+from sardeenz.store.requests import RequestQuery, status_matches
+from sardeenz.tasks import stop_task
+
+log = logging.getLogger(__name__)
+
+FLUSH_EVERY: Final = 1.0
+"""Seconds between drains of the pending requests (and SQLite writes, when on)."""
+TAIL_BYTES: Final = 4096
+"""How much of the end of a whole (non-stream) body is kept to find ``usage`` in."""
+Entry = tuple[Any, ...]
+"""A ``Pending`` whose last two fields (the response's tail) became its prompt and
+completion tokens (None: unknown): what the ring keeps."""
+_WIDTH: Final = 12
+"""Fields of a ``Pending`` tuple, as laid out flat in the queue."""
+NO_KEY: Final = "_none"
+"""``key`` label of requests made without an inference API key (keys off)."""
+_MAX_MODEL: Final = 200
+
+
+Pending = tuple[
+    float,  # wall-clock time the request ended (time.time())
+    str,  # the metrics label of the model (a served name, or _unknown)
+    str | None,  # the model the client asked for, when no served name was found
+    str | None,  # the instance it went to
+    str | None,  # the peer it was relayed to (None: this node)
+    int,  # status (499: the client left first)
+    float,  # latency, seconds
+    float,  # time to first body byte, seconds (0: none sent)
+    bool,  # an event stream
+    str | None,  # API key id
+    bytes,  # the last body bytes relayed
+    bytes,  # the ones before them
+]
+"""Only immutable scalars, queued flat (``list.extend``): the noted tuple is freed at
+once, and nothing a request noted holds a container the garbage collector would walk
+(the first version kept the header list and the Endpoint: 4 us per request instead of
+about 1; benchmarks/request_log.py)."""
+
+_PROMPT_FIRST = re.compile(
+    rb'"prompt_tokens"\s*:\s*(\d{1,12}).*?"completion_tokens"\s*:\s*(\d{1,12})', re.S
+)
+_COMPLETION_FIRST = re.compile(
+    rb'"completion_tokens"\s*:\s*(\d{1,12}).*?"prompt_tokens"\s*:\s*(\d{1,12})', re.S
+)
+_PROMPT_ONLY = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,12})')
+_USAGE_SPAN = 512
+"""How far past ``"usage"`` its fields are looked for (the object is ~100 bytes)."""
+
+
+def _usage_in(tail: bytes) -> tuple[int | None, int | None] | None:
+    """One regex search after the last ``"usage"`` (measured: the cheapest way here)."""
+    i = tail.rfind(b'"usage"')
+    if i < 0:
+        return None
+    end = i + _USAGE_SPAN
+    m = _PROMPT_FIRST.search(tail, i, end)
+    if m is not None:
+        return int(m[1]), int(m[2])
+    m = _COMPLETION_FIRST.search(tail, i, end)
+    if m is not None:
+        return int(m[2]), int(m[1])
+    m = _PROMPT_ONLY.search(tail, i, end)  # embeddings: no completion
+    return (int(m[1]), None) if m is not None else None  # None: "usage": null
+
+
+def usage_tokens(last: bytes, prev: bytes = b"") -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens of the last ``"usage"`` object the response ended with.
+
+    ``last``: the last bytes relayed; ``prev``: the read before them, where a stream's
+    usage chunk is when ``[DONE]`` came in a read of its own.
+    """
+    found = _usage_in(last)
+    if found is None and prev:
+        found = _usage_in(prev)
+    return found if found is not None else (None, None)
+
+
+@dataclass(slots=True)
+class Record:
+    """One finished inference request, as the log keeps it."""
+
+    id: int
+    request_id: str
+    at: float
+    model: str
+    instance_id: str | None
+    pod: str | None
+    status: int
+    latency: float
+    ttft: float | None
+    stream: bool
+    key_id: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+def matches(query: RequestQuery, r: Record) -> bool:
+    """Does ``r`` pass the filters of ``GET /api/v1/requests``?"""
+    if query.model is not None and r.model != query.model:
+        return False
+    if query.key is not None and r.key_id != query.key:
+        return False
+    if query.since is not None and r.at < query.since:
+        return False
+    if query.before_id is not None and r.id >= query.before_id:
+        return False
+    return query.status is None or status_matches(query.status, r.status)
+
+
+# ------------------------------------------------------------------ usage counters
+_usage: dict[tuple[str, str], list[int]] = {}
+"""(key id, model label) -> [requests, prompt tokens, completion tokens]; per process,
+like the proxy's other metrics (proxy/metrics.py), so one scrape sees them all."""
+
+
+def usage_rows() -> list[tuple[str, str, int, int, int]]:
+    """(key id, model, requests, prompt tokens, completion tokens), sorted."""
+    return [(k, m, v[0], v[1], v[2]) for (k, m), v in sorted(_usage.items())]
+
+
+class _UsageCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        rows = usage_rows()
+        specs = (
+            ("sardeenz_usage_requests", "Inference requests by API key id and model.", 0),
+            (
+                "sardeenz_usage_prompt_tokens",
+                "Prompt tokens (the engine's usage) by API key id and model.",
+                1,
+            ),
+            (
+                "sardeenz_usage_completion_tokens",
+                "Completion tokens (the engine's usage) by API key id and model.",
+                2,
+            ),
+        )
+        for name, doc, col in specs:
+            family = CounterMetricFamily(name, doc, labels=["key", "model"])
+            for key, model, *counts in rows:
+                family.add_metric([key, model], counts[col])
+            yield family
+
+    def describe(self) -> Iterator[Metric]:
+        for name in (
+            "sardeenz_usage_requests",
+            "sardeenz_usage_prompt_tokens",
+            "sardeenz_usage_completion_tokens",
+        ):
+            yield CounterMetricFamily(name, "", labels=["key", "model"])
+
+
+REGISTRY.register(_UsageCollector())
+
+Sink = Callable[[list[Record]], Awaitable[None]]
+
+
+class RequestLog:
+    """The ring of recent requests and the queue feeding it; one per proxy.
+
+    ``note`` is the relay paths' entry point (see module doc). Everything runs on
+    the event loop thread, so nothing here takes a lock.
+    """
+
+    def __init__(self, size: int = 1000, pod: str | None = None) -> None:
+        self._pending: list[Any] = []
+        self.note: Callable[[Pending], None] = self._pending.extend
+        """Record a finished request: the one call the hot path makes."""
+        self._ring: deque[Entry] = deque(maxlen=max(1, size))
+        self._drained = 0
+        """Requests drained so far: the id of the newest entry in the ring."""
+        self._prefix = f"{int(time.time()):x}-"
+        self.pod = pod
+        self.sink: Sink | None = None
+        """Retention (store/requests.py): gets each drained batch, from the flusher."""
+        self._batch: list[Record] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def size(self) -> int:
+        return self._ring.maxlen or 0
+
+    # ------------------------------------------------------------------ drain
+    def drain(self) -> None:
+        """Count the pending requests (usage per key and model) and move them to the ring.
+
+        Only what the counters need is worked out here; a ``Record`` is made when
+        something reads the ring (or retention writes it).
+        """
+        flat = self._pending
+        if not flat:
+            return
+        usage = _usage
+        count = len(flat) // _WIDTH
+        first = self._drained + 1
+        # Entries for what the ring keeps (all of them when retention writes them).
+        keep_from = 0 if self.sink is not None else max(0, count - self.size)
+        entries: list[Entry] = []
+        for n, j in enumerate(range(0, count * _WIDTH, _WIDTH)):
+            label, status, key = flat[j + 1], flat[j + 5], flat[j + 9]
+            counts = usage.get((key or NO_KEY, label))
+            if counts is None:
+                counts = usage[(key or NO_KEY, label)] = [0, 0, 0]
+            counts[0] += 1
+            prompt = completion = None
+            if status < 400:
+                prompt, completion = usage_tokens(flat[j + 10], flat[j + 11])
+                if prompt:
+                    counts[1] += prompt
+                if completion:
+                    counts[2] += completion
+            if n >= keep_from:  # the response's tail is not kept past this point
+                entries.append((*flat[j : j + 10], prompt, completion))
+        self._drained += count
+        del flat[: count * _WIDTH]
+        if self.sink is not None:
+            self._batch.extend(self._record(first + i, e) for i, e in enumerate(entries))
+        self._ring.extend(entries)
+
+    def _record(self, n: int, e: Entry) -> Record:
+        at, label, asked, instance, peer, status, latency, ttfb, stream, key, prompt, completion = e
+        return Record(
+            id=n,
+            request_id=f"{self._prefix}{n:x}",
+            at=at,
+            model=(asked or label)[:_MAX_MODEL],
+            instance_id=instance,
+            pod=peer or (self.pod if instance is not None else None),
+            status=status,
+            latency=latency,
+            ttft=ttfb if stream and ttfb > 0 else None,
+            stream=stream,
+            key_id=key,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
+
+    def records(self, query: RequestQuery, limit: int) -> list[Record]:
+        """The ring, newest first, filtered."""
+        self.drain()
+        out: list[Record] = []
+        n = self._drained
+        for p in reversed(self._ring):
+            rec = self._record(n, p)
+            n -= 1
+            if matches(query, rec):
+                out.append(rec)
+                if len(out) >= limit:
+                    break
+        return out
+
+    # ---------------------------------------------------------------- flusher
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._flush_loop(), name="request-log"
+            )
+
+    async def close(self) -> None:
+        """Stop the flusher after a last drain and write."""
+        task, self._task = self._task, None
+        await stop_task(task)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Drain, then hand what retention has not written yet to the sink."""
+        self.drain()
+        sink = self.sink
+        if sink is None or not self._batch:
+            self._batch.clear()
+            return
+        batch, self._batch = self._batch, []
+        try:
+            await sink(batch)
+        except Exception:  # retention must never break the proxy
+            log.exception("could not write %d request log entries", len(batch))
+
+    async def _flush_loop(self) -> None:
+        # The queue is bounded by this loop (what a second of traffic notes): it must
+        # outlive any error of a drain.
+        while True:
+            await asyncio.sleep(FLUSH_EVERY)
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("request log drain failed; %d fields dropped", len(self._pending))
+                self._pending.clear()
