@@ -128,7 +128,7 @@ audit_log = sa.Table(
     sa.Column("status", sa.Integer, nullable=False),
     sa.Column("outcome", sa.String(16), nullable=False),
     sa.Column("remote", sa.String(64), nullable=True),
-    # The target and the refusal (0005): what the request acted on, and the error code.
+    # The target and the refusal (0006): what the request acted on, and the error code.
     sa.Column("instance_id", sa.String(64), nullable=True),
     sa.Column("model", sa.String(512), nullable=True),
     sa.Column("run_id", sa.String(64), nullable=True),
