@@ -268,6 +268,7 @@ def create_app(settings: Settings) -> Gateway:
     )
     gateway.api = app
     gateway.services = services
+    services.presets.moving = services.moves.moving_models  # reconcile waits for moves
     node_metrics.COLLECTOR.sampler = services.node
     gateway.before_scrape = services.node.refresh
     if services.cluster.active:

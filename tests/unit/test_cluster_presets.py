@@ -220,3 +220,16 @@ def test_surplus_unloads_come_first() -> None:
         ("unload", "a", "i2"),
         ("load", "b", None),
     ]
+
+
+def test_a_model_being_moved_gets_no_step_until_the_move_ends() -> None:
+    """A move runs its target next to the source: one replica more, the target the newest.
+    Reconcile must not unload it (nor add one while a replica is missing mid-move)."""
+    during = [seen("p1", "source", "a", age_s=600), seen("p2", "target", "a", "starting")]
+    assert [o.instance_id for o in diff([model("a")], during).surplus] == ["target"]
+    held = diff([model("a"), model("b")], during, moving=frozenset({"a"}))
+    assert held.surplus == ()
+    assert held.moving == ("a",)
+    assert [m.model.served_model_name for m in held.missing] == ["b"]
+    # Nothing else held: a model with no difference is not listed as moving.
+    assert diff([model("a", 2)], during, moving=frozenset({"a"})).moving == ()

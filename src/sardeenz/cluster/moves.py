@@ -86,6 +86,11 @@ class MoveService:
             raise NotFound(f"no move {move_id!r} (moves live on the leader)", code="move_not_found")
         return move
 
+    def moving_models(self) -> frozenset[str]:
+        """Served names with an unfinished move: for a while they run one replica more
+        (the target next to the source), which the preset reconcile must not undo."""
+        return frozenset(m.model for m in self._moves.values() if m.state not in FINISHED)
+
     def moving(self, instance_id: str) -> Move | None:
         """The unfinished move ``instance_id`` is the source or target of."""
         for move in self._moves.values():

@@ -79,6 +79,8 @@ class Plan:
     satisfied: tuple[str, ...]
     counts: dict[str, int]
     strategy: Strategy
+    moving: tuple[str, ...] = ()
+    """Models left alone while a move of one of their replicas runs."""
 
     @property
     def unschedulable(self) -> tuple[Step, ...]:
@@ -95,6 +97,7 @@ class Plan:
             "steps": [s.as_json() for s in self.steps],
             "satisfied": list(self.satisfied),
             "replicas": self.counts,
+            "moving": list(self.moving),
         }
 
 
@@ -103,8 +106,9 @@ async def make_plan(
     observed: Sequence[Observed],
     placer: Placer,
     dropped: Sequence[str] = (),
+    moving: frozenset[str] = frozenset(),
 ) -> Plan:
-    d = diff(models, observed, dropped)
+    d = diff(models, observed, dropped, moving)
     steps: list[Step] = [
         Step(
             "unload",
@@ -125,7 +129,7 @@ async def make_plan(
             steps.append(step)
             if step.pod_id is not None:
                 hosts.add(step.pod_id)
-    return Plan(tuple(steps), d.satisfied, d.counts, placer.strategy)
+    return Plan(tuple(steps), d.satisfied, d.counts, placer.strategy, d.moving)
 
 
 async def _place_one(

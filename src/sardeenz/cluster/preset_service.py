@@ -28,7 +28,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +102,8 @@ class PresetService:
         self._next_pass = 0.0
         self.unschedulable: list[dict[str, Any]] = []
         """What the last reconcile pass could not place, with the reasons."""
+        self.moving: Callable[[], frozenset[str]] = frozenset
+        """Served names with a move under way (app.py: the move service's); left alone."""
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -142,7 +144,7 @@ class PresetService:
     async def plan(self, name: str) -> Plan:
         row = await self._row(name)
         dropped = row.dropped if row.applied_at is not None else await self._dropped_by(name)
-        return await make_plan(_models(row), self.observed(), self._placer, dropped)
+        return await make_plan(_models(row), self.observed(), self._placer, dropped, self.moving())
 
     # ----------------------------------------------------------------- apply
     async def apply(self, name: str) -> ApplyRun:
@@ -156,7 +158,9 @@ class PresetService:
         await self._busy.acquire()
         try:
             dropped = await self._dropped_by(name) if row.applied_at is None else row.dropped
-            plan = await make_plan(_models(row), self.observed(), self._placer, dropped)
+            plan = await make_plan(
+                _models(row), self.observed(), self._placer, dropped, self.moving()
+            )
             if plan.unschedulable:
                 raise Conflict(
                     f"preset {name!r} cannot be applied: "
@@ -308,7 +312,9 @@ class PresetService:
         self._members = members
         async with self._busy:
             self._next_pass = now + self._m.settings.preset_reconcile_seconds
-            plan = await make_plan(_models(applied), self.observed(), self._placer, applied.dropped)
+            plan = await make_plan(
+                _models(applied), self.observed(), self._placer, applied.dropped, self.moving()
+            )
             self.unschedulable = [s.as_json() for s in plan.unschedulable]
             if plan.nothing_to_do:
                 self._note_outcome(0)

@@ -121,6 +121,8 @@ class Diff:
     """Models that run exactly as declared."""
     counts: dict[str, int] = field(default_factory=dict)
     """Running replicas per preset model."""
+    moving: tuple[str, ...] = ()
+    """Preset models left alone because a move of one of their replicas is under way."""
 
     @property
     def converged(self) -> bool:
@@ -131,8 +133,11 @@ def diff(
     models: Sequence[PresetModel],
     observed: Sequence[Observed],
     dropped: Sequence[str] = (),
+    moving: frozenset[str] = frozenset(),
 ) -> Diff:
     """What the cluster lacks and has too much of, against ``models``.
+
+    ``moving``: served names with a move under way; they get no step until it ends.
 
     ``dropped``: served names the previously applied preset declared and this one
     does not; their instances are surplus (the preset owned them). Surplus within
@@ -165,7 +170,13 @@ def diff(
     for name in dropped:
         if name not in declared:
             surplus.extend(sorted(by_name.get(name, []), key=_keep_first))
-    return Diff(tuple(missing), tuple(surplus), tuple(satisfied), counts)
+    # A move runs the target next to the source until the source is gone: one replica
+    # more, and the newest (the target) would be the surplus. Such models wait.
+    held = {m.model.served_model_name for m in missing} | {o.served_model_name for o in surplus}
+    held &= moving
+    left = tuple(m for m in missing if m.model.served_model_name not in held)
+    extra = tuple(o for o in surplus if o.served_model_name not in held)
+    return Diff(left, extra, tuple(satisfied), counts, tuple(sorted(held)))
 
 
 def _keep_first(o: Observed) -> tuple[int, datetime, str]:
