@@ -21,6 +21,7 @@ const ProfilesPage = lazy(() => import('./pages/ProfilesPage'));
 const AuditPage = lazy(() => import('./pages/AuditPage'));
 const AboutPage = lazy(() => import('./pages/AboutPage'));
 const ClusterPage = lazy(() => import('./pages/ClusterPage'));
+const PresetsPage = lazy(() => import('./pages/PresetsPage'));
 
 function PageSpinner() {
   return (
@@ -66,6 +67,7 @@ export function App() {
           <Route path="/profiles" element={<ProfilesPage />} />
           <Route path="/audit" element={<AuditPage />} />
           <Route path="/cluster" element={<ClusterPage />} />
+          <Route path="/presets" element={<PresetsPage />} />
           <Route path="/about" element={<AboutPage />} />
           <Route path="*" element={<NotFound />} />
         </Routes>

@@ -39,6 +39,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/profiles', 'Memory profiles'],
   ['/audit', 'Audit log'],
   ['/cluster', 'Cluster'],
+  ['/presets', 'Presets'],
   ['/about', 'About'],
 ];
 

@@ -20,7 +20,7 @@ import {
 } from '@patternfly/react-core';
 import { useState, type ReactNode } from 'react';
 import { ApiError } from '../api/client';
-import { useClustered, useFitCheck, useGpus, useHealth, useLoadModel } from '../api/queries';
+import { useClustered, useFitCheck, useGpus, useHealth, useLoadModel, useScheduleVerdict } from '../api/queries';
 import type { LoadRequest } from '../api/types';
 import { asGpuInfo, remotePod } from '../lib/cluster';
 import { formatBytes } from '../lib/format';
@@ -29,6 +29,7 @@ import { useDebounced } from '../hooks/useDebounced';
 import { FitPanel } from './FitPanel';
 import { useNotify } from './Notifications';
 import { PodSelector } from './PodSelector';
+import { SchedulerVerdict } from './SchedulerVerdict';
 
 function Helper({ error, children }: { error: string | undefined; children?: ReactNode }) {
   if (!error && !children) return null;
@@ -56,6 +57,9 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
   const { request, errors } = validateLoadForm(form);
   const fitQuestion = useDebounced(request ? fitRequestFor(request) : null, 400);
   const fit = useFitCheck(gpus.data?.available && !elsewhere ? fitQuestion : null);
+  // "Any (scheduler)": where the leader's scheduler would put this load now (a dry run).
+  const scheduling = cluster !== undefined && !podId;
+  const verdict = useScheduleVerdict(useDebounced(scheduling ? request : null, 400));
 
   const set = <K extends keyof LoadFormValues>(key: K, value: LoadFormValues[K]): void => {
     setForm((f) => ({ ...f, [key]: value }));
@@ -212,6 +216,7 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
           </FormGroup>
         </Form>
         <div className="sz-mt-md" aria-live="polite">
+          {scheduling && <SchedulerVerdict verdict={verdict} />}
           {gpuList.length > 0 && !elsewhere && <FitPanel fit={fit} idleText="Enter a model path to check whether it fits." />}
           {warnings.map((w) => (
             <Alert key={w} isInline isPlain variant="warning" title="Pre-Ampere GPU" data-testid="load-warning">
