@@ -15,8 +15,9 @@ import {
   ModalFooter,
   ModalHeader,
 } from '@patternfly/react-core';
-import { useState } from 'react';
-import { useMove, useStartMove } from '../api/queries';
+import { useQueryClient } from '@tanstack/react-query';
+import { useEffect, useState } from 'react';
+import { keys, useMove, useStartMove } from '../api/queries';
 import type { ClusterStatus, ModelInstance } from '../api/types';
 import { orderedPods } from '../lib/cluster';
 import { formatBytes } from '../lib/format';
@@ -32,6 +33,15 @@ export function defaultTarget(status: ClusterStatus, from: string): string {
 /** Follows a move that was started (or opened from the moves list) every second. */
 export function MoveProgressModal({ moveId, onClose }: { moveId: string; onClose: () => void }) {
   const move = useMove(moveId);
+  const qc = useQueryClient();
+  const finished = moveFinished(move.data);
+  useEffect(() => {
+    // The end of a move changes the lists behind the dialog at once, not at their next poll.
+    if (!finished) return;
+    void qc.invalidateQueries({ queryKey: keys.moves, exact: true });
+    void qc.invalidateQueries({ queryKey: keys.cluster });
+    void qc.invalidateQueries({ queryKey: keys.instances });
+  }, [finished, qc]);
   return (
     <Modal isOpen variant="large" onClose={onClose} aria-labelledby="move-title">
       <ModalHeader title={`Move ${move.data?.model ?? moveId}`} labelId="move-title" />
@@ -40,7 +50,7 @@ export function MoveProgressModal({ moveId, onClose }: { moveId: string; onClose
         {move.isError && <Alert isInline variant="danger" title={move.error.message} />}
       </ModalBody>
       <ModalFooter>
-        <Button variant={moveFinished(move.data) ? 'primary' : 'link'} onClick={onClose}>
+        <Button variant={finished ? 'primary' : 'link'} onClick={onClose}>
           Close
         </Button>
       </ModalFooter>
