@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, expect
 
 from tests.browser.conftest import Session, open_session
 from tests.cluster.harness import Cluster
+from tests.support import ServerProcess, load_active
 
 pytestmark = pytest.mark.browser
 
@@ -164,3 +165,28 @@ def test_load_dialog_shows_the_scheduler_verdict(tab: Session) -> None:
     dialog.get_by_label("Extra engine arguments").fill("--memory-gib 400")
     expect(verdict).to_have_attribute("data-placed", "false")
     expect(verdict.locator("li[data-pod-id]")).to_have_count(2)
+
+
+def test_single_node_moves_an_instance_to_another_gpu_from_the_models_page(
+    session: Session, server: ServerProcess
+) -> None:
+    """A single node is its own leader: Move on the Models page takes the instance to
+    the other GPU of the same node (the only pod, so the GPU must be chosen)."""
+    with server.client() as api:
+        inst = load_active(api, "browser/gpu-mover", "--memory-gib", "2", gpuIds=[0])
+    page = session.page
+    session.goto("/models")
+    row = page.locator(f'tr[data-instance-id="{inst["id"]}"]')
+    row.get_by_role("button", name="Move").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("button", name="Move", exact=True)).to_be_disabled()
+    dialog.get_by_label("GPU 1 ·", exact=False).check()
+    dialog.get_by_role("button", name="Move", exact=True).click()
+    steps = dialog.get_by_test_id("move-steps")
+    expect(steps).to_have_attribute("data-state", "done", timeout=40_000)
+    expect(steps.locator('[data-testid="move-step"][data-step="source-gone"]')).to_have_count(1)
+    dialog.get_by_role("contentinfo").get_by_role("button", name="Close").click()
+    with server.client() as api:
+        moved = [i for i in api.get("/api/v1/models").json() if i["modelPath"] == inst["modelPath"]]
+        assert [(i["gpuIds"], i["status"]) for i in moved] == [([1], "active")]
+        assert api.post(f"/api/v1/models/{moved[0]['id']}/unload").status_code == 200
