@@ -110,6 +110,33 @@ def test_create_plan_apply_a_preset(tab: Session, cluster: Cluster) -> None:
                 assert api.post(f"/api/v1/models/{i['id']}/unload").status_code == 200
 
 
+def test_a_preset_that_fits_nowhere_is_planned_as_such_and_refused(
+    tab: Session, cluster: Cluster
+) -> None:
+    page = tab.page
+    tab.allow(r"409")  # the refused apply: the browser logs the failed POST
+    body = {"models": [{"modelPath": "/models/huge", "servedModelName": "huge", "engine": "sim",
+                        "extraArgs": ["--memory-gib", "400"]}]}  # fmt: skip
+    with httpx.Client(base_url=cluster.leader_url(), timeout=30) as api:
+        assert api.put("/api/cluster/presets/too-big", json=body).status_code == 200
+    try:
+        tab.goto("/presets?preset=too-big")
+        plan = page.get_by_test_id("preset-plan")
+        step = plan.locator('[data-testid="preset-step"][data-action="unschedulable"]')
+        expect(step).to_contain_text("huge fits nowhere")
+        expect(step.locator("li[data-pod-id]")).to_have_count(2)  # a reason per pod
+        plan.get_by_role("button", name="Apply").click()
+        refused = page.get_by_test_id("apply-refused")
+        expect(refused).to_have_attribute("data-code", "preset_unschedulable")
+        expect(refused).to_contain_text("nothing was done")
+        expect(refused.locator("li[data-pod-id]")).to_have_count(2)
+        expect(page.locator('tr[data-preset="too-big"]')).to_have_attribute("data-applied", "false")
+        tab.shot("presets-unschedulable")
+    finally:
+        with httpx.Client(base_url=cluster.leader_url(), timeout=30) as api:
+            assert api.delete("/api/cluster/presets/too-big").status_code == 200
+
+
 def test_move_an_instance_and_follow_its_steps(tab: Session, cluster: Cluster) -> None:
     inst = cluster.load_on("pod-b", "/models/mover", "--memory-gib", "2")
     page = tab.page

@@ -11,8 +11,11 @@ function ApplyRefused({ error }: { error: Error }) {
   if (error instanceof ApiError && error.code === 'preset_unschedulable') {
     return (
       <Alert isInline variant="danger" title="Not applied: a replica fits nowhere (nothing was done)" data-testid="apply-refused" data-code={error.code}>
-        <Content component="p">{error.message}</Content>
-        <PresetSteps steps={refusedSteps(error)} label="Replicas that fit nowhere" />
+        {refusedSteps(error).length > 0 ? (
+          <PresetSteps steps={refusedSteps(error)} label="Replicas that fit nowhere" />
+        ) : (
+          <Content component="p">{error.message}</Content>
+        )}
       </Alert>
     );
   }

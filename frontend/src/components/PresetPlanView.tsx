@@ -17,7 +17,9 @@ export function PodReasons({ reasons }: { reasons: Array<[string, string]> }) {
     <List isPlain className="sz-mt-xs">
       {reasons.map(([pod, why]) => (
         <ListItem key={pod} data-pod-id={pod}>
-          <strong>{pod}</strong>: {why}
+          <Content component="small">
+            <strong>{pod}</strong>: {why}
+          </Content>
         </ListItem>
       ))}
     </List>

@@ -42,7 +42,8 @@ export function SchedulerVerdict({ verdict }: { verdict: UseQueryResult<Schedule
     >
       {!v.placed && (
         <>
-          <Content component="small">{v.verdict}</Content>
+          {/* The verdict repeats every pod's reason: the list says it better. */}
+          {verdictReasons(v).length === 0 && <Content component="small">{v.verdict}</Content>}
           <PodReasons reasons={verdictReasons(v)} />
         </>
       )}

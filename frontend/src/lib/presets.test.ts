@@ -29,6 +29,8 @@ describe('describeStep', () => {
     expect(load).toMatchObject({ title: 'Load qwen on pod pod-c, GPUs 0, 1', detail: 'would go to pod-c, GPU 0: 11.2 GB free after' });
     expect(unload).toMatchObject({ title: 'Unload old (i-9) from pod pod-b', detail: 'not declared by the preset' });
     expect(stuck?.title).toBe('huge fits nowhere');
+    expect(stuck?.detail).toBe('No pod can take it:');
+    expect(describeStep({ action: 'unschedulable', model: 'x', reason: 'no pod yet' }).detail).toBe('no pod yet');
     expect(stuck?.reasons).toEqual([
       ['pod-a', 'no GPU named like H100'],
       ['pod-b', 'needs 107 GB'],

@@ -29,7 +29,8 @@ export function describeStep(step: PlanStep): StepText {
         reasons,
       };
     default:
-      return { title: `${step.model} fits nowhere`, detail: step.reason ?? '', reasons };
+      // The reason repeats every pod's; with them listed, a short lead-in is enough.
+      return { title: `${step.model} fits nowhere`, detail: reasons.length > 0 ? 'No pod can take it:' : (step.reason ?? ''), reasons };
   }
 }
 
