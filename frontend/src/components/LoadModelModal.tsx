@@ -5,20 +5,17 @@ import {
   Checkbox,
   Form,
   FormGroup,
-  FormHelperText,
   FormSelect,
   FormSelectOption,
   Grid,
   GridItem,
-  HelperText,
-  HelperTextItem,
   Modal,
   ModalBody,
   ModalFooter,
   ModalHeader,
   TextInput,
 } from '@patternfly/react-core';
-import { useState, type ReactNode } from 'react';
+import { useState } from 'react';
 import { ApiError } from '../api/client';
 import { useClustered, useFitCheck, useGpus, useHealth, useLoadModel, useScheduleVerdict } from '../api/queries';
 import type { LoadRequest } from '../api/types';
@@ -30,17 +27,7 @@ import { FitPanel } from './FitPanel';
 import { useNotify } from './Notifications';
 import { PodSelector } from './PodSelector';
 import { SchedulerVerdict } from './SchedulerVerdict';
-
-function Helper({ error, children }: { error: string | undefined; children?: ReactNode }) {
-  if (!error && !children) return null;
-  return (
-    <FormHelperText>
-      <HelperText>
-        <HelperTextItem variant={error ? 'error' : 'default'}>{error ?? children}</HelperTextItem>
-      </HelperText>
-    </FormHelperText>
-  );
-}
+import { FieldHelper as Helper } from './FieldHelper';
 
 /** Load a model: the form, a live fit check with its warnings, then Load. */
 export function LoadModelModal({ onClose }: { onClose: () => void }) {

@@ -8,35 +8,22 @@ import {
   Checkbox,
   Form,
   FormGroup,
-  FormHelperText,
   FormSelect,
   FormSelectOption,
   Grid,
   GridItem,
-  HelperText,
-  HelperTextItem,
   Modal,
   ModalBody,
   ModalFooter,
   ModalHeader,
   TextInput,
 } from '@patternfly/react-core';
-import { useState, type ReactNode } from 'react';
+import { useState } from 'react';
 import { usePutPreset } from '../api/queries';
 import type { Preset } from '../api/types';
 import { EMPTY_PRESET_MODEL, PRESET_NAME, toBody, toForm, type PresetModelForm } from '../lib/presetForm';
 import { errorAt, fieldErrors } from '../lib/presets';
-
-function Helper({ error, children }: { error: string | undefined; children?: ReactNode }) {
-  if (!error && !children) return null;
-  return (
-    <FormHelperText>
-      <HelperText>
-        <HelperTextItem variant={error ? 'error' : 'default'}>{error ?? children}</HelperTextItem>
-      </HelperText>
-    </FormHelperText>
-  );
-}
+import { FieldHelper as Helper } from './FieldHelper';
 
 type Errors = (field: string) => string | undefined;
 
