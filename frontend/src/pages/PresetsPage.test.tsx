@@ -137,6 +137,25 @@ describe('PresetsPage', () => {
     expect(refused.textContent).toContain('pod-a: needs 107.4 GB per GPU');
   });
 
+  it('says so when another apply or reconcile pass is running', async () => {
+    serve((path) => {
+      if (path === '/api/cluster/presets') return json([{ ...preset, applied: true, appliedAt: '2026-01-01T00:00:00Z', reconcile: { lastRun: null, unschedulable: [] } }]);
+      if (path === '/api/cluster/presets/prod/plan') return json({ ...plan, steps: [], nothingToDo: true });
+      if (path === '/api/cluster/presets/prod/apply') {
+        return json({ detail: 'another preset apply or reconcile pass is running; try again when it ends', code: 'preset_apply_in_progress' }, 409);
+      }
+      return undefined;
+    });
+    show('/presets?preset=prod');
+    expect((await screen.findByTestId('plan-summary')).dataset.nothingToDo).toBe('true');
+    expect(screen.getByTestId('reconcile-card')).toBeTruthy();
+    fireEvent.click(screen.getByRole('button', { name: 'Apply' }));
+    const refused = await screen.findByTestId('apply-refused');
+    expect(refused.dataset.code).toBe('preset_apply_in_progress');
+    expect(refused.textContent).toContain('Another apply or reconcile pass is running');
+    expect(refused.textContent).toContain('apply again');
+  });
+
   it('shows the server’s 422 at the field it names', async () => {
     const calls = serve((path, init) => {
       if (path === '/api/cluster/presets') return json([]);
