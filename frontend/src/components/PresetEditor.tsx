@@ -16,12 +16,13 @@ import {
   ModalBody,
   ModalFooter,
   ModalHeader,
+  TextArea,
   TextInput,
 } from '@patternfly/react-core';
 import { useState } from 'react';
 import { usePutPreset } from '../api/queries';
 import type { Preset } from '../api/types';
-import { EMPTY_PRESET_MODEL, PRESET_NAME, toBody, toForm, type PresetModelForm } from '../lib/presetForm';
+import { EMPTY_PRESET_MODEL, parseModelsJson, PRESET_NAME, toBody, toForm, type PresetModelForm } from '../lib/presetForm';
 import { errorAt, fieldErrors } from '../lib/presets';
 import { FieldHelper as Helper } from './FieldHelper';
 
@@ -135,13 +136,36 @@ export function PresetEditor({ preset, onClose, onSaved }: { preset: Preset | nu
   const nameError = local.name;
   const bodyError = errorAt(server, 'body') ?? errorAt(server, 'models');
 
+  // The JSON editor: the same body as text (null: the form is shown).
+  const [json, setJson] = useState<string | null>(null);
+  const [jsonError, setJsonError] = useState<string | null>(null);
+
   const save = (): void => {
-    const { body, errors } = toBody(rows);
+    const { body, errors } = json === null ? toBody(rows) : { body: null, errors: {} as Record<string, string> };
     if (!PRESET_NAME.test(name)) errors.name = 'Letters, digits, ".", "_" and "-", starting with a letter or digit (at most 128).';
     setLocal(errors);
     put.reset();
-    if (!body || errors.name) return;
-    put.mutate({ name, models: body.models }, { onSuccess: (p) => onSaved(p.name) });
+    let models = body?.models ?? null;
+    if (json !== null) {
+      const parsed = parseModelsJson(json);
+      setJsonError(parsed.error);
+      models = parsed.models;
+    }
+    if (!models || errors.name) return;
+    put.mutate({ name, models }, { onSuccess: (p) => onSaved(p.name) });
+  };
+  const toJson = (): void => {
+    const { body, errors } = toBody(rows);
+    setLocal(errors);
+    if (body) setJson(JSON.stringify(body, null, 2));
+  };
+  const toFormView = (): void => {
+    const parsed = parseModelsJson(json ?? '');
+    setJsonError(parsed.error);
+    if (!parsed.models) return;
+    setRows(parsed.models.map(toForm));
+    setJson(null);
+    put.reset();
   };
   const update = (i: number, row: PresetModelForm): void => {
     setRows((rs) => rs.map((r, j) => (j === i ? row : r)));
@@ -170,19 +194,51 @@ export function PresetEditor({ preset, onClose, onSaved }: { preset: Preset | nu
             <Helper error={nameError}>{preset?.applied ? 'Applied: saving changes the desired state at once.' : undefined}</Helper>
           </FormGroup>
         </Form>
-        {rows.map((row, i) => (
-          <ModelFields
-            key={i}
-            index={i}
-            row={row}
-            errorOf={errorOf}
-            onChange={(r) => update(i, r)}
-            onRemove={() => setRows((rs) => rs.filter((_, j) => j !== i))}
-          />
-        ))}
-        <Button variant="secondary" className="sz-mt-md" onClick={() => setRows((rs) => [...rs, { ...EMPTY_PRESET_MODEL }])}>
-          Add model
-        </Button>
+        {json === null ? (
+          <>
+            {rows.map((row, i) => (
+              <ModelFields
+                key={i}
+                index={i}
+                row={row}
+                errorOf={errorOf}
+                onChange={(r) => update(i, r)}
+                onRemove={() => setRows((rs) => rs.filter((_, j) => j !== i))}
+              />
+            ))}
+            <Button variant="secondary" className="sz-mt-md" onClick={() => setRows((rs) => [...rs, { ...EMPTY_PRESET_MODEL }])}>
+              Add model
+            </Button>{' '}
+            <Button variant="link" className="sz-mt-md" onClick={toJson}>
+              Edit as JSON
+            </Button>
+          </>
+        ) : (
+          <FormGroup label="Preset (JSON)" fieldId="preset-json" className="sz-mt-md">
+            <TextArea
+              id="preset-json"
+              className="sz-mono"
+              rows={16}
+              resizeOrientation="vertical"
+              value={json}
+              onChange={(_e, v) => setJson(v)}
+              validated={jsonError || put.error ? 'error' : 'default'}
+            />
+            <Helper error={jsonError ?? undefined}>The body of PUT /api/cluster/presets/{'{name}'}: camelCase fields, as in docs/cluster.md.</Helper>
+            {Object.keys(server).length > 0 && (
+              <ul className="sz-error-text" data-testid="preset-json-errors">
+                {Object.entries(server).map(([field, messages]) => (
+                  <li key={field}>
+                    <code>{field}</code>: {messages.join('; ')}
+                  </li>
+                ))}
+              </ul>
+            )}
+            <Button variant="link" onClick={toFormView}>
+              Edit as form
+            </Button>
+          </FormGroup>
+        )}
         {put.error && (
           <Alert isInline variant="danger" title="The server refused the preset" className="sz-mt-md" data-testid="preset-save-error">
             {bodyError ?? put.error.message}

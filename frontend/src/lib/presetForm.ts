@@ -98,3 +98,19 @@ export function toBody(rows: PresetModelForm[]): PresetFormResult {
 
 /** Preset names the server takes (its NAME_PATTERN): a URL segment without escaping. */
 export const PRESET_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+/** The JSON editor's text: `{"models": [...]}` (what PUT takes) or the bare list.
+ *  The entries are sent as written: the server judges them (an unknown field is a 422). */
+export function parseModelsJson(text: string): { models: PresetModel[] | null; error: string | null } {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    return { models: null, error: `Not JSON: ${(e as Error).message}` };
+  }
+  const list = Array.isArray(value) ? value : (value as { models?: unknown } | null)?.models;
+  if (!Array.isArray(list) || !list.every((m) => typeof m === 'object' && m !== null && !Array.isArray(m))) {
+    return { models: null, error: 'Expected {"models": [{...}, ...]} (or the list itself).' };
+  }
+  return { models: list as PresetModel[], error: null };
+}

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../api/client';
 import type { PresetPlan } from '../api/types';
-import { toBody, toForm, EMPTY_PRESET_MODEL } from './presetForm';
+import { toBody, toForm, EMPTY_PRESET_MODEL, parseModelsJson } from './presetForm';
 import { describeStep, errorAt, fieldErrors, foldApply, IDLE_APPLY, planSummary, refusedSteps, type ApplyAction, type ApplyProgress } from './presets';
 
 const plan: PresetPlan = {
@@ -134,5 +134,19 @@ describe('presetForm', () => {
     const { body, errors } = toBody([EMPTY_PRESET_MODEL, { ...EMPTY_PRESET_MODEL, replicas: 'two', extraArgs: '"open' }]);
     expect(body).toBeNull();
     expect(Object.keys(errors).sort()).toEqual(['models.1.extraArgs', 'models.1.replicas']);
+  });
+});
+
+describe('parseModelsJson', () => {
+  it('takes the PUT body or the bare list, as written', () => {
+    const m = { modelPath: 'a', servedModelName: 'a', replica: 2 }; // a typo: the server's 422 names it
+    expect(parseModelsJson(JSON.stringify({ models: [m] }))).toEqual({ models: [m], error: null });
+    expect(parseModelsJson(JSON.stringify([m]))).toEqual({ models: [m], error: null });
+  });
+
+  it('says what is wrong with the text', () => {
+    expect(parseModelsJson('{"models": [').error).toMatch(/^Not JSON/);
+    expect(parseModelsJson('{"model": []}').error).toMatch(/Expected/);
+    expect(parseModelsJson('[1]').error).toMatch(/Expected/);
   });
 });

@@ -182,4 +182,37 @@ describe('PresetsPage', () => {
     const put = calls.find((c) => c.method === 'PUT');
     expect(put?.body).toMatchObject({ models: [{ modelPath: '', servedModelName: 'x', replicas: 1 }] });
   });
+
+  it('edits as JSON: the server’s 422 for a field the form would not have is listed', async () => {
+    const calls = serve((path, init) => {
+      if (path === '/api/cluster/presets') return json([]);
+      if (path === '/api/cluster/presets/j' && init.method === 'PUT') {
+        return json(
+          {
+            detail: 'invalid request: models.0.replica: Extra inputs are not permitted',
+            code: 'validation_error',
+            errors: [{ field: 'models.0.replica', message: 'Extra inputs are not permitted' }],
+          },
+          422,
+        );
+      }
+      return undefined;
+    });
+    show('/presets');
+    fireEvent.click(await screen.findByRole('button', { name: 'New preset' }));
+    fireEvent.change(screen.getByLabelText(/^Name/), { target: { value: 'j' } });
+    fireEvent.change(document.getElementById('preset-m0-modelPath')!, { target: { value: 'org/m' } });
+    fireEvent.click(screen.getByRole('button', { name: 'Edit as JSON' }));
+    const area = document.getElementById('preset-json') as HTMLTextAreaElement;
+    expect(JSON.parse(area.value)).toMatchObject({ models: [{ modelPath: 'org/m', replicas: 1 }] });
+    const typo = { models: [{ modelPath: 'org/m', servedModelName: 'm', replica: 2 }] };
+    fireEvent.change(area, { target: { value: JSON.stringify(typo) } });
+    fireEvent.click(screen.getByRole('button', { name: 'Save' }));
+    expect((await screen.findByTestId('preset-json-errors')).textContent).toContain('models.0.replica: Extra inputs are not permitted');
+    expect(calls.find((c) => c.method === 'PUT')?.body).toEqual(typo);
+    // Back to the form: the entries as the form can show them.
+    fireEvent.change(area, { target: { value: JSON.stringify({ models: [{ modelPath: 'org/m', servedModelName: 'm', replicas: 3 }] }) } });
+    fireEvent.click(screen.getByRole('button', { name: 'Edit as form' }));
+    expect((document.getElementById('preset-m0-replicas') as HTMLInputElement).value).toBe('3');
+  });
 });
