@@ -22,6 +22,7 @@ const AuditPage = lazy(() => import('./pages/AuditPage'));
 const RequestsPage = lazy(() => import('./pages/RequestsPage'));
 const AboutPage = lazy(() => import('./pages/AboutPage'));
 const ClusterPage = lazy(() => import('./pages/ClusterPage'));
+const PresetsPage = lazy(() => import('./pages/PresetsPage'));
 
 function PageSpinner() {
   return (
@@ -68,6 +69,7 @@ export function App() {
           <Route path="/requests" element={<RequestsPage />} />
           <Route path="/audit" element={<AuditPage />} />
           <Route path="/cluster" element={<ClusterPage />} />
+          <Route path="/presets" element={<PresetsPage />} />
           <Route path="/about" element={<AboutPage />} />
           <Route path="*" element={<NotFound />} />
         </Routes>

@@ -15,8 +15,15 @@ import type {
   LoadRequest,
   MemoryProfile,
   ModelInstance,
+  Move,
+  MoveCreate,
+  Preset,
+  PresetModel,
+  PresetPlan,
   ProfileCreate,
+  ScheduleVerdict,
 } from './types';
+import { movePollInterval } from '../lib/moves';
 
 export const keys = {
   health: ['health'] as const,
@@ -30,6 +37,11 @@ export const keys = {
   audit: (beforeId: number | null) => ['audit', beforeId] as const,
   fit: (req: FitRequest | null) => ['fit', req] as const,
   cluster: ['cluster'] as const,
+  schedule: (req: LoadRequest | null) => ['schedule', req] as const,
+  presets: ['presets'] as const,
+  presetPlan: (name: string) => ['presets', name, 'plan'] as const,
+  moves: ['moves'] as const,
+  move: (id: string) => ['moves', id] as const,
 };
 
 const POLL_MS = 5000;
@@ -225,6 +237,95 @@ export function useDeleteBenchmark() {
     onSuccess: (_, id) => {
       qc.removeQueries({ queryKey: keys.benchmark(id) });
       void qc.invalidateQueries({ queryKey: keys.benchmarks, exact: true });
+    },
+  });
+}
+
+// --- Cluster operations (docs/cluster.md: Scheduler, Presets, Moves)
+
+/** The scheduler's dry run for a load without `podId`; idle while `req` is null. */
+export function useScheduleVerdict(req: LoadRequest | null) {
+  return useQuery({
+    queryKey: keys.schedule(req),
+    queryFn: ({ signal }) => api<ScheduleVerdict>('/api/cluster/schedule', { method: 'POST', body: req, signal }),
+    enabled: req !== null,
+    staleTime: 3000,
+    retry: false,
+  });
+}
+
+const presetPath = (name: string): string => `/api/cluster/presets/${encodeURIComponent(name)}`;
+
+/** Every preset; polled, since the applied one's reconcile status changes by itself. */
+export function usePresets() {
+  return useQuery({ queryKey: keys.presets, queryFn: () => api<Preset[]>('/api/cluster/presets'), refetchInterval: POLL_MS });
+}
+
+/** What applying `name` would do now (asked again on demand: the cluster changes). */
+export function usePresetPlan(name: string | null) {
+  return useQuery({
+    queryKey: keys.presetPlan(name ?? ''),
+    queryFn: () => api<PresetPlan>(`${presetPath(name ?? '')}/plan`),
+    enabled: name !== null,
+    staleTime: 0,
+    retry: false,
+  });
+}
+
+export function usePutPreset() {
+  const qc = useQueryClient();
+  return useMutation({
+    mutationFn: ({ name, models }: { name: string; models: PresetModel[] }) =>
+      api<Preset>(presetPath(name), { method: 'PUT', body: { models } }),
+    onSuccess: (preset) => {
+      void qc.invalidateQueries({ queryKey: keys.presets });
+      void qc.invalidateQueries({ queryKey: keys.presetPlan(preset.name) });
+    },
+  });
+}
+
+export function useDeletePreset() {
+  const qc = useQueryClient();
+  return useMutation({
+    mutationFn: (name: string) => api<Preset>(presetPath(name), { method: 'DELETE' }),
+    onSuccess: (_, name) => {
+      qc.removeQueries({ queryKey: keys.presetPlan(name) });
+      void qc.invalidateQueries({ queryKey: keys.presets });
+    },
+  });
+}
+
+export function presetApplyPath(name: string): string {
+  return `${presetPath(name)}/apply`;
+}
+
+/** The moves the leader holds, newest first. */
+export function useMoves(enabled = true) {
+  return useQuery({
+    queryKey: keys.moves,
+    queryFn: () => api<Move[]>('/api/cluster/moves'),
+    enabled,
+    refetchInterval: 2000,
+  });
+}
+
+/** One move, asked for every second until it is done or failed. */
+export function useMove(id: string | null) {
+  return useQuery({
+    queryKey: keys.move(id ?? ''),
+    queryFn: () => api<Move>(`/api/cluster/moves/${encodeURIComponent(id ?? '')}`),
+    enabled: id !== null,
+    refetchInterval: (query) => movePollInterval(query.state.data),
+  });
+}
+
+export function useStartMove() {
+  const qc = useQueryClient();
+  return useMutation({
+    mutationFn: (body: MoveCreate) => api<Move>('/api/cluster/moves', { method: 'POST', body }),
+    onSuccess: (move) => {
+      qc.setQueryData(keys.move(move.id), move);
+      void qc.invalidateQueries({ queryKey: keys.moves, exact: true });
     },
   });
 }

@@ -54,14 +54,18 @@ export class SseParser {
 /**
  * Reads an SSE stream until it ends or `signal` aborts. Resolves when the
  * server closes the stream; rejects with ApiError on an HTTP error.
+ * `method: 'POST'`: a stream that is the answer to an action (a preset's apply),
+ * which EventSource could not ask for.
  */
 export async function readEvents(
   path: string,
   onMessage: (message: SseMessage) => void,
   signal: AbortSignal,
   onOpen?: () => void,
+  method: 'GET' | 'POST' = 'GET',
 ): Promise<void> {
   const resp = await fetch(path, {
+    method,
     headers: { Accept: 'text/event-stream', ...authHeaders() },
     signal,
     redirect: 'manual', // a follower's 307 to the leader: see client.ts

@@ -368,3 +368,121 @@ export interface ClusterStatus {
   size?: number;
   pods: ClusterPod[];
 }
+
+// --- Cluster operations: scheduler dry run, presets, moves (docs/cluster.md)
+
+/** POST /api/cluster/schedule: where a load without `podId` would go now. */
+export interface ScheduleVerdict {
+  strategy: string;
+  placed: boolean;
+  podId?: string | null;
+  gpuIds?: number[];
+  needBytesPerGpu?: number | null;
+  needSource?: 'profile' | 'estimate' | 'unknown' | 'booking' | string;
+  freeAfterBytes?: Record<string, number>;
+  minFreeAfterBytes?: number | null;
+  /** The sentence to show ("would go to pod-c, GPU 0 (...): 73.2 GB free after ..."). */
+  verdict: string;
+  /** Per pod, why it cannot take the load. */
+  reasons?: Record<string, string>;
+}
+
+export interface PresetModel {
+  modelPath: string;
+  servedModelName: string;
+  engine?: EngineKind | null;
+  extraArgs?: string[];
+  replicas?: number;
+  gpuType?: string | null;
+  minVramGiB?: number | null;
+  tensorParallelSize?: number;
+  sleepLevel?: number;
+  pinned?: boolean;
+}
+
+export type PlanAction = 'load' | 'unload' | 'unschedulable';
+
+export interface PlanStep {
+  action: PlanAction;
+  model: string;
+  podId?: string;
+  gpuIds?: number[];
+  instanceId?: string;
+  reason?: string;
+  reasons?: Record<string, string>;
+}
+
+/** A step of an apply as the `step` events and a run's `steps` carry it. */
+export interface RunStep extends PlanStep {
+  state: 'pending' | 'running' | 'done' | 'failed';
+  error?: string;
+  code?: string;
+}
+
+export interface PresetRun {
+  preset: string;
+  trigger: 'apply' | 'reconcile' | string;
+  state: 'running' | 'done' | 'failed' | 'cancelled' | string;
+  startedAt: string;
+  finishedAt: string | null;
+  steps: RunStep[];
+}
+
+export interface ReconcileStatus {
+  lastRun: PresetRun | null;
+  /** What the last pass could not place, with the reason per pod. */
+  unschedulable: PlanStep[];
+  consecutiveFailures?: number;
+}
+
+export interface Preset {
+  name: string;
+  models: PresetModel[];
+  updatedAt: string;
+  appliedAt: string | null;
+  dropped: string[];
+  applied: boolean;
+  reconcile?: ReconcileStatus;
+}
+
+export interface PresetPlan {
+  preset: string;
+  strategy: string;
+  nothingToDo: boolean;
+  steps: PlanStep[];
+  satisfied: string[];
+  /** Running replicas per preset model. */
+  replicas: Record<string, number>;
+}
+
+export type MoveState = 'pending' | 'starting-target' | 'switching' | 'draining' | 'unloading-source' | 'done' | 'failed';
+
+export interface MoveStep {
+  name: string;
+  at: string;
+  detail?: string | null;
+}
+
+export interface Move {
+  id: string;
+  instanceId: string;
+  model: string;
+  sourcePodId: string;
+  sourceGpuIds: number[];
+  targetPodId: string;
+  targetGpuIds: number[] | null;
+  targetInstanceId?: string | null;
+  state: MoveState;
+  steps: MoveStep[];
+  reason?: string | null;
+  code?: string | null;
+  createdAt: string;
+  finishedAt?: string | null;
+  durationSeconds?: number | null;
+}
+
+export interface MoveCreate {
+  instanceId: string;
+  targetPodId: string;
+  gpuIds?: number[];
+}

@@ -45,6 +45,12 @@ export function useCanMutate(): boolean {
   return useAuth().canMutate;
 }
 
+/** useCanMutate for parts that may render outside <AuthProvider> (a page under test):
+ *  without one, nothing is offered. */
+export function useCanMutateIfKnown(): boolean {
+  return useContext(AuthContext)?.canMutate ?? false;
+}
+
 export const authConfigQuery = queryOptions({
   queryKey: ['auth', 'config'],
   queryFn: fetchConfig,

@@ -40,6 +40,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/requests', 'Requests'],
   ['/audit', 'Audit log'],
   ['/cluster', 'Cluster'],
+  ['/presets', 'Presets'],
   ['/about', 'About'],
 ];
 

@@ -5,22 +5,19 @@ import {
   Checkbox,
   Form,
   FormGroup,
-  FormHelperText,
   FormSelect,
   FormSelectOption,
   Grid,
   GridItem,
-  HelperText,
-  HelperTextItem,
   Modal,
   ModalBody,
   ModalFooter,
   ModalHeader,
   TextInput,
 } from '@patternfly/react-core';
-import { useState, type ReactNode } from 'react';
+import { useState } from 'react';
 import { ApiError } from '../api/client';
-import { useClustered, useFitCheck, useGpus, useHealth, useLoadModel } from '../api/queries';
+import { useClustered, useFitCheck, useGpus, useHealth, useLoadModel, useScheduleVerdict } from '../api/queries';
 import type { LoadRequest } from '../api/types';
 import { asGpuInfo, remotePod } from '../lib/cluster';
 import { formatBytes } from '../lib/format';
@@ -29,17 +26,8 @@ import { useDebounced } from '../hooks/useDebounced';
 import { FitPanel } from './FitPanel';
 import { useNotify } from './Notifications';
 import { PodSelector } from './PodSelector';
-
-function Helper({ error, children }: { error: string | undefined; children?: ReactNode }) {
-  if (!error && !children) return null;
-  return (
-    <FormHelperText>
-      <HelperText>
-        <HelperTextItem variant={error ? 'error' : 'default'}>{error ?? children}</HelperTextItem>
-      </HelperText>
-    </FormHelperText>
-  );
-}
+import { SchedulerVerdict } from './SchedulerVerdict';
+import { FieldHelper as Helper } from './FieldHelper';
 
 /** Load a model: the form, a live fit check with its warnings, then Load. */
 export function LoadModelModal({ onClose }: { onClose: () => void }) {
@@ -56,6 +44,9 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
   const { request, errors } = validateLoadForm(form);
   const fitQuestion = useDebounced(request ? fitRequestFor(request) : null, 400);
   const fit = useFitCheck(gpus.data?.available && !elsewhere ? fitQuestion : null);
+  // "Any (scheduler)": where the leader's scheduler would put this load now (a dry run).
+  const scheduling = cluster !== undefined && !podId;
+  const verdict = useScheduleVerdict(useDebounced(scheduling ? request : null, 400));
 
   const set = <K extends keyof LoadFormValues>(key: K, value: LoadFormValues[K]): void => {
     setForm((f) => ({ ...f, [key]: value }));
@@ -212,6 +203,7 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
           </FormGroup>
         </Form>
         <div className="sz-mt-md" aria-live="polite">
+          {scheduling && <SchedulerVerdict verdict={verdict} />}
           {gpuList.length > 0 && !elsewhere && <FitPanel fit={fit} idleText="Enter a model path to check whether it fits." />}
           {warnings.map((w) => (
             <Alert key={w} isInline isPlain variant="warning" title="Pre-Ampere GPU" data-testid="load-warning">

@@ -1,13 +1,14 @@
-import { Card, CardBody, CardHeader, CardTitle, Content, Label } from '@patternfly/react-core';
+import { Button, Card, CardBody, CardHeader, CardTitle, Content, Label } from '@patternfly/react-core';
 import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
-import type { ClusterPod } from '../api/types';
+import type { ClusterPod, ModelInstance } from '../api/types';
 import { podGpuSummary, POD_STATE_COLOR } from '../lib/cluster';
 import { gpuText } from './InstanceTable';
 import { SimulatedLabel, StatusLabel } from './StatusLabel';
 
 /** The seed's NodeModelPane: one pod, its GPUs and the instances it runs (from its last
- *  heartbeat; the leader's actions on them are on the Models page). */
-export function NodeModelPane({ pod }: { pod: ClusterPod }) {
+ *  heartbeat; the leader's actions on them are on the Models page). `onMove`: a Move
+ *  button on each active instance (admins). */
+export function NodeModelPane({ pod, onMove }: { pod: ClusterPod; onMove?: (inst: ModelInstance) => void }) {
   return (
     <Card isCompact data-testid={`node-pane-${pod.id}`} data-state={pod.state}>
       <CardHeader>
@@ -37,6 +38,7 @@ export function NodeModelPane({ pod }: { pod: ClusterPod }) {
                 <Th modifier="fitContent">Status</Th>
                 <Th modifier="fitContent">Engine</Th>
                 <Th modifier="fitContent">GPU(s)</Th>
+                {onMove && <Th screenReaderText="Actions" modifier="fitContent" />}
               </Tr>
             </Thead>
             <Tbody>
@@ -57,6 +59,13 @@ export function NodeModelPane({ pod }: { pod: ClusterPod }) {
                   <Td dataLabel="GPU(s)" modifier="nowrap">
                     {gpuText(inst)}
                   </Td>
+                  {onMove && (
+                    <Td dataLabel="Actions">
+                      <Button size="sm" variant="secondary" isAriaDisabled={inst.status !== 'active'} onClick={() => onMove(inst)}>
+                        Move
+                      </Button>
+                    </Td>
+                  )}
                 </Tr>
               ))}
             </Tbody>

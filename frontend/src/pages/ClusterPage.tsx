@@ -1,5 +1,10 @@
 import { Card, CardBody, CardTitle, CodeBlock, CodeBlockCode, Content, Gallery, PageSection } from '@patternfly/react-core';
+import { useState } from 'react';
 import { useClusterStatus } from '../api/queries';
+import type { ModelInstance } from '../api/types';
+import { useCanMutateIfKnown } from '../auth/AuthContext';
+import { MoveModal } from '../components/MoveModal';
+import { MovesCard } from '../components/MovesCard';
 import { ClusterOverview } from '../components/ClusterOverview';
 import { NodeModelPane } from '../components/NodeModelPane';
 import { PageHeader } from '../components/PageHeader';
@@ -37,6 +42,8 @@ function SingleNode({ podId }: { podId: string | undefined }) {
 export default function ClusterPage() {
   const status = useClusterStatus();
   const s = status.data;
+  const canMutate = useCanMutateIfKnown();
+  const [moving, setMoving] = useState<{ inst: ModelInstance; podId: string } | null>(null);
   return (
     <>
       <PageHeader
@@ -57,11 +64,17 @@ export default function ClusterPage() {
             </Card>
             <Gallery hasGutter minWidths={{ default: '100%', xl: '36rem' }} className="sz-mt-md">
               {orderedPods(s).map((pod) => (
-                <NodeModelPane key={pod.id} pod={pod} />
+                <NodeModelPane
+                  key={pod.id}
+                  pod={pod}
+                  onMove={canMutate && s.leader !== null ? (inst) => setMoving({ inst, podId: pod.id }) : undefined}
+                />
               ))}
             </Gallery>
+            <MovesCard />
           </>
         )}
+        {moving && s && <MoveModal inst={moving.inst} podId={moving.podId} status={s} onClose={() => setMoving(null)} />}
       </PageSection>
     </>
   );

@@ -6,6 +6,7 @@ import { ButtonLink } from '../components/ButtonLink';
 import { InstanceActions } from '../components/InstanceActions';
 import { InstanceTable } from '../components/InstanceTable';
 import { LoadModelModal } from '../components/LoadModelModal';
+import { MoveAction, MoveDialogHost } from '../components/MoveAction';
 import { PageHeader } from '../components/PageHeader';
 import { Empty, ErrorState, Loading } from '../components/States';
 
@@ -59,6 +60,9 @@ export default function ModelsPage() {
                       <FlexItem>
                         <InstanceActions inst={inst} />
                       </FlexItem>
+                      <FlexItem>
+                        <MoveAction inst={inst} />
+                      </FlexItem>
                     </Flex>
                   ),
                 }}
@@ -68,6 +72,7 @@ export default function ModelsPage() {
         </Card>
       </PageSection>
       {loading && canMutate && <LoadModelModal onClose={() => setLoading(false)} />}
+      <MoveDialogHost />
     </>
   );
 }
