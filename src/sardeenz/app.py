@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from sardeenz import __version__
 from sardeenz.api import auth, benchmarks, catalog, cluster, engines, gpus, health, memory, models
+from sardeenz.api.docs_ui import install_docs
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
@@ -185,6 +186,7 @@ def create_app(settings: Settings) -> Gateway:
         version=__version__,
         summary="Many LLM engines on shared GPUs behind one OpenAI-compatible endpoint",
         lifespan=lifespan,
+        docs_url=None,  # install_docs: the same page with local assets (works offline)
     )
     app.state.services = services
     install_error_handlers(app)
@@ -200,6 +202,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
     app.include_router(cluster.router)
+    install_docs(app)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
