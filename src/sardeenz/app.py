@@ -18,6 +18,7 @@ from sardeenz import __version__
 from sardeenz.api import auth, benchmarks, catalog, cluster, engines, gpus, health, memory, models
 from sardeenz.api.docs_ui import install_docs
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
+from sardeenz.api.metrics_history import router as metrics_history_router
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.external import ExternalServers
@@ -38,6 +39,7 @@ from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.logsetup import RequestIdMiddleware
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
+from sardeenz.metrics_history import MetricsHistory
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.inflight import ProxyTraffic
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
@@ -109,6 +111,7 @@ def build_services(settings: Settings) -> Services:
         ondemand=ondemand,
         reaper=reaper,
         cluster=cluster,
+        metrics_history=MetricsHistory(inventory),
         external=external,
     )
 
@@ -155,6 +158,7 @@ def create_app(settings: Settings) -> Gateway:
             services.external.start()
         await services.ondemand.preload()
         services.reaper.start()
+        services.metrics_history.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
         services.started = True
         if settings.demo:
@@ -167,6 +171,7 @@ def create_app(settings: Settings) -> Gateway:
             log.info("shutting down: stopping %d engine(s)", count)
             await services.benchmarks.shutdown()  # cancel runs before their engines go
             await services.reaper.stop()
+            await services.metrics_history.stop()
             await services.ondemand.close()
             await services.cluster.stop()
             if services.external is not None:
@@ -202,6 +207,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
     app.include_router(cluster.router)
+    app.include_router(metrics_history_router)
     install_docs(app)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above

@@ -19,6 +19,7 @@ from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
+from sardeenz.metrics_history import MetricsHistory
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.routing import RoutingTable, RoutingUpdater
 from sardeenz.runtime.supervisor import Supervisor
@@ -50,6 +51,8 @@ class Services:
     ondemand: OnDemand
     reaper: IdleReaper
     cluster: ClusterManager
+    metrics_history: MetricsHistory
+    """The dashboard charts' last hour, sampled in the server (metrics_history.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None
