@@ -175,6 +175,13 @@ class IdleReaper:
         victims = order_victims(cands, self._min_residency)
         return [by_id[c.instance_id] for c in victims], free_later(cands, self._min_residency)
 
+    def idle_seconds(self, instance_ids: list[str]) -> float | None:
+        """Seconds since any of these instances last had a request, as of the last tick
+        (what the idle TTLs count); None when the loop has not seen any of them."""
+        now = self._clock()
+        seen = [now - c.last_activity for i in instance_ids if (c := self._clocks.get(i))]
+        return max(0.0, min(seen)) if seen else None
+
     def busy(self, name: str) -> bool:
         """A request for ``name`` is in flight right now."""
         return self._activity(name)[0] > 0
