@@ -20,6 +20,7 @@ const BenchmarkComparePage = lazy(() => import('./pages/BenchmarkComparePage'));
 const ProfilesPage = lazy(() => import('./pages/ProfilesPage'));
 const AuditPage = lazy(() => import('./pages/AuditPage'));
 const AboutPage = lazy(() => import('./pages/AboutPage'));
+const CatalogPage = lazy(() => import('./pages/CatalogPage'));
 
 function PageSpinner() {
   return (
@@ -65,6 +66,7 @@ export function App() {
           <Route path="/profiles" element={<ProfilesPage />} />
           <Route path="/audit" element={<AuditPage />} />
           <Route path="/about" element={<AboutPage />} />
+          <Route path="/catalog" element={<CatalogPage />} />
           <Route path="*" element={<NotFound />} />
         </Routes>
       </Suspense>
