@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { BenchmarkMetrics, BenchmarkRun, BenchmarkScenario } from '../api/types';
-import { compareValue, deltaText, latencyBars, METRICS, pairScenarios, scenarioPercent } from './benchmarks';
+import { applyProgress, compareValue, deltaText, GRID_ROWS, GRID_STATS, gridValue, latencyBars, METRICS, pairScenarios, scenarioPercent } from './benchmarks';
 
 const metrics = (scale: number): BenchmarkMetrics => {
   const m: Record<string, number | string> = { scenarioId: 's' };
@@ -119,5 +119,21 @@ describe('run shaping', () => {
     expect(scenarioPercent(running, { phase: 'measure', completed: 5, total: 20 })).toBe(25);
     expect(scenarioPercent(scenario('done'))).toBe(100);
     expect(scenarioPercent(scenario('p', { status: 'pending', successfulRequests: 0 }))).toBe(0);
+  });
+});
+
+describe('live counters', () => {
+  it('a measure progress event sets the running scenario and the run totals like the API', () => {
+    const r = run([scenario('done', { successfulRequests: 20 }), scenario('live', { status: 'running', successfulRequests: 0 })]);
+    const next = applyProgress(r, { scenarioId: 'live', phase: 'measure', successful: 7, failed: 1 });
+    expect(next.scenarios[1]).toMatchObject({ successfulRequests: 7, failedRequests: 1 });
+    expect([next.successfulRequests, next.failedRequests]).toEqual([27, 1]);
+    // Warm-up requests are not counted, as the API does not count them.
+    expect(applyProgress(r, { scenarioId: 'live', phase: 'warmup', successful: 2, failed: 0 })).toBe(r);
+  });
+
+  it('the grid reads every statistic of a family', () => {
+    const m = metrics(10);
+    expect(GRID_ROWS.flatMap((row) => GRID_STATS.map((s) => gridValue(m, row.prefix, s)))).toHaveLength(21);
   });
 });

@@ -150,3 +150,36 @@ export function scenarioPercent(s: BenchmarkScenario, progress?: { completed: nu
   }
   return s.totalRequests > 0 ? Math.min(100, ((s.successfulRequests + s.failedRequests) / s.totalRequests) * 100) : 0;
 }
+
+/**
+ * A run with one progress event applied, counting as the API does: while a scenario
+ * measures, its ok/failed counts are the live ones, and the run's totals are their sums
+ * (warm-up requests are not counted). So the page's counters equal `GET /api/benchmarks/{id}`.
+ */
+export function applyProgress(
+  run: BenchmarkRun,
+  p: { scenarioId: string; phase: string; successful: number; failed: number },
+): BenchmarkRun {
+  if (p.phase !== 'measure') return run;
+  const scenarios = run.scenarios.map((s) =>
+    s.id === p.scenarioId && s.status === 'running' ? { ...s, successfulRequests: p.successful, failedRequests: p.failed } : s,
+  );
+  return {
+    ...run,
+    scenarios,
+    successfulRequests: scenarios.reduce((n, s) => n + s.successfulRequests, 0),
+    failedRequests: scenarios.reduce((n, s) => n + s.failedRequests, 0),
+  };
+}
+
+/** The scenario grid: one row per latency family, one column per statistic. */
+export const GRID_STATS = STATS;
+export const GRID_ROWS: Array<{ prefix: 'ttft' | 'e2e' | 'tps'; label: string; format: MetricDef['format'] }> = [
+  { prefix: 'ttft', label: 'TTFT', format: formatMs },
+  { prefix: 'e2e', label: 'E2E latency', format: formatMs },
+  { prefix: 'tps', label: 'Decode rate', format: tokensPerSecond },
+];
+
+export function gridValue(m: BenchmarkMetrics, prefix: 'ttft' | 'e2e' | 'tps', stat: (typeof STATS)[number]): number | null {
+  return m[`${prefix}${stat}` as MetricKey];
+}
