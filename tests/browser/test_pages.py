@@ -33,6 +33,8 @@ PAGES = [
     ("/charts", "Metrics"),
     ("/benchmarks", "Benchmarks"),
     ("/benchmarks/new", "New benchmark"),
+    ("/benchmarks/compare", "Compare runs"),
+    ("/catalog", "Catalog"),
     ("/profiles", "Memory profiles"),
     ("/audit", "Audit log"),
     ("/about", "About"),
