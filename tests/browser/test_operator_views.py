@@ -175,6 +175,7 @@ def test_models_table_shows_why_an_instance_failed(session: Session, server: Ser
             expect(reason).to_contain_text(first_line.strip()[:60])
             expect(page.get_by_role("columnheader", name="GPU memory")).to_be_visible()
             expect(page.get_by_role("columnheader", name="req/s")).to_be_visible()
+            session.shot("models-failure-reason")
             row.get_by_role("button", name="Unload").click()
             dialog = page.get_by_role("dialog")
             expect(dialog).not_to_contain_text("requests for")
@@ -217,6 +218,7 @@ def test_catalog_page_lists_and_edits_an_entry(session: Session, server: ServerP
             expect(row).to_have_attribute("data-state", "unloaded")
             expect(row).to_contain_text("cat-model")
             expect(row).to_contain_text("unload after 10m 00s idle")
+            session.shot("catalog-list")
             row.get_by_role("button", name="Edit").click()
             dialog = page.get_by_role("dialog")
             dialog.get_by_label("Sleep after idle (s)").fill("30")
@@ -230,6 +232,7 @@ def test_catalog_page_lists_and_edits_an_entry(session: Session, server: ServerP
             dialog.get_by_role("button", name="Save").click()
             url_help = dialog.locator("#cat-url-help")
             expect(url_help).to_be_visible()
+            session.shot("catalog-edit-field-error")
             assert "url" not in url_help.inner_text().lower()[:4], "the field name is not repeated"
             dialog.get_by_label("Engine", exact=True).select_option("sim")
             dialog.get_by_label("URL (external only)").fill("")

@@ -39,12 +39,9 @@ export function InstanceTable({ instances, actions }: Props) {
           <Th modifier="fitContent">Status</Th>
           <Th modifier="fitContent">Engine</Th>
           <Th modifier="fitContent">GPU(s)</Th>
-          <Th modifier="fitContent" info={{ tooltip: 'GPU memory reserved for the instance, all its GPUs together' }}>
-            GPU memory
-          </Th>
-          <Th modifier="fitContent" info={{ tooltip: "Requests per second of the instance's model (all its instances)" }}>
-            req/s
-          </Th>
+          {/* Reserved on all its GPUs together; req/s of its model (all its instances). */}
+          <Th modifier="fitContent">GPU memory</Th>
+          <Th modifier="fitContent">req/s</Th>
           <Th modifier="fitContent">Port</Th>
           <Th modifier="fitContent">Uptime</Th>
           {actions && <Th screenReaderText={actions.heading} modifier="fitContent" />}

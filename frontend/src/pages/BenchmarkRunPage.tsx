@@ -71,7 +71,7 @@ function ScenarioResults({ s, index }: { s: BenchmarkScenario; index: number }) 
               <Tr>
                 <Th>Metric</Th>
                 {GRID_STATS.map((stat) => (
-                  <Th key={stat} modifier="fitContent">
+                  <Th key={stat} modifier="nowrap">
                     {stat.toLowerCase()}
                   </Th>
                 ))}
@@ -82,7 +82,7 @@ function ScenarioResults({ s, index }: { s: BenchmarkScenario; index: number }) 
                 <Tr key={row.prefix} data-grid-row={row.prefix}>
                   <Td dataLabel="Metric">{row.label}</Td>
                   {GRID_STATS.map((stat) => (
-                    <Td key={stat} dataLabel={stat.toLowerCase()} className="sz-nowrap">
+                    <Td key={stat} dataLabel={stat.toLowerCase()} modifier="nowrap">
                       {row.format(gridValue(m, row.prefix, stat))}
                     </Td>
                   ))}
