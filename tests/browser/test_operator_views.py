@@ -126,6 +126,8 @@ def test_live_benchmark_counters_equal_the_api(
     expect(card.get_by_role("columnheader", name="p99", exact=True)).to_be_visible()
     expect(card.locator('[data-cdf="TTFT"] svg path')).to_have_count(1)
     expect(card.locator('[data-cdf="E2E latency"] [data-sla="500"]')).to_have_count(1)
+    card.locator('[data-cdf="E2E latency"]').scroll_into_view_if_needed()
+    session.shot("benchmark-run-grid-and-cdf")
 
 
 def test_charts_keep_their_history_across_a_reload(

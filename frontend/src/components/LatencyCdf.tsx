@@ -5,7 +5,7 @@ import { resolvedColor } from '../lib/palette';
 
 const W = 360;
 const H = 200;
-const PAD = { left: 44, right: 12, top: 10, bottom: 34 };
+const PAD = { left: 44, right: 28, top: 10, bottom: 34 };
 
 /** One latency's CDF (SVG, its own x scale), with the SLA line when there is one. */
 function Cdf({ title, points, slaMs, color }: { title: string; points: CdfPoint[]; slaMs: number | null; color: string }) {

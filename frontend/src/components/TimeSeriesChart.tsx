@@ -31,7 +31,7 @@ function options(data: ChartData, unit: string, width: number, height: number): 
     ],
     hooks: { setCursor: [showLatest], setSeries: [showLatest] },
     series: [
-      {},
+      { value: (_u: uPlot, v: number | null) => (v == null ? '—' : clockLabel(v, 0)) },
       ...data.series.map((s, i) => ({
         label: s.label,
         stroke: resolvedColor(s.colorIndex ?? i),
