@@ -23,6 +23,18 @@ pytestmark = pytest.mark.browser
 SERVED = "ops-sim"
 
 
+@pytest.fixture
+def created_runs(server: ServerProcess) -> Iterator[list[str]]:
+    """Runs a test creates, deleted after it: other modules share the server and expect
+    to start with no runs (test_benchmarks.py)."""
+    runs: list[str] = []
+    yield runs
+    with server.client() as api:
+        for run_id in runs:
+            wait_finished(api, run_id)
+            api.delete(f"/api/benchmarks/{run_id}")
+
+
 @pytest.fixture(scope="module")
 def instance(server: ServerProcess) -> Iterator[str]:
     """A slow simulated model: a request takes about 0.35 s, so a run's counters move slowly."""
@@ -67,10 +79,11 @@ def wait_finished(api: httpx.Client, run_id: str, timeout: float = 60) -> dict[s
 
 
 def test_compare_page_with_no_one_or_unknown_runs(
-    session: Session, server: ServerProcess, instance: str
+    session: Session, server: ServerProcess, instance: str, created_runs: list[str]
 ) -> None:
     with server.client() as api:
         run_id = run_benchmark(api, instance, "cmp-a", 2)
+        created_runs.append(run_id)
         assert wait_finished(api, run_id)["status"] == "completed"
     page = session.page
     session.goto("/benchmarks/compare")
@@ -96,12 +109,13 @@ def test_compare_page_with_no_one_or_unknown_runs(
 
 
 def test_live_benchmark_counters_equal_the_api(
-    session: Session, server: ServerProcess, instance: str
+    session: Session, server: ServerProcess, instance: str, created_runs: list[str]
 ) -> None:
     page = session.page
     with server.client() as api:
         total = 16
         run_id = run_benchmark(api, instance, "live-counters", total)
+        created_runs.append(run_id)
         session.goto(f"/benchmarks/{run_id}")
         requests = page.locator('[data-run-field="requests"]')
         expect(requests).to_contain_text(f"of {total}")
