@@ -23,6 +23,7 @@ const RequestsPage = lazy(() => import('./pages/RequestsPage'));
 const AboutPage = lazy(() => import('./pages/AboutPage'));
 const ClusterPage = lazy(() => import('./pages/ClusterPage'));
 const PresetsPage = lazy(() => import('./pages/PresetsPage'));
+const CatalogPage = lazy(() => import('./pages/CatalogPage'));
 
 function PageSpinner() {
   return (
@@ -71,6 +72,7 @@ export function App() {
           <Route path="/cluster" element={<ClusterPage />} />
           <Route path="/presets" element={<PresetsPage />} />
           <Route path="/about" element={<AboutPage />} />
+          <Route path="/catalog" element={<CatalogPage />} />
           <Route path="*" element={<NotFound />} />
         </Routes>
       </Suspense>

@@ -29,7 +29,9 @@ from sardeenz.api import (
     presets,
     requests,
 )
+from sardeenz.api.docs_ui import install_docs
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
+from sardeenz.api.metrics_history import router as metrics_history_router
 from sardeenz.bench.runner import BenchmarkRunner
 from sardeenz.catalog.demand import OnDemand
 from sardeenz.catalog.external import ExternalServers
@@ -59,6 +61,7 @@ from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.logsetup import RequestIdMiddleware
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
+from sardeenz.metrics_history import MetricsHistory
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.history import RequestHistory
 from sardeenz.proxy.inflight import ProxyTraffic
@@ -154,6 +157,7 @@ def build_services(settings: Settings) -> Services:
         presets=PresetService(cluster, PresetRepository(db), placement),
         profile_sync=ProfileSync(cluster, profiles),
         node=node_metrics.NodeSampler(inventory, supervisor, ledger),
+        metrics_history=MetricsHistory(inventory),
         external=external,
     )
 
@@ -200,6 +204,7 @@ def create_app(settings: Settings) -> Gateway:
             services.external.start()
         await services.ondemand.preload()
         services.reaper.start()
+        services.metrics_history.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
         services.profile_sync.start()  # cluster only: the leader's profile reconciliation
         services.presets.start()  # reconciles the applied preset (on the leader)
@@ -214,6 +219,7 @@ def create_app(settings: Settings) -> Gateway:
             log.info("shutting down: stopping %d engine(s)", count)
             await services.benchmarks.shutdown()  # cancel runs before their engines go
             await services.reaper.stop()
+            await services.metrics_history.stop()
             await services.ondemand.close()
             await services.moves.stop()
             await services.profile_sync.stop()
@@ -237,6 +243,7 @@ def create_app(settings: Settings) -> Gateway:
         version=__version__,
         summary="Many LLM engines on shared GPUs behind one OpenAI-compatible endpoint",
         lifespan=lifespan,
+        docs_url=None,  # install_docs: the same page with local assets (works offline)
     )
     app.state.services = services
     install_error_handlers(app)
@@ -255,6 +262,8 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(moves.router)
     app.include_router(presets.router)
     app.include_router(requests.router)
+    app.include_router(metrics_history_router)
+    install_docs(app)
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 

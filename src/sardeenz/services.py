@@ -25,6 +25,7 @@ from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
+from sardeenz.metrics_history import MetricsHistory
 from sardeenz.proxy import metrics as proxy_metrics
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.history import RequestHistory
@@ -71,6 +72,8 @@ class Services:
     """Desired states: storage, distribution, apply, reconcile (cluster/preset_service.py)."""
     node: NodeSampler
     """Memory samples for ``/metrics`` and ``ResourceMetrics`` (taken when asked)."""
+    metrics_history: MetricsHistory
+    """The dashboard charts' last hour, sampled in the server (metrics_history.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

@@ -33,8 +33,13 @@ PAGES = [
     ("/charts", "Metrics"),
     ("/benchmarks", "Benchmarks"),
     ("/benchmarks/new", "New benchmark"),
+    ("/benchmarks/compare", "Compare runs"),
+    ("/catalog", "Catalog"),
     ("/profiles", "Memory profiles"),
+    ("/requests", "Requests"),
     ("/audit", "Audit log"),
+    ("/cluster", "Cluster"),
+    ("/presets", "Presets"),
     ("/about", "About"),
     ("/no/such/page", "No such page"),
 ]

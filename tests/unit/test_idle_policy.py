@@ -192,3 +192,23 @@ def test_a_busy_or_fresh_candidate_is_worth_waiting_for_a_pinned_one_never() -> 
     assert free_later([_cand("fresh", 1, resident_for=1)], min_residency=5)
     assert not free_later([_cand("pinned", 1, pinned=True, in_flight=1)], min_residency=5)
     assert not free_later([_cand("starting", 1, status="starting")], min_residency=5)
+
+
+async def test_idle_seconds_is_the_clock_the_ttls_count() -> None:
+    now = [500.0]
+    busy = {"m": (0, 0)}
+    reaper = IdleReaper(
+        Settings(ondemand_min_residency_seconds=0),
+        _FakeCatalog({"m": CatalogEntry(model_path="m")}),  # type: ignore[arg-type]
+        _FakeLifecycle([_instance("i1", "m")]),
+        activity=lambda name: busy[name],
+        clock=lambda: now[0],
+    )
+    assert reaper.idle_seconds(["i1"]) is None  # not seen by the loop yet
+    await reaper.tick()
+    now[0] += 12
+    assert reaper.idle_seconds(["i1"]) == 12
+    busy["m"] = (0, 1)  # a request finished: the next tick restarts the clock
+    await reaper.tick()
+    now[0] += 3
+    assert reaper.idle_seconds(["i1", "gone"]) == 3

@@ -121,8 +121,13 @@ export function useBenchmarks() {
   });
 }
 
+/** One run; idle without an id (an empty id would ask for `/api/benchmarks/`, the list). */
 export function useBenchmark(id: string) {
-  return useQuery({ queryKey: keys.benchmark(id), queryFn: () => api<BenchmarkRun>(`/api/benchmarks/${encodeURIComponent(id)}`) });
+  return useQuery({
+    queryKey: keys.benchmark(id),
+    queryFn: () => api<BenchmarkRun>(`/api/benchmarks/${encodeURIComponent(id)}`),
+    enabled: id !== '',
+  });
 }
 
 export function useAudit(beforeId: number | null) {

@@ -33,6 +33,7 @@ import { markOnce } from '../lib/perf';
 const NAV: Array<[path: string, label: string]> = [
   ['/', 'Dashboard'],
   ['/models', 'Models'],
+  ['/catalog', 'Catalog'],
   ['/logs', 'Logs'],
   ['/charts', 'Metrics'],
   ['/benchmarks', 'Benchmarks'],

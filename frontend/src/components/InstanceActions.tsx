@@ -119,10 +119,14 @@ export function InstanceActions({ inst, onUnloaded }: { inst: ModelInstance; onU
             })
           }
         >
-          <p>
-            The engine on port {inst.port} is stopped and its GPU memory freed; requests for {name} fail until it is
-            loaded again.
-          </p>
+          {inst.status === 'failed' ? (
+            <p>The failed instance is removed from the list and whatever it still reserves is freed.</p>
+          ) : (
+            <p>
+              The engine on port {inst.port} is stopped and its GPU memory freed; requests for {name} fail until it is
+              loaded again.
+            </p>
+          )}
         </ConfirmModal>
       )}
     </Flex>

@@ -3,7 +3,9 @@ import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import type { ReactNode } from 'react';
 import { Link } from 'react-router';
 import type { ModelInstance } from '../api/types';
-import { formatUptime } from '../lib/format';
+import { formatBytes, formatDuration, formatNumber, formatUptime } from '../lib/format';
+import { failureReason, gpuMemoryBytes, startingSeconds } from '../lib/instanceRow';
+import { useMetricsHistory } from '../hooks/MetricsHistory';
 import { useNow } from '../hooks/useNow';
 import { SimulatedLabel, StatusLabel } from './StatusLabel';
 
@@ -21,9 +23,17 @@ export function gpuText(inst: ModelInstance): string {
   return `${inst.gpuIds.join(', ')}${tp}`;
 }
 
-/** Every instance: name, status, engine, GPU(s), port, uptime. */
+/** Every instance: name, status (why it failed, how long it has been starting), engine,
+ * GPU(s) and the memory it holds there, port, requests/s of its model, uptime; in a
+ * cluster, the pod that runs it. */
 export function InstanceTable({ instances, actions, podOf }: Props) {
   const now = useNow();
+  const { points } = useMetricsHistory();
+  const rates = [...points].reverse().find((p) => p.models !== null)?.models ?? null;
+  const rps = (model: string): string => {
+    if (!rates) return '—';
+    return formatNumber(rates.find((r) => r.model === model)?.requestsPerSecond ?? 0);
+  };
   return (
     <Table aria-label="Model instances" variant="compact" gridBreakPoint="grid-md">
       <Thead>
@@ -33,6 +43,9 @@ export function InstanceTable({ instances, actions, podOf }: Props) {
           {podOf && <Th modifier="fitContent">Pod</Th>}
           <Th modifier="fitContent">Engine</Th>
           <Th modifier="fitContent">GPU(s)</Th>
+          {/* Reserved on all its GPUs together; req/s of its model (all its instances). */}
+          <Th modifier="fitContent">GPU memory</Th>
+          <Th modifier="fitContent">req/s</Th>
           <Th modifier="fitContent">Port</Th>
           <Th modifier="fitContent">Uptime</Th>
           {actions && <Th screenReaderText={actions.heading} modifier="fitContent" />}
@@ -52,6 +65,16 @@ export function InstanceTable({ instances, actions, podOf }: Props) {
               <span>
                 <StatusLabel status={inst.status} sleepLevel={inst.sleepLevel} />
               </span>
+              {inst.status === 'failed' && (
+                <Content component="small" className="sz-failure-reason" title={inst.errorMessage ?? undefined} data-failure-reason>
+                  {failureReason(inst)}
+                </Content>
+              )}
+              {inst.status === 'starting' && (
+                <Content component="small" className="sz-nowrap" data-starting-for>
+                  loading for {formatDuration(startingSeconds(inst, now))}
+                </Content>
+              )}
             </Td>
             {podOf && (
               <Td dataLabel="Pod" modifier="nowrap" data-pod-id={podOf(inst)}>
@@ -65,6 +88,12 @@ export function InstanceTable({ instances, actions, podOf }: Props) {
             </Td>
             <Td dataLabel="GPU(s)" modifier="nowrap">
               {gpuText(inst)}
+            </Td>
+            <Td dataLabel="GPU memory" modifier="nowrap">
+              {formatBytes(gpuMemoryBytes(inst))}
+            </Td>
+            <Td dataLabel="req/s" modifier="nowrap">
+              {inst.status === 'active' ? rps(inst.servedModelName) : '—'}
             </Td>
             <Td dataLabel="Port" className="sz-mono">
               {inst.port}

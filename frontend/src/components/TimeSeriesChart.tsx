@@ -2,7 +2,7 @@ import { Bullseye, Content } from '@patternfly/react-core';
 import { useEffect, useRef } from 'react';
 import uPlot, { type AlignedData, type Options } from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import type { ChartData } from '../lib/series';
+import { clockLabel, type ChartData } from '../lib/series';
 import { resolvedColor } from '../lib/palette';
 
 interface Props {
@@ -13,15 +13,25 @@ interface Props {
   emptyText: string;
 }
 
+/** With the cursor off the chart, the legend shows the newest values (live), not dashes. */
+function showLatest(u: uPlot): void {
+  const n = u.data[0]?.length ?? 0;
+  if (u.cursor.idx == null && n > 0) u.setLegend({ idx: n - 1 }, false);
+}
+
 function options(data: ChartData, unit: string, width: number, height: number): Options {
   const fmt = (v: number | null): string => (v == null ? '—' : `${Number(v.toFixed(v < 10 ? 2 : 0))} ${unit}`);
   return {
     width,
     height,
     scales: { x: { time: true }, y: { range: (_u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
-    axes: [{}, { values: (_u, ticks) => ticks.map((t) => `${Number(t.toPrecision(3))}`), label: unit, size: 60 }],
+    axes: [
+      { values: (u, ticks) => ticks.map((t) => clockLabel(t, (u.scales.x?.max ?? 0) - (u.scales.x?.min ?? 0))), space: 70 },
+      { values: (_u, ticks) => ticks.map((t) => `${Number(t.toPrecision(3))}`), label: unit, size: 60 },
+    ],
+    hooks: { setCursor: [showLatest], setSeries: [showLatest] },
     series: [
-      {},
+      { value: (_u: uPlot, v: number | null) => (v == null ? '—' : clockLabel(v, 0)) },
       ...data.series.map((s, i) => ({
         label: s.label,
         stroke: resolvedColor(s.colorIndex ?? i),
@@ -49,6 +59,7 @@ export function TimeSeriesChart({ data, unit, height = 220, emptyText }: Props) 
     const aligned = [data.xs, ...data.series.map((s) => s.values)] as AlignedData;
     const chart = new uPlot(options(data, unit, el.clientWidth || 600, height), aligned, el);
     plot.current = chart;
+    showLatest(chart);
     const resize = new ResizeObserver(() => chart.setSize({ width: el.clientWidth, height }));
     resize.observe(el);
     return () => {
@@ -60,7 +71,10 @@ export function TimeSeriesChart({ data, unit, height = 220, emptyText }: Props) 
   }, [shape, unit, height, hasData]);
 
   useEffect(() => {
-    plot.current?.setData([data.xs, ...data.series.map((s) => s.values)] as AlignedData);
+    const chart = plot.current;
+    if (!chart) return;
+    chart.setData([data.xs, ...data.series.map((s) => s.values)] as AlignedData);
+    showLatest(chart);
   }, [data]);
 
   if (!hasData) {

@@ -1,16 +1,17 @@
-// Polls the proxy metrics and GPU memory while the dashboard is open, keeping
-// ten minutes of history for the charts and the "at a glance" figures.
+// The charts' history: the server samples GPU memory and the proxy's counters every 5 s
+// and keeps the last hour (GET /api/v1/metrics/history), so a reload or a second tab
+// starts with full charts. The tab fetches the whole ring once, then only newer samples.
 
 import { useQueryClient } from '@tanstack/react-query';
 import { createContext, useContext, useEffect, useRef, useState, type ReactNode } from 'react';
 import { api } from '../api/client';
-import { fetchMetricsText, keys } from '../api/queries';
+import { keys } from '../api/queries';
 import type { GpuReport } from '../api/types';
-import { modelCounters, parsePrometheus, ratesBetween, type ModelCounters } from '../lib/prometheus';
+import { pointsFromSamples, type HistoryReport, type HistorySample } from '../lib/history';
 import { appendPoint, type HistoryPoint } from '../lib/series';
 
 export const SAMPLE_SECONDS = 5;
-const WINDOW_SECONDS = 600;
+export const WINDOW_SECONDS = 3600;
 
 interface History {
   points: HistoryPoint[];
@@ -26,31 +27,32 @@ export function useMetricsHistory(): History {
 export function MetricsHistoryProvider({ children }: { children: ReactNode }) {
   const qc = useQueryClient();
   const [history, setHistory] = useState<History>({ points: [], error: null });
-  const last = useRef<{ t: number; counters: Map<string, ModelCounters> } | null>(null);
+  const last = useRef<HistorySample | null>(null);
 
   useEffect(() => {
     let cancelled = false;
-    const sample = async (): Promise<void> => {
+    const poll = async (): Promise<void> => {
       try {
-        const [text, gpus] = await Promise.all([fetchMetricsText(), api<GpuReport>('/api/v1/gpus')]);
+        const since = last.current ? `?since=${last.current.t}` : '';
+        const [report, gpus] = await Promise.all([
+          api<HistoryReport>(`/api/v1/metrics/history${since}`),
+          api<GpuReport>('/api/v1/gpus'),
+        ]);
         if (cancelled) return;
         qc.setQueryData(keys.gpus, gpus);
-        const t = Date.now() / 1000;
-        const counters = modelCounters(parsePrometheus(text));
-        const prev = last.current;
-        last.current = { t, counters };
-        const point: HistoryPoint = {
-          t,
-          gpus: gpus.gpus.map((g) => ({ index: g.index, name: g.name, usedBytes: g.usedBytes, totalBytes: g.totalBytes })),
-          models: prev ? ratesBetween(prev.counters, counters, t - prev.t) : null,
-        };
-        setHistory((h) => ({ points: appendPoint(h.points, point, WINDOW_SECONDS), error: null }));
+        const fresh = pointsFromSamples(report.samples, report.durationBounds, last.current);
+        last.current = report.samples[report.samples.length - 1] ?? last.current;
+        setHistory((h) => {
+          let points = h.points;
+          for (const p of fresh) points = appendPoint(points, p, WINDOW_SECONDS);
+          return { points, error: null };
+        });
       } catch (e) {
         if (!cancelled) setHistory((h) => ({ ...h, error: e as Error }));
       }
     };
-    void sample();
-    const timer = setInterval(() => void sample(), SAMPLE_SECONDS * 1000);
+    void poll();
+    const timer = setInterval(() => void poll(), SAMPLE_SECONDS * 1000);
     return () => {
       cancelled = true;
       clearInterval(timer);

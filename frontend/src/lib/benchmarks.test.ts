@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { BenchmarkMetrics, BenchmarkRun, BenchmarkScenario } from '../api/types';
-import { compareValue, latencyBars, METRICS, pairScenarios, scenarioPercent } from './benchmarks';
+import { applyProgress, compareValue, deltaText, GRID_ROWS, GRID_STATS, gridValue, latencyBars, METRICS, pairScenarios, scenarioPercent } from './benchmarks';
 
 const metrics = (scale: number): BenchmarkMetrics => {
   const m: Record<string, number | string> = { scenarioId: 's' };
@@ -61,7 +61,7 @@ describe('METRICS', () => {
 
 describe('compareValue', () => {
   it('lower latency is better, higher throughput is better', () => {
-    expect(compareValue(100, 80, 'lower')).toEqual({ ratio: -0.2, verdict: 'better' });
+    expect(compareValue(100, 80, 'lower')).toEqual({ ratio: -0.2, diff: -20, verdict: 'better' });
     expect(compareValue(100, 80, 'higher').verdict).toBe('worse');
     expect(compareValue(100, 101, 'lower').verdict).toBe('same');
   });
@@ -73,13 +73,38 @@ describe('compareValue', () => {
 });
 
 describe('run shaping', () => {
-  it('pairs scenarios by position, leaving gaps', () => {
+  it('pairs scenarios by identity (model, routing, shape), not by position', () => {
+    const a = run([scenario('a1'), scenario('a2', { concurrency: 8 }), scenario('a3', { modelName: 'llama' })]);
+    // B has the same scenarios in another order, one missing and one new.
+    const b = run([scenario('b2', { concurrency: 8 }), scenario('b4', { routingMode: 'proxy' }), scenario('b1')]);
+    const pairs = pairScenarios(a, b);
+    expect(pairs.map((p) => [p.a?.id ?? null, p.b?.id ?? null])).toEqual([
+      ['a1', 'b1'],
+      ['a2', 'b2'],
+      ['a3', null],
+      [null, 'b4'],
+    ]);
+    expect(pairs[0]?.title).toBe('qwen · direct · c4 · 128→64');
+    expect(pairs[3]?.title).toBe('qwen · proxy · c4 · 128→64');
+  });
+
+  it('pairs repeated identities in order and keeps titles unique', () => {
     const pairs = pairScenarios(run([scenario('a1'), scenario('a2')]), run([scenario('b1')]));
     expect(pairs.map((p) => [p.a?.id ?? null, p.b?.id ?? null])).toEqual([
       ['a1', 'b1'],
       ['a2', null],
     ]);
-    expect(pairs[0]?.title).toBe('#1 qwen · direct · c4 · 128→64 tok');
+    expect(new Set(pairs.map((p) => p.title)).size).toBe(2);
+  });
+
+  it('never shows a count as a percentage gain', () => {
+    const count = METRICS.find((m) => m.key === 'goodputCount');
+    const percent = METRICS.find((m) => m.key === 'goodputPercent');
+    expect(deltaText(compareValue(20, 30, 'higher'), count?.delta)).toBe('+10');
+    expect(deltaText(compareValue(90, 85.5, 'higher'), percent?.delta)).toBe('−4.5 pp');
+    expect(deltaText(compareValue(100, 80, 'lower'))).toBe('−20.0%');
+    expect(deltaText(compareValue(0, 5, 'higher'), count?.delta)).toBe('+5');
+    expect(deltaText(compareValue(null, 5, 'higher'), count?.delta)).toBe('—');
   });
 
   it('latency bars skip scenarios without metrics', () => {
@@ -94,5 +119,21 @@ describe('run shaping', () => {
     expect(scenarioPercent(running, { phase: 'measure', completed: 5, total: 20 })).toBe(25);
     expect(scenarioPercent(scenario('done'))).toBe(100);
     expect(scenarioPercent(scenario('p', { status: 'pending', successfulRequests: 0 }))).toBe(0);
+  });
+});
+
+describe('live counters', () => {
+  it('a measure progress event sets the running scenario and the run totals like the API', () => {
+    const r = run([scenario('done', { successfulRequests: 20 }), scenario('live', { status: 'running', successfulRequests: 0 })]);
+    const next = applyProgress(r, { scenarioId: 'live', phase: 'measure', successful: 7, failed: 1 });
+    expect(next.scenarios[1]).toMatchObject({ successfulRequests: 7, failedRequests: 1 });
+    expect([next.successfulRequests, next.failedRequests]).toEqual([27, 1]);
+    // Warm-up requests are not counted, as the API does not count them.
+    expect(applyProgress(r, { scenarioId: 'live', phase: 'warmup', successful: 2, failed: 0 })).toBe(r);
+  });
+
+  it('the grid reads every statistic of a family', () => {
+    const m = metrics(10);
+    expect(GRID_ROWS.flatMap((row) => GRID_STATS.map((s) => gridValue(m, row.prefix, s)))).toHaveLength(21);
   });
 });

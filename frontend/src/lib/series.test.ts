@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ModelRates } from './prometheus';
-import { appendPoint, gpuMemorySeries, latencySeries, requestRateSeries, type HistoryPoint } from './series';
+import { appendPoint, clockLabel, gpuMemorySeries, latencyQuantileSeries, latencySeries, requestRateSeries, type HistoryPoint } from './series';
 
 const GIB = 2 ** 30;
 const rates = (model: string, rps: number, p50: number | null): ModelRates => ({
@@ -57,5 +57,22 @@ describe('series', () => {
       [1, false],
       [1, true],
     ]);
+  });
+});
+
+describe('latency panels and time labels', () => {
+  it('one series per model for the chosen quantile, in ms', () => {
+    const points = [
+      { t: 1, gpus: [], models: null },
+      { t: 6, gpus: [], models: [{ model: 'a', requestsPerSecond: 1, errorsPerSecond: 0, inFlight: 0, p50: 0.1, p95: 0.4 }] },
+    ];
+    expect(latencyQuantileSeries(points, 'p95')).toEqual({ xs: [6], series: [{ label: 'a', values: [400] }] });
+    expect(latencyQuantileSeries(points, 'p50').series[0]?.values).toEqual([100]);
+  });
+
+  it('clock labels carry seconds only on short spans', () => {
+    const t = new Date(2026, 0, 1, 9, 5, 7).getTime() / 1000;
+    expect(clockLabel(t, 120)).toBe('09:05:07');
+    expect(clockLabel(t, 3600)).toBe('09:05');
   });
 });

@@ -76,3 +76,22 @@ export function latencySeries(points: HistoryPoint[]): ChartData {
   );
   return { ...data, series: data.series.map((s, i) => ({ ...s, colorIndex: i >> 1, dashed: i % 2 === 1 })) };
 }
+
+/** One latency quantile per model, in milliseconds (p50 and p95 get their own panels). */
+export function latencyQuantileSeries(points: HistoryPoint[], q: 'p50' | 'p95'): ChartData {
+  return collect(points.filter((p) => p.models !== null), (p) =>
+    (p.models ?? []).map((m): [string, number | null] => [m.model, m[q] === null ? null : m[q] * 1000]),
+  );
+}
+
+const pad = (n: number): string => String(n).padStart(2, '0');
+
+/**
+ * A time-axis tick in the browser's local time: HH:MM, with seconds when the visible
+ * span is under five minutes (otherwise ticks would repeat the same minute).
+ */
+export function clockLabel(unixSeconds: number, spanSeconds: number): string {
+  const d = new Date(unixSeconds * 1000);
+  const hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return spanSeconds < 300 ? `${hm}:${pad(d.getSeconds())}` : hm;
+}

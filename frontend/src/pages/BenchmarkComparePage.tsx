@@ -1,18 +1,31 @@
-import { Card, CardBody, CardTitle, Label, PageSection } from '@patternfly/react-core';
+import {
+  Alert,
+  Card,
+  CardBody,
+  CardTitle,
+  Flex,
+  FlexItem,
+  FormGroup,
+  FormSelect,
+  FormSelectOption,
+  Label,
+  PageSection,
+} from '@patternfly/react-core';
 import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import { useSearchParams } from 'react-router';
-import { useBenchmark } from '../api/queries';
+import { ApiError } from '../api/client';
+import { useBenchmark, useBenchmarks } from '../api/queries';
 import type { BenchmarkRun } from '../api/types';
 import { PageHeader } from '../components/PageHeader';
 import { Empty, ErrorState, Loading } from '../components/States';
-import { compareValue, METRICS, metricValue, pairScenarios, type Delta } from '../lib/benchmarks';
+import { compareValue, deltaText, METRICS, metricValue, pairScenarios, type Delta, type MetricDef } from '../lib/benchmarks';
 import { formatTimestamp } from '../lib/format';
 
 const runName = (r: BenchmarkRun): string => r.name ?? r.id.slice(0, 8);
 
-function DeltaLabel({ delta }: { delta: Delta }) {
-  if (delta.ratio === null) return <>—</>;
-  const text = `${delta.ratio > 0 ? '+' : ''}${(delta.ratio * 100).toFixed(1)}%`;
+function DeltaLabel({ delta, kind }: { delta: Delta; kind: MetricDef['delta'] }) {
+  const text = deltaText(delta, kind);
+  if (text === '—') return <>—</>;
   const color = delta.verdict === 'better' ? 'green' : delta.verdict === 'worse' ? 'red' : 'grey';
   return (
     <Label isCompact color={color} data-verdict={delta.verdict}>
@@ -26,11 +39,13 @@ function Comparison({ a, b }: { a: BenchmarkRun; b: BenchmarkRun }) {
     <>
       {pairScenarios(a, b).map((pair) => (
         <PageSection key={pair.title}>
-          <Card>
+          <Card data-pair={pair.title}>
             <CardTitle>{pair.title}</CardTitle>
             <CardBody>
               {!pair.a || !pair.b ? (
-                <Empty title="Only one run has this scenario">Runs are compared scenario by scenario, in order.</Empty>
+                <Empty title={`Only run ${pair.a ? 'A' : 'B'} has this scenario`}>
+                  Scenarios are paired by model, routing, concurrency and token shape.
+                </Empty>
               ) : (
                 <Table aria-label={`Comparison of ${pair.title}`} variant="compact">
                   <Thead>
@@ -51,7 +66,7 @@ function Comparison({ a, b }: { a: BenchmarkRun; b: BenchmarkRun }) {
                           <Td dataLabel="A">{m.format(va)}</Td>
                           <Td dataLabel="B">{m.format(vb)}</Td>
                           <Td dataLabel="B vs A">
-                            <DeltaLabel delta={compareValue(va, vb, m.better)} />
+                            <DeltaLabel delta={compareValue(va, vb, m.better)} kind={m.delta} />
                           </Td>
                         </Tr>
                       );
@@ -67,23 +82,83 @@ function Comparison({ a, b }: { a: BenchmarkRun; b: BenchmarkRun }) {
   );
 }
 
+/** Two selects over the stored runs; choosing one rewrites `?a=&b=`. */
+function RunPickers({ a, b, onPick }: { a: string; b: string; onPick: (which: 'a' | 'b', id: string) => void }) {
+  const runs = useBenchmarks();
+  if (runs.isPending) return <Loading what="the runs" />;
+  if (runs.isError) return <ErrorState what="the runs" error={runs.error} onRetry={() => void runs.refetch()} />;
+  const pick = (which: 'a' | 'b', value: string) => (
+    <FormGroup label={`Run ${which.toUpperCase()}`} fieldId={`compare-${which}`}>
+      <FormSelect
+        id={`compare-${which}`}
+        value={runs.data.some((r) => r.id === value) ? value : ''}
+        onChange={(_, v) => onPick(which, v)}
+        aria-label={`Run ${which.toUpperCase()}`}
+      >
+        <FormSelectOption value="" label="Choose a run" isPlaceholder />
+        {runs.data.map((r) => (
+          <FormSelectOption key={r.id} value={r.id} label={`${runName(r)} · ${r.status} · ${formatTimestamp(r.createdAt)}`} />
+        ))}
+      </FormSelect>
+    </FormGroup>
+  );
+  return (
+    <Flex spaceItems={{ default: 'spaceItemsMd' }}>
+      <FlexItem>{pick('a', a)}</FlexItem>
+      <FlexItem>{pick('b', b)}</FlexItem>
+    </Flex>
+  );
+}
+
+/** A fetched run, or why it cannot be shown (unknown id, or an answer that is not a run). */
+function problem(id: string, q: ReturnType<typeof useBenchmark>, which: string): string | null {
+  if (!id) return null;
+  if (q.isError) {
+    return q.error instanceof ApiError && q.error.status === 404
+      ? `Run ${which} (${id}) does not exist: choose another.`
+      : `Run ${which} could not be loaded: ${q.error.message}`;
+  }
+  if (q.data && !Array.isArray((q.data as Partial<BenchmarkRun>).scenarios)) return `Run ${which} (${id}) is not a benchmark run.`;
+  return null;
+}
+
 export default function BenchmarkComparePage() {
-  const [params] = useSearchParams();
-  const a = useBenchmark(params.get('a') ?? '');
-  const b = useBenchmark(params.get('b') ?? '');
+  const [params, setParams] = useSearchParams();
+  const idA = params.get('a') ?? '';
+  const idB = params.get('b') ?? '';
+  const a = useBenchmark(idA);
+  const b = useBenchmark(idB);
+  const onPick = (which: 'a' | 'b', id: string): void => {
+    const next = new URLSearchParams(params);
+    if (id) next.set(which, id);
+    else next.delete(which);
+    setParams(next, { replace: true });
+  };
+  const problems = [problem(idA, a, 'A'), problem(idB, b, 'B')].filter((p): p is string => p !== null);
+  const ready = idA && idB && a.data && b.data && problems.length === 0;
   let body;
-  if (!params.get('a') || !params.get('b')) body = <Empty title="Choose two runs">Select two runs on the Benchmarks page.</Empty>;
-  else if (a.isPending || b.isPending) body = <Loading what="the runs" />;
-  else if (a.isError) body = <ErrorState what="run A" error={a.error} />;
-  else if (b.isError) body = <ErrorState what="run B" error={b.error} />;
-  else body = <Comparison a={a.data} b={b.data} />;
-  const description =
-    a.data && b.data
-      ? `A: ${runName(a.data)} (${formatTimestamp(a.data.createdAt)}) · B: ${runName(b.data)} (${formatTimestamp(b.data.createdAt)}). Green: B is better.`
-      : undefined;
+  if (ready) body = <Comparison a={a.data!} b={b.data!} />;
+  else if ((idA && a.isPending) || (idB && b.isPending)) body = <Loading what="the runs" />;
+  else
+    body = (
+      <PageSection>
+        <Empty title={idA || idB ? 'Choose the other run' : 'Choose two runs'}>
+          Pick a run for A and one for B above, or select two on the Benchmarks page.
+        </Empty>
+      </PageSection>
+    );
+  const description = ready
+    ? `A: ${runName(a.data!)} (${formatTimestamp(a.data!.createdAt)}) · B: ${runName(b.data!)} (${formatTimestamp(b.data!.createdAt)}). Green: B is better.`
+    : undefined;
   return (
     <>
       <PageHeader title="Compare runs" description={description} />
+      <PageSection>
+        <RunPickers a={idA} b={idB} onPick={onPick} />
+        {problems.map((p) => (
+          <Alert key={p} isInline variant="warning" title={p} className="sz-mt-md" />
+        ))}
+      </PageSection>
       {body}
     </>
   );

@@ -27,7 +27,9 @@ import { PageHeader } from '../components/PageHeader';
 import { RunStatusLabel } from '../components/RunStatusLabel';
 import { ErrorState, Loading } from '../components/States';
 import { useEventStream } from '../hooks/useEventStream';
-import { latencyBars, scenarioPercent, scenarioTitle } from '../lib/benchmarks';
+import { applyProgress, GRID_ROWS, GRID_STATS, gridValue, latencyBars, scenarioPercent, scenarioTitle } from '../lib/benchmarks';
+import { LatencyCdf } from '../components/LatencyCdf';
+import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import { formatDuration, formatMs, formatTimestamp } from '../lib/format';
 
 function ScenarioProgress({ s, index, progress }: { s: BenchmarkScenario; index: number; progress?: BenchmarkProgress }) {
@@ -51,6 +53,52 @@ function ScenarioProgress({ s, index, progress }: { s: BenchmarkScenario; index:
       />
       {s.errorMessage && <Alert isInline isPlain variant="danger" title={s.errorMessage} />}
     </div>
+  );
+}
+
+/** One scenario's results: a grid (latency families x statistics), goodput and throughput,
+ * and its latency distributions with the SLA. */
+function ScenarioResults({ s, index }: { s: BenchmarkScenario; index: number }) {
+  const m = s.metrics;
+  if (!m) return null;
+  return (
+    <PageSection>
+      <Card data-results-for={s.id}>
+        <CardTitle>{scenarioTitle(s, index)}</CardTitle>
+        <CardBody>
+          <Table aria-label={`Results of scenario ${index + 1}`} variant="compact" className="sz-mb-md">
+            <Thead>
+              <Tr>
+                <Th>Metric</Th>
+                {GRID_STATS.map((stat) => (
+                  <Th key={stat} modifier="nowrap">
+                    {stat.toLowerCase()}
+                  </Th>
+                ))}
+              </Tr>
+            </Thead>
+            <Tbody>
+              {GRID_ROWS.map((row) => (
+                <Tr key={row.prefix} data-grid-row={row.prefix}>
+                  <Td dataLabel="Metric">{row.label}</Td>
+                  {GRID_STATS.map((stat) => (
+                    <Td key={stat} dataLabel={stat.toLowerCase()} modifier="nowrap">
+                      {row.format(gridValue(m, row.prefix, stat))}
+                    </Td>
+                  ))}
+                </Tr>
+              ))}
+            </Tbody>
+          </Table>
+          <p className="sz-mb-md">
+            Goodput {m.goodputCount} of {s.successfulRequests} ok ({m.goodputPercent.toFixed(1)}%
+            {s.slaThresholdMs !== null ? `, E2E within ${formatMs(s.slaThresholdMs)}` : ', no SLA'}) ·{' '}
+            {m.requestsPerSecond.toFixed(2)} req/s · {m.tokensPerSecondTotal.toFixed(1)} output tok/s
+          </p>
+          <LatencyCdf metrics={m} slaMs={s.slaThresholdMs} />
+        </CardBody>
+      </Card>
+    </PageSection>
   );
 }
 
@@ -82,6 +130,8 @@ export default function BenchmarkRunPage() {
         if (event === 'progress') {
           const p = payload as BenchmarkProgress;
           setProgress((all) => ({ ...all, [p.scenarioId]: p }));
+          // The counters shown are the run's own, kept as the API counts them.
+          qc.setQueryData<BenchmarkRun>(keys.benchmark(id), (old) => (old ? applyProgress(old, p) : old));
           return;
         }
         qc.setQueryData<BenchmarkRun>(keys.benchmark(id), (old) => applyEvent(old, event, payload));
@@ -147,7 +197,7 @@ export default function BenchmarkRunPage() {
               ).map(([term, value]) => (
                 <DescriptionListGroup key={term}>
                   <DescriptionListTerm>{term}</DescriptionListTerm>
-                  <DescriptionListDescription>{value}</DescriptionListDescription>
+                  <DescriptionListDescription data-run-field={term.toLowerCase()}>{value}</DescriptionListDescription>
                 </DescriptionListGroup>
               ))}
             </DescriptionList>
@@ -159,9 +209,10 @@ export default function BenchmarkRunPage() {
       </PageSection>
       {withMetrics.length > 0 && (
         <>
+          {r.scenarios.map((s, i) => (s.metrics ? <ScenarioResults key={s.id} s={s} index={i} /> : null))}
           <PageSection>
             <Card>
-              <CardTitle>Latency (ms)</CardTitle>
+              <CardTitle>Latency percentiles, all scenarios (ms)</CardTitle>
               <CardBody>
                 <BarChart groups={latencyBars(r)} format={formatMs} />
               </CardBody>
@@ -169,7 +220,7 @@ export default function BenchmarkRunPage() {
           </PageSection>
           <PageSection>
             <Card>
-              <CardTitle>Results</CardTitle>
+              <CardTitle>All metrics by scenario</CardTitle>
               <CardBody>
                 <MetricsTable scenarios={r.scenarios} />
               </CardBody>

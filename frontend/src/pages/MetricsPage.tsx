@@ -1,8 +1,8 @@
 import { Alert, Card, CardBody, CardTitle, Gallery, PageSection } from '@patternfly/react-core';
 import { PageHeader } from '../components/PageHeader';
 import { TimeSeriesChart } from '../components/TimeSeriesChart';
-import { SAMPLE_SECONDS, useMetricsHistory } from '../hooks/MetricsHistory';
-import { gpuMemorySeries, latencySeries, requestRateSeries } from '../lib/series';
+import { SAMPLE_SECONDS, useMetricsHistory, WINDOW_SECONDS } from '../hooks/MetricsHistory';
+import { gpuMemorySeries, latencyQuantileSeries, requestRateSeries } from '../lib/series';
 
 export default function MetricsPage() {
   const { points, error } = useMetricsHistory();
@@ -10,7 +10,7 @@ export default function MetricsPage() {
     <>
       <PageHeader
         title="Metrics"
-        description={`Sampled every ${SAMPLE_SECONDS} s from /api/v1/metrics and /api/v1/gpus while the dashboard is open (last 10 minutes).`}
+        description={`Sampled by the server every ${SAMPLE_SECONDS} s and kept for ${WINDOW_SECONDS / 60} minutes (/api/v1/metrics/history), so the charts survive a reload. Legends show the newest values; hover for a point in time.`}
       />
       {error && (
         <PageSection>
@@ -34,9 +34,15 @@ export default function MetricsPage() {
             </CardBody>
           </Card>
           <Card>
-            <CardTitle>Latency p50 and p95 per model</CardTitle>
+            <CardTitle>Latency p50 per model</CardTitle>
             <CardBody>
-              <TimeSeriesChart data={latencySeries(points)} unit="ms" emptyText="No latency samples yet" />
+              <TimeSeriesChart data={latencyQuantileSeries(points, 'p50')} unit="ms" emptyText="No latency samples yet" />
+            </CardBody>
+          </Card>
+          <Card>
+            <CardTitle>Latency p95 per model</CardTitle>
+            <CardBody>
+              <TimeSeriesChart data={latencyQuantileSeries(points, 'p95')} unit="ms" emptyText="No latency samples yet" />
             </CardBody>
           </Card>
         </Gallery>

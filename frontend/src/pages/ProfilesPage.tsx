@@ -119,16 +119,16 @@ export default function ProfilesPage() {
       <Table aria-label="Memory profiles" variant="compact" gridBreakPoint="grid-lg">
         <Thead>
           <Tr>
-            <Th>Name</Th>
-            <Th>Model</Th>
-            <Th>Max tokens</Th>
-            <Th>Total</Th>
-            <Th>Weights</Th>
-            <Th>CUDA graphs</Th>
-            <Th>Overhead</Th>
-            <Th>KV cache</Th>
-            <Th>GPU</Th>
-            <Th>Created</Th>
+            <Th modifier="wrap">Name</Th>
+            <Th modifier="wrap">Model</Th>
+            <Th modifier="wrap">Max tokens</Th>
+            <Th modifier="wrap">Total</Th>
+            <Th modifier="wrap">Weights</Th>
+            <Th modifier="wrap">CUDA graphs</Th>
+            <Th modifier="wrap">Overhead</Th>
+            <Th modifier="wrap">KV cache</Th>
+            <Th modifier="wrap">GPU</Th>
+            <Th modifier="wrap">Created</Th>
             {canMutate && <Th screenReaderText="Actions" />}
           </Tr>
         </Thead>

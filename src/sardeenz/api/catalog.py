@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from sardeenz.api.deps import ServicesDep
-from sardeenz.catalog.models import CatalogModel
+from sardeenz.catalog.models import CatalogModel, CatalogView
 from sardeenz.security.policy import ADMIN, READONLY
+from sardeenz.services import Services
 from sardeenz.store.records import CatalogEntry
 
 router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"])
@@ -18,17 +19,23 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("", response_model=list[CatalogModel], dependencies=[READONLY])
-async def list_catalog(services: ServicesDep) -> list[CatalogModel]:
-    """Every catalog entry (config file and API), invalid ones with their error."""
-    return services.catalog.list_models()
+def _view(model: CatalogModel, services: Services) -> CatalogView:
+    idle = services.reaper.idle_seconds(model.instance_ids) if model.instance_ids else None
+    return CatalogView(**dict(model), idle_seconds=idle)
+
+
+@router.get("", response_model=list[CatalogView], dependencies=[READONLY])
+async def list_catalog(services: ServicesDep) -> list[CatalogView]:
+    """Every catalog entry (config file and API), invalid ones with their error, and how
+    long each has been idle (the TTL countdowns start from it)."""
+    return [_view(m, services) for m in services.catalog.list_models()]
 
 
 @router.get(
-    "/{name:path}", response_model=CatalogModel, responses=NOT_FOUND, dependencies=[READONLY]
+    "/{name:path}", response_model=CatalogView, responses=NOT_FOUND, dependencies=[READONLY]
 )
-async def get_catalog_entry(name: str, services: ServicesDep) -> CatalogModel:
-    return services.catalog.get_model(name)
+async def get_catalog_entry(name: str, services: ServicesDep) -> CatalogView:
+    return _view(services.catalog.get_model(name), services)
 
 
 @router.put(

@@ -37,3 +37,13 @@ class CatalogModel(CamelModel):
     )
     instance_ids: list[str] = Field(default_factory=list)
     entry: CatalogEntry | None = None
+
+
+class CatalogView(CatalogModel):
+    """A catalog model as the API lists it: the entry, its state and its idle clock."""
+
+    idle_seconds: float | None = Field(
+        None,
+        description="seconds since its instances last had a request (the clock idleSleepSeconds "
+        "and idleUnloadSeconds count, sampled every ondemand tick); null with no instance",
+    )

@@ -189,6 +189,13 @@ class IdleReaper:
         steps = plan_eviction(cands, self._min_residency, need, host_room)
         return steps, free_later(cands, self._min_residency)
 
+    def idle_seconds(self, instance_ids: list[str]) -> float | None:
+        """Seconds since any of these instances last had a request, as of the last tick
+        (what the idle TTLs count); None when the loop has not seen any of them."""
+        now = self._clock()
+        seen = [now - c.last_activity for i in instance_ids if (c := self._clocks.get(i))]
+        return max(0.0, min(seen)) if seen else None
+
     def busy(self, name: str) -> bool:
         """A request for ``name`` is in flight right now."""
         return self._activity(name)[0] > 0

@@ -159,6 +159,22 @@ def peek(model: str) -> ModelMetrics | None:
     return _by_model.get(model)
 
 
+def model_counters() -> list[tuple[str, int, int, int, list[int]]]:
+    """Per ``model`` label: requests, 5xx answers, in flight, cumulative duration buckets
+    (one per ``DURATION_BUCKETS`` bound, then ``+Inf``). What the metrics history samples."""
+    out: list[tuple[str, int, int, int, list[int]]] = []
+    for m in list(_by_model.values()):
+        requests = dict(m.requests)
+        errors = sum(n for status, n in requests.items() if status >= 500)
+        cumulative: list[int] = []
+        acc = 0
+        for n in list(m.duration.counts):
+            acc += n
+            cumulative.append(acc)
+        out.append((m.model, sum(requests.values()), errors, m.in_flight, cumulative))
+    return out
+
+
 def observe_instance(old: InstanceView | None, new: InstanceView | None) -> None:
     """Routing-table listener keeping ``sardeenz_instance_status`` current."""
     if new is None:

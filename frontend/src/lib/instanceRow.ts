@@ -1,0 +1,26 @@
+// What a row of the instances table says beyond the raw fields: why it failed, how long
+// it has been starting, how much GPU memory it holds.
+
+import type { ModelInstance } from '../api/types';
+
+/** The first line of a failed instance's error, clipped for a table cell (full text in a tooltip). */
+export function failureReason(inst: ModelInstance, max = 160): string | null {
+  if (inst.status !== 'failed') return null;
+  const text = (inst.errorMessage ?? '').trim();
+  if (!text) return 'failed without a reason: see its log';
+  const first = text.split('\n').find((l) => l.trim() !== '')?.trim() ?? text;
+  return first.length > max ? `${first.slice(0, max - 1)}…` : first;
+}
+
+/** Seconds since a starting instance was created; null for any other status. */
+export function startingSeconds(inst: ModelInstance, now: number): number | null {
+  if (inst.status !== 'starting') return null;
+  const created = Date.parse(inst.createdAt);
+  return Number.isFinite(created) ? Math.max(0, (now - created) / 1000) : null;
+}
+
+/** GPU memory the instance holds: its reservation on each of its GPUs; null when unknown. */
+export function gpuMemoryBytes(inst: ModelInstance): number | null {
+  if (inst.reservedBytesPerGpu == null || inst.gpuIds.length === 0) return null;
+  return inst.reservedBytesPerGpu * inst.gpuIds.length;
+}
