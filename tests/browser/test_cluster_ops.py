@@ -81,7 +81,7 @@ def test_create_plan_apply_a_preset(tab: Session, cluster: Cluster) -> None:
     expect(steps).to_have_count(2)
     expect(plan).to_contain_text("Load web-a on pod pod-a")
     expect(plan).to_contain_text("Load web-a on pod pod-b")
-    expect(plan).to_contain_text("GB free after")
+    expect(plan).to_contain_text("GiB free after")
     expect(page.locator('tr[data-preset="web"]')).to_have_attribute("data-applied", "false")
 
     plan.get_by_role("button", name="Apply").click()
@@ -188,7 +188,7 @@ def test_load_dialog_shows_the_scheduler_verdict(tab: Session) -> None:
     verdict = dialog.get_by_test_id("schedule-verdict")
     expect(verdict).to_have_attribute("data-placed", "true")
     expect(verdict).to_contain_text("would go to pod-")
-    expect(verdict).to_contain_text("GB free after")
+    expect(verdict).to_contain_text("GiB free after")
     dialog.get_by_label("Extra engine arguments").fill("--memory-gib 400")
     expect(verdict).to_have_attribute("data-placed", "false")
     expect(verdict.locator("li[data-pod-id]")).to_have_count(2)

@@ -381,7 +381,7 @@ export interface ScheduleVerdict {
   needSource?: 'profile' | 'estimate' | 'unknown' | 'booking' | string;
   freeAfterBytes?: Record<string, number>;
   minFreeAfterBytes?: number | null;
-  /** The sentence to show ("would go to pod-c, GPU 0 (...): 73.2 GB free after ..."). */
+  /** The sentence to show ("would go to pod-c, GPU 0 (...): 68.2 GiB free after ..."). */
   verdict: string;
   /** Per pod, why it cannot take the load. */
   reasons?: Record<string, string>;

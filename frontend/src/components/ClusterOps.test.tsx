@@ -124,12 +124,12 @@ describe('the load dialog’s scheduler verdict', () => {
       if (path === '/api/cluster/schedule') {
         return json(
           placed
-            ? { strategy: 'balanced', placed: true, podId: 'pod-b', gpuIds: [1], verdict: 'would go to pod-b, GPU 1 (NVIDIA L4): 11.2 GB free after', reasons: {} }
+            ? { strategy: 'balanced', placed: true, podId: 'pod-b', gpuIds: [1], verdict: 'would go to pod-b, GPU 1 (NVIDIA L4): 10.4 GiB free after', reasons: {} }
             : {
                 strategy: 'balanced',
                 placed: false,
                 verdict: 'no pod can take this load',
-                reasons: { 'pod-c': 'needs 107.4 GB per GPU', 'pod-a': 'suspect' },
+                reasons: { 'pod-c': 'needs 100.0 GiB per GPU', 'pod-a': 'suspect' },
               },
         );
       }
@@ -142,7 +142,7 @@ describe('the load dialog’s scheduler verdict', () => {
     fireEvent.change(path, { target: { value: 'org/model' } });
     const verdict = await screen.findByTestId('schedule-verdict', {}, { timeout: 2000 });
     expect(verdict.dataset.podId).toBe('pod-b');
-    expect(verdict.textContent).toContain('would go to pod-b, GPU 1 (NVIDIA L4): 11.2 GB free after');
+    expect(verdict.textContent).toContain('would go to pod-b, GPU 1 (NVIDIA L4): 10.4 GiB free after');
     const asked = calls.filter((c) => c.path === '/api/cluster/schedule');
     expect(asked.map((c) => (c.body as { modelPath: string }).modelPath)).toEqual(['org/model']); // debounced
     expect(asked[0]?.body).not.toHaveProperty('podId');
@@ -152,7 +152,7 @@ describe('the load dialog’s scheduler verdict', () => {
     await waitFor(() => expect(screen.getByTestId('schedule-verdict').dataset.placed).toBe('false'), { timeout: 2000 });
     const refused = screen.getByTestId('schedule-verdict');
     expect(refused.textContent).toContain('pod-a: suspect');
-    expect(refused.textContent).toContain('pod-c: needs 107.4 GB per GPU');
+    expect(refused.textContent).toContain('pod-c: needs 100.0 GiB per GPU');
 
     // A chosen pod: no scheduler question (the leader sends it there).
     fireEvent.change(screen.getByLabelText('Pod'), { target: { value: 'pod-c' } });
