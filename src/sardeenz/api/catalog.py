@@ -28,6 +28,7 @@ async def list_catalog(services: ServicesDep) -> list[CatalogModel]:
     "/{name:path}", response_model=CatalogModel, responses=NOT_FOUND, dependencies=[READONLY]
 )
 async def get_catalog_entry(name: str, services: ServicesDep) -> CatalogModel:
+    """One catalog entry (`name` is the served model name and may contain `/`)."""
     return services.catalog.get_model(name)
 
 
