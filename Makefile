@@ -112,6 +112,7 @@ clean:
 	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache
 	rm -rf $(WEB_DIR) frontend/node_modules test-output
 
-# Regenerate the settings table of docs/configuration.md from the code.
+# Regenerate the settings table of docs/configuration.md and the route tables of
+# docs/api.md from the code (`--check` in tests/unit/test_gendocs.py).
 docs: $(STAMP)
 	$(BIN)/python -m sardeenz.tools.gendocs

@@ -54,6 +54,7 @@ async def auth_config(services: ServicesDep) -> AuthConfig:
 
 @router.get("/auth/me", response_model=Me, dependencies=[READONLY])
 async def me(request: Request, services: ServicesDep) -> Me:
+    """Who the caller is: subject, the role that applies and every Sardeenz role held."""
     principal: Principal = request.state.principal
     return Me(
         subject=principal.subject,

@@ -35,6 +35,7 @@ async def list_catalog(services: ServicesDep) -> list[CatalogView]:
     "/{name:path}", response_model=CatalogView, responses=NOT_FOUND, dependencies=[READONLY]
 )
 async def get_catalog_entry(name: str, services: ServicesDep) -> CatalogView:
+    """One catalog entry (`name` is the served model name and may contain `/`)."""
     return _view(services.catalog.get_model(name), services)
 
 

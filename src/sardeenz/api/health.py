@@ -23,6 +23,7 @@ class HealthReport(BaseModel):
 
 @router.get("", response_model=HealthReport, dependencies=[PUBLIC])
 async def health(services: ServicesDep) -> HealthReport:
+    """Summary: version, mode (`demo` or `real`) and how many instances are in each state."""
     counts = {s.value: 0 for s in InstanceStatus}
     for inst in services.supervisor.list_instances():
         counts[inst.status.value] += 1

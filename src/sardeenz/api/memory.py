@@ -69,6 +69,7 @@ async def check_fit(body: FitRequest, services: ServicesDep) -> FitVerdict:
     "/{profile_id}", response_model=MemoryProfile, responses=_NOT_FOUND, dependencies=[READONLY]
 )
 async def get_profile(profile_id: str, services: ServicesDep) -> MemoryProfile:
+    """One profile."""
     return await services.profiles.get(profile_id)
 
 
@@ -76,4 +77,5 @@ async def get_profile(profile_id: str, services: ServicesDep) -> MemoryProfile:
     "/{profile_id}", status_code=HTTP_204_NO_CONTENT, responses=_NOT_FOUND, dependencies=[ADMIN]
 )
 async def delete_profile(profile_id: str, services: ServicesDep) -> None:
+    """Delete a profile."""
     await services.profiles.delete(profile_id)

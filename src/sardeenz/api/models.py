@@ -131,6 +131,7 @@ async def list_models(services: ServicesDep) -> list[ModelInstance]:
     "/{instance_id}", response_model=ModelInstance, responses=ERRORS, dependencies=[READONLY]
 )
 async def get_model(instance_id: str, services: ServicesDep) -> ModelInstance:
+    """One instance."""
     return services.supervisor.get(instance_id)
 
 

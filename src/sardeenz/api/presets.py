@@ -34,6 +34,7 @@ async def list_presets(services: ServicesDep) -> list[dict[str, Any]]:
 
 @router.get("/{name}", responses=NOT_FOUND, dependencies=[READONLY])
 async def get_preset(name: PresetName, services: ServicesDep) -> dict[str, Any]:
+    """One preset (the applied one with its reconcile status)."""
     return await services.presets.get(name)
 
 

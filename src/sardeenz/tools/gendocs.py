@@ -1,7 +1,8 @@
-"""Generate the settings table of docs/configuration.md from ``Settings``; check it.
+"""Generate the settings table of docs/configuration.md from ``Settings``, and the
+route tables of docs/api.md from the OpenAPI document (``gendocs_api``); check them.
 
-    python -m sardeenz.tools.gendocs            # rewrite the table in place
-    python -m sardeenz.tools.gendocs --check    # exit 1 (with a diff) if it drifted
+    python -m sardeenz.tools.gendocs            # rewrite the tables in place
+    python -m sardeenz.tools.gendocs --check    # exit 1 (with a diff) if one drifted
 
 The table sits between the ``BEGIN``/``END`` markers below; the prose around it is
 hand-written and left alone. Per setting, from the code: the YAML key (field name),
@@ -20,6 +21,7 @@ import difflib
 import inspect
 import itertools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,9 @@ from pydantic_core import PydanticUndefined
 
 from sardeenz import config
 from sardeenz.config import Settings
+from sardeenz.tools import gendocs_api
 
-__all__ = ["BEGIN", "END", "check", "generate_table", "main", "render"]
+__all__ = ["BEGIN", "END", "check", "check_api", "generate_table", "main", "render"]
 
 BEGIN = "<!-- BEGIN GENERATED: settings (python -m sardeenz.tools.gendocs) -->"
 END = "<!-- END GENERATED: settings -->"
@@ -335,10 +338,7 @@ def render(doc: str) -> str:
     return f"{head}{BEGIN}\n{generate_table()}\n{END}{tail}"
 
 
-def check(path: Path = DOC) -> list[str]:
-    """The diff between the committed doc and a fresh generation (empty: in sync)."""
-    current = path.read_text()
-    fresh = render(current)
+def _diff(current: str, fresh: str) -> list[str]:
     return list(
         difflib.unified_diff(
             current.splitlines(), fresh.splitlines(), "committed", "generated", lineterm=""
@@ -346,20 +346,47 @@ def check(path: Path = DOC) -> list[str]:
     )
 
 
+def check(path: Path = DOC) -> list[str]:
+    """The diff between the committed doc and a fresh generation (empty: in sync)."""
+    current = path.read_text()
+    return _diff(current, render(current))
+
+
+def check_api(path: Path = gendocs_api.DOC) -> list[str]:
+    """The same for docs/api.md's route tables."""
+    current = path.read_text()
+    return _diff(current, gendocs_api.render(current))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sardeenz.tools.gendocs", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if the doc is out of date")
-    parser.add_argument("--path", type=Path, default=DOC, help="the configuration doc")
+    parser.add_argument("--check", action="store_true", help="fail if a doc is out of date")
+    parser.add_argument(
+        "--path", type=Path, help="the configuration doc (given alone: only this doc)"
+    )
+    parser.add_argument(
+        "--api-path", type=Path, help="the admin API doc (given alone: only this doc)"
+    )
     args = parser.parse_args(argv)
-    if args.check:
-        diff = check(args.path)
-        if diff:
+    # Neither path given: both docs of the repository. One given: only that one, so a
+    # test can work on a copy without rewriting the committed other.
+    both = args.path is None and args.api_path is None
+    jobs: list[tuple[Path, Callable[[str], str]]] = []
+    if both or args.path is not None:
+        jobs.append((args.path or DOC, render))
+    if both or args.api_path is not None:
+        jobs.append((args.api_path or gendocs_api.DOC, gendocs_api.render))
+    stale = 0
+    for path, regenerate in jobs:
+        current = path.read_text()
+        fresh = regenerate(current)
+        if not args.check:
+            path.write_text(fresh)
+        elif diff := _diff(current, fresh):
             print("\n".join(diff))
-            print(f"{args.path} is out of date: run python -m sardeenz.tools.gendocs")
-            return 1
-        return 0
-    args.path.write_text(render(args.path.read_text()))
-    return 0
+            print(f"{path} is out of date: run python -m sardeenz.tools.gendocs")
+            stale += 1
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
