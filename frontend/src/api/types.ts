@@ -33,6 +33,8 @@ export interface ModelInstance {
   gpuMemoryUtilization: number | null;
   reservedBytesPerGpu: number | null;
   memoryBaselineByGpu: Record<string, number> | null;
+  /** The same baseline in exact bytes per GPU index. */
+  memoryBaselineBytesByGpu?: Record<string, number> | null;
   createdAt: string;
   startedAt: string | null;
   stoppedAt: string | null;

@@ -32,8 +32,8 @@ describe('describeVerdict', () => {
     expect(view.variant).toBe('success');
     expect(view.title).toBe('Fits (estimated from the model files)');
     expect(view.details[0]).toBe('fits (estimate): needs 5 GB');
-    expect(view.details).toContain('GPU 0 (NVIDIA L4): needs 5 GB, 18 GB available after the 2 GB reserve');
-    expect(view.details).toContain('GPU 1 (Tesla T4): needs 5 GB, 2 GB available after the 2 GB reserve — too little');
+    expect(view.details).toContain('GPU 0 (NVIDIA L4): needs 4.7 GiB, 16.8 GiB available after the 1.9 GiB reserve');
+    expect(view.details).toContain('GPU 1 (Tesla T4): needs 4.7 GiB, 1.9 GiB available after the 1.9 GiB reserve — too little');
     expect(view.details[view.details.length - 1]).toBe('estimate from config.json');
   });
 

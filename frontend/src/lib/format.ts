@@ -4,7 +4,8 @@ const GIB = 2 ** 30;
 const MIB = 2 ** 20;
 const KIB = 2 ** 10;
 
-/** Bytes in binary units, as GPU tools print them: "23.5 GiB", "512 MiB". */
+/** Bytes in binary units, as GPU tools print them: "23.5 GiB", "512 MiB". Memory is read
+ * in GiB with one decimal everywhere (the server's messages say it the same way). */
 export function formatBytes(bytes: number | null | undefined): string {
   if (bytes == null || !Number.isFinite(bytes)) return '—';
   const sign = bytes < 0 ? '-' : '';
@@ -16,19 +17,10 @@ export function formatBytes(bytes: number | null | undefined): string {
   return `${sign}${abs} B`;
 }
 
-/**
- * Decimal gigabytes, the unit of memory limits and fit checks ("needs 1.4 GB",
- * "the 2 GB reserve"), as the server words them.
- */
-export function formatGB(bytes: number | null | undefined): string {
-  if (bytes == null || !Number.isFinite(bytes)) return '—';
-  return `${trim(bytes / 1e9, Math.abs(bytes) >= 100e9 ? 0 : 1)} GB`;
-}
-
 /** A GiB figure from the engine's log ("2.1 GiB"); "—" when the engine did not say. */
 export function formatGiB(gib: number | null | undefined): string {
   if (gib == null || !Number.isFinite(gib)) return '—';
-  return `${trim(gib, gib >= 100 ? 0 : 2)} GiB`;
+  return `${trim(gib, gib >= 100 ? 0 : 1)} GiB`;
 }
 
 /** Seconds as a compact duration: "850 ms", "12.3 s", "4m 05s", "3h 02m", "2d 4h". */

@@ -47,8 +47,8 @@ function MemoryCard({ inst }: { inst: ModelInstance }) {
 }
 
 function baselines(inst: ModelInstance): string {
-  const entries = Object.entries(inst.memoryBaselineByGpu ?? {});
-  return entries.length === 0 ? '—' : entries.map(([gpu, gb]) => `GPU ${gpu}: ${gb} GB`).join(', ');
+  const entries = Object.entries(inst.memoryBaselineBytesByGpu ?? {});
+  return entries.length === 0 ? '—' : entries.map(([gpu, b]) => `GPU ${gpu}: ${formatBytes(b)}`).join(', ');
 }
 
 export default function InstancePage() {
