@@ -15,7 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Route, expect
 
-from tests.browser.conftest import Session
+from tests.browser.conftest import Session, row_action
 from tests.support import ServerProcess, sim_load, wait_for_status
 
 pytestmark = pytest.mark.browser
@@ -192,7 +192,7 @@ def test_models_table_shows_why_an_instance_failed(session: Session, server: Ser
             expect(page.get_by_role("columnheader", name="GPU memory")).to_be_visible()
             expect(page.get_by_role("columnheader", name="req/s")).to_be_visible()
             session.shot("models-failure-reason")
-            row.get_by_role("button", name="Unload").click()
+            row_action(row, "Unload")
             dialog = page.get_by_role("dialog")
             expect(dialog).not_to_contain_text("requests for")
             dialog.get_by_role("button", name="Cancel").click()
