@@ -42,6 +42,10 @@ class InstanceStatus(StrEnum):
     FAILED = "failed"
 
 
+LoadPhase = Literal["spawned", "loading weights", "KV cache", "CUDA graphs"]
+"""Where a starting engine is, in order: taken from its log (``engines/logparse.py``)."""
+
+
 class EngineKind(StrEnum):
     VLLM = "vllm"
     SIM = "sim"
@@ -142,6 +146,11 @@ class ModelInstance(CamelModel):
     started_at: datetime | None = None
     stopped_at: datetime | None = None
     error_message: str | None = None
+    load_phase: LoadPhase | None = Field(
+        None,
+        description="while starting: spawned, loading weights, KV cache or CUDA graphs (from "
+        "the engine's log lines); null in every other status",
+    )
     memory_metrics: MemoryMetrics | None = None
     sleep_mode_enabled: bool = False
     sleep_level: int | None = None

@@ -29,6 +29,23 @@ class StatusEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class PhaseEvent:
+    """A starting instance's ``load_phase`` moved on; its status did not change.
+
+    An event of its own, not a ``starting -> starting`` StatusEvent: clients that follow
+    status transitions (and the routing table) see each transition once.
+    """
+
+    instance: ModelInstance
+    kind: Literal["phase"] = "phase"
+    at: datetime = field(default_factory=utcnow)
+
+    @property
+    def instance_id(self) -> str:
+        return self.instance.id
+
+
+@dataclass(frozen=True, slots=True)
 class LogEvent:
     instance_id: str
     line: str
@@ -70,7 +87,7 @@ class CatalogEvent:
     at: datetime = field(default_factory=utcnow)
 
 
-Event = StatusEvent | LogEvent | RemovedEvent | CatalogEvent
+Event = StatusEvent | PhaseEvent | LogEvent | RemovedEvent | CatalogEvent
 
 
 class Subscription:

@@ -17,7 +17,14 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Locator,
+    Page,
+    Playwright,
+    sync_playwright,
+)
 
 from tests.support import ServerProcess, host_network, kill_engines
 
@@ -83,6 +90,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 def has_route(srv: ServerProcess, path: str) -> bool:
     return path in httpx.get(f"{srv.url}/openapi.json").json()["paths"]
+
+
+ROW_MENU = re.compile(r"^Actions for ")
+"""The accessible name of a models-table row's kebab toggle."""
+
+
+def row_menu_item(row: Locator, action: str) -> Locator:
+    """Open ``row``'s actions menu (its kebab) and return its ``action`` item.
+
+    The menu is rendered at the end of the page, not in the row: look it up on the page.
+    """
+    row.get_by_role("button", name=ROW_MENU).click()
+    return row.page.get_by_role("menu").get_by_role("menuitem", name=re.compile(f"^{action}"))
+
+
+def row_action(row: Locator, action: str) -> None:
+    """Choose ``action`` (Sleep, Wake, Unload, Move) from ``row``'s kebab menu."""
+    row_menu_item(row, action).click()
 
 
 @dataclass

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.browser.conftest import Session, open_session
+from tests.browser.conftest import Session, open_session, row_action
 from tests.cluster.harness import Cluster
 from tests.support import ServerProcess, load_active
 
@@ -204,7 +204,7 @@ def test_single_node_moves_an_instance_to_another_gpu_from_the_models_page(
     page = session.page
     session.goto("/models")
     row = page.locator(f'tr[data-instance-id="{inst["id"]}"]')
-    row.get_by_role("button", name="Move").click()
+    row_action(row, "Move")
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_role("button", name="Move", exact=True)).to_be_disabled()
     dialog.get_by_label("GPU 1 ·", exact=False).check()

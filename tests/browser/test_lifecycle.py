@@ -9,7 +9,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Session
+from tests.browser.conftest import Session, row_action
 from tests.support import ServerProcess
 
 pytestmark = pytest.mark.browser
@@ -102,19 +102,19 @@ def test_load_watch_log_sleep_wake_unload(session: Session, server: ServerProces
 
     # --- sleep (level 1) and wake, each confirmed; the bar shrinks and grows back
     page.get_by_role("link", name="Models").click()
-    the_row.get_by_role("button", name="Sleep").click()
+    row_action(the_row, "Sleep")
     page.get_by_role("dialog").get_by_role("button", name="Sleep (level 1)").click()
     expect(the_row).to_have_attribute("data-status", "sleeping")
     page.get_by_role("link", name="Dashboard").click()
     wait_gpu_used(page, 1, f"u < {GIB}")
     page.get_by_role("link", name="Models").click()
-    the_row.get_by_role("button", name="Wake").click()
+    row_action(the_row, "Wake")
     page.get_by_role("dialog").get_by_role("button", name="Wake").click()
     expect(the_row).to_have_attribute("data-status", "active")
     expect(logs.get_by_role("log")).to_contain_text("── sleeping ──")
 
     # --- unload, confirmed: the row goes, the memory is free again, the log stream ends
-    the_row.get_by_role("button", name="Unload").click()
+    row_action(the_row, "Unload")
     page.get_by_role("dialog").get_by_role("button", name="Unload").click()
     expect(the_row).to_have_count(0)
     expect(logs.get_by_test_id("stream-state")).to_have_attribute("data-state", "ended")

@@ -1,7 +1,7 @@
 """The dashboard as an operator uses it daily (issue 16 item 4, issue 17 item 6): the
 compare page with no or one run, live benchmark counters equal to the API's, charts whose
-history survives a reload, failure reasons in the models table, /docs with no network, and
-the catalog page listing and editing an entry."""
+history survives a reload, failure reasons and load phases in the models table, /docs with
+no network, and the catalog page listing and editing an entry."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Route, expect
 
-from tests.browser.conftest import Session
+from tests.browser.conftest import Session, row_action
 from tests.support import ServerProcess, sim_load, wait_for_status
 
 pytestmark = pytest.mark.browser
@@ -192,10 +192,32 @@ def test_models_table_shows_why_an_instance_failed(session: Session, server: Ser
             expect(page.get_by_role("columnheader", name="GPU memory")).to_be_visible()
             expect(page.get_by_role("columnheader", name="req/s")).to_be_visible()
             session.shot("models-failure-reason")
-            row.get_by_role("button", name="Unload").click()
+            row_action(row, "Unload")
             dialog = page.get_by_role("dialog")
             expect(dialog).not_to_contain_text("requests for")
             dialog.get_by_role("button", name="Cancel").click()
+        finally:
+            api.post(f"/api/v1/models/{inst['id']}/unload")
+
+
+def test_models_table_shows_the_load_phase_of_a_starting_instance(
+    session: Session, server: ServerProcess
+) -> None:
+    """A starting row says how far and how long it has been loading, from ``loadPhase``."""
+    with server.client() as api:
+        inst = sim_load(api, "slow-model", "--memory-gib", "1", "--load-seconds", "40")
+        try:
+            page = session.page
+            session.goto("/models")
+            row = page.locator(f'tr[data-instance-id="{inst["id"]}"]')
+            expect(row).to_have_attribute("data-status", "starting")
+            starting = row.locator("[data-starting-for]")
+            # The sim opens "loading weights" at 2 s and "KV cache" at 24 s of its 40 s.
+            expect(starting).to_have_attribute("data-load-phase", "loading weights")
+            expect(starting).to_have_text(re.compile(r"^loading weights · \d+ s$"))
+            listed = api.get(f"/api/v1/models/{inst['id']}").json()
+            assert (listed["status"], listed["loadPhase"]) == ("starting", "loading weights")
+            session.shot("models-starting-phase")
         finally:
             api.post(f"/api/v1/models/{inst['id']}/unload")
 

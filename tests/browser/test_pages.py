@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import Session, has_route
+from tests.browser.conftest import Session, has_route, row_menu_item
 from tests.support import ServerProcess, sim_load, wait_for_status
 
 pytestmark = pytest.mark.browser
@@ -69,7 +69,9 @@ def test_narrow_window(session: Session, instance: str) -> None:
     page.get_by_role("button", name="Main navigation").click()
     page.get_by_role("link", name="Models").click()
     expect(page.get_by_role("heading", name="Models")).to_be_visible()
-    expect(page.get_by_role("button", name="Unload")).to_be_visible()
+    row = page.locator(f'tr[data-instance-id="{instance}"]')
+    expect(row_menu_item(row, "Unload")).to_be_visible()
+    page.keyboard.press("Escape")
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the page scrolls sideways ({width}px wide)"
 

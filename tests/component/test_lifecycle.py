@@ -227,6 +227,44 @@ def test_bad_load_requests_are_rejected_with_a_code(
     assert engine_processes(module_server.data_dir) == []
 
 
+def test_a_starting_instance_shows_its_load_phase(module_server: ServerProcess) -> None:
+    """``loadPhase`` follows the engine's log while it starts, then is null once active."""
+    order = ["spawned", "loading weights", "KV cache", "CUDA graphs"]
+    with module_server.client() as api:
+        inst = sim_load(api, "phased", "--load-seconds", "3")
+        assert (inst["status"], inst["loadPhase"]) == ("starting", "spawned")
+        collector = EventCollector(module_server.url, inst["id"])
+        assert collector.connected.wait(10)
+        deadline = time.monotonic() + 30
+        while (now := api.get(f"/api/v1/models/{inst['id']}").json())["loadPhase"] in (
+            "spawned",
+            "loading weights",
+        ):
+            assert now["status"] == "starting"
+            assert time.monotonic() < deadline, now
+            time.sleep(0.05)
+        assert (now["status"], now["loadPhase"]) in {
+            ("starting", "KV cache"),
+            ("starting", "CUDA graphs"),
+        }
+        active = wait_for_status(api, inst["id"], "active")
+        assert active["loadPhase"] is None
+        assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
+    collector.join()
+    # The replayed current state first, then each phase as an event of its own: the
+    # status transitions stay one event each.
+    assert collector.statuses() == ["starting", "active", "stopping", "removed"]
+    first = next(d for e, d in collector.events if e == "status")
+    phases = [d for e, d in collector.events if e == "phase"]
+    assert all(d["status"] == "starting" for d in phases)
+    assert all(d["loadPhase"] == d["instance"]["loadPhase"] for d in phases)
+    seen = [first["instance"]["loadPhase"], *(d["loadPhase"] for d in phases)]
+    assert seen == sorted(set(seen), key=order.index), seen  # forward, each once
+    assert seen[-2:] == ["KV cache", "CUDA graphs"]
+    later = [d["instance"]["loadPhase"] for e, d in collector.events if e == "status"][1:]
+    assert later == [None, None]  # active, stopping
+
+
 def test_malformed_json_and_unknown_ids(module_server: ServerProcess) -> None:
     with module_server.client() as api:
         resp = api.post(

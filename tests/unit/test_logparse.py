@@ -10,11 +10,14 @@ from hypothesis import strategies as st
 
 from sardeenz.domain import MemoryMetrics
 from sardeenz.engines.logparse import (
+    LOAD_PHASES,
     MAX_ERROR_CHARS,
     READY_LINE,
     VllmLogParser,
     extract_error,
     find_error_cause,
+    later_phase,
+    load_phase,
     message_of,
     strip_ansi,
 )
@@ -42,6 +45,69 @@ def parse(lines: list[str]) -> VllmLogParser:
     for line in lines:
         parser.feed(line)
     return parser
+
+
+def phase_changes(lines: list[str]) -> list[tuple[str | None, str]]:
+    """Each phase the parser moves to, with the (ANSI-stripped) line that moved it."""
+    parser = VllmLogParser()
+    changes: list[tuple[str | None, str]] = []
+    for line in lines:
+        before = parser.load_phase
+        parser.feed(line)
+        if parser.load_phase != before:
+            changes.append((parser.load_phase, strip_ansi(line)))
+    return changes
+
+
+# --- load phases ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", GPU_VERSIONS)
+def test_gpu_start_goes_through_the_load_phases_in_order(version: str) -> None:
+    changes = phase_changes(gpu_start(version))
+    assert [phase for phase, _ in changes] == ["loading weights", "KV cache", "CUDA graphs"]
+    weights, kv, graphs = (line for _, line in changes)
+    assert "Starting to load model /models/Qwen2.5-7B-Instruct..." in weights
+    assert "Available KV cache memory:" in kv
+    assert "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)" in graphs
+
+
+def test_cpu_start_has_no_graph_phase() -> None:
+    changes = phase_changes(cpu_start())
+    assert [phase for phase, _ in changes] == ["loading weights", "KV cache"]
+    assert "Loading weights took 0.01 seconds" in changes[0][1]
+    assert "CPU KV cache size: 524,288 tokens" in changes[1][1]
+
+
+def test_load_phase_of_single_lines() -> None:
+    tagged = "\x1b[1;36m(EngineCore_DP0 pid=456)\x1b[0;0m INFO 12-02 10:11:12 [core.py:1] "
+    assert load_phase(tagged + "Starting to load model /m...") == "loading weights"
+    assert load_phase(tagged + "Graph capturing finished in 5 secs, took 0.58 GiB") == (
+        "CUDA graphs"
+    )
+    assert load_phase("INFO 12-02 10:11:12 [x.py:1] GPU KV cache size: 446,464 tokens") == (
+        "KV cache"
+    )
+    assert load_phase("INFO:     Application startup complete.") is None
+    assert load_phase("") is None
+
+
+def test_phases_only_move_forward() -> None:
+    kv = "GPU KV cache size: 446,464 tokens, Maximum concurrency for 32,768 tokens: 13.62x"
+    assert later_phase("CUDA graphs", kv) == "CUDA graphs"
+    assert later_phase("loading weights", kv) == "KV cache"
+    assert later_phase(None, "nothing here") is None
+    assert later_phase("KV cache", "nothing here") == "KV cache"
+    assert LOAD_PHASES[0] == "spawned"  # what an engine is in before its first phase line
+
+
+def test_lines_after_ready_do_not_move_the_phase() -> None:
+    """A prompt echoed by request logging must not send an active engine back to loading."""
+    parser = parse(cpu_start())
+    parser.feed(
+        "INFO 12-02 10:20:00 [logger.py:40] Received request: prompt: 'Capturing CUDA graph'"
+    )
+    assert parser.load_phase == "KV cache"
 
 
 # --- successful starts ---------------------------------------------------------------------

@@ -15,6 +15,8 @@ export interface MemoryMetrics {
   weightsLoadSeconds: number | null;
 }
 
+export type LoadPhase = 'spawned' | 'loading weights' | 'KV cache' | 'CUDA graphs';
+
 export interface ModelInstance {
   id: string;
   modelPath: string;
@@ -39,6 +41,8 @@ export interface ModelInstance {
   startedAt: string | null;
   stoppedAt: string | null;
   errorMessage: string | null;
+  /** While starting: how far its engine got (from its log); null in every other status. */
+  loadPhase?: LoadPhase | null;
   memoryMetrics: MemoryMetrics | null;
   sleepModeEnabled: boolean;
   sleepLevel: number | null;

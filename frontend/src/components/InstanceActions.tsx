@@ -1,15 +1,32 @@
 import { Button, Flex, FlexItem, Radio, Tooltip } from '@patternfly/react-core';
-import { useState } from 'react';
+import { type ReactNode, useState } from 'react';
 import { useSleepModel, useUnloadModel, useWakeModel } from '../api/queries';
 import type { ModelInstance } from '../api/types';
 import { useCanMutate } from '../auth/AuthContext';
 import { ConfirmModal } from './ConfirmModal';
 import { useNotify } from './Notifications';
 
+/** One action on an instance: a button on the instance page, a kebab item in the models table. */
+export interface InstanceAction {
+  key: 'sleep' | 'wake' | 'unload' | 'move';
+  label: string;
+  /** Why it cannot be done now (shown with the disabled action); null when it can. */
+  disabledReason: string | null;
+  danger?: boolean;
+  /** Opens the action's confirmation (or its dialog); never acts at once. */
+  run: () => void;
+}
+
 type Pending = 'sleep' | 'wake' | 'unload' | null;
 
-/** Sleep (level 1 or 2), wake and unload, each confirmed; nothing for read-only users. */
-export function InstanceActions({ inst, onUnloaded }: { inst: ModelInstance; onUnloaded?: () => void }) {
+export const NO_SLEEP_MODE = 'Loaded without sleep mode: load it again with “Enable sleep mode”.';
+
+/** Sleep (level 1 or 2) or wake, and unload, each confirmed by a dialog that `dialogs`
+ *  renders; null for read-only users. */
+export function useInstanceActions(
+  inst: ModelInstance,
+  onUnloaded?: () => void,
+): { actions: InstanceAction[]; dialogs: ReactNode } | null {
   const canMutate = useCanMutate();
   const notify = useNotify();
   const [pending, setPending] = useState<Pending>(null);
@@ -30,40 +47,31 @@ export function InstanceActions({ inst, onUnloaded }: { inst: ModelInstance; onU
     notify('success', message);
     setPending(null);
   };
-  const sleepButton = (
-    <Button
-      size="sm"
-      variant="secondary"
-      isAriaDisabled={!inst.sleepModeEnabled || inst.status !== 'active'}
-      onClick={() => setPending('sleep')}
-    >
-      Sleep
-    </Button>
-  );
 
-  return (
-    <Flex spaceItems={{ default: 'spaceItemsSm' }} flexWrap={{ default: 'wrap' }}>
-      {inst.status === 'sleeping' ? (
-        <FlexItem>
-          <Button size="sm" variant="secondary" onClick={() => setPending('wake')}>
-            Wake
-          </Button>
-        </FlexItem>
-      ) : (
-        <FlexItem>
-          {inst.sleepModeEnabled ? (
-            sleepButton
-          ) : (
-            <Tooltip content="Loaded without sleep mode: load it again with “Enable sleep mode”.">{sleepButton}</Tooltip>
-          )}
-        </FlexItem>
-      )}
-      <FlexItem>
-        <Button size="sm" variant="danger" isAriaDisabled={inst.status === 'stopping'} onClick={() => setPending('unload')}>
-          Unload
-        </Button>
-      </FlexItem>
+  const actions: InstanceAction[] = [
+    inst.status === 'sleeping'
+      ? { key: 'wake', label: 'Wake', disabledReason: null, run: () => setPending('wake') }
+      : {
+          key: 'sleep',
+          label: 'Sleep',
+          disabledReason: !inst.sleepModeEnabled
+            ? NO_SLEEP_MODE
+            : inst.status !== 'active'
+              ? `Only an active instance can sleep (this one is ${inst.status}).`
+              : null,
+          run: () => setPending('sleep'),
+        },
+    {
+      key: 'unload',
+      label: 'Unload',
+      danger: true,
+      disabledReason: inst.status === 'stopping' ? 'It is already stopping.' : null,
+      run: () => setPending('unload'),
+    },
+  ];
 
+  const dialogs = (
+    <>
       {pending === 'sleep' && (
         <ConfirmModal
           title={`Put ${name} to sleep?`}
@@ -129,6 +137,36 @@ export function InstanceActions({ inst, onUnloaded }: { inst: ModelInstance; onU
           )}
         </ConfirmModal>
       )}
+    </>
+  );
+  return { actions, dialogs };
+}
+
+/** The instance page's buttons: sleep or wake, and unload, each confirmed; a disabled one
+ *  says why in a tooltip. Nothing for read-only users. */
+export function InstanceActions({ inst, onUnloaded }: { inst: ModelInstance; onUnloaded?: () => void }) {
+  const own = useInstanceActions(inst, onUnloaded);
+  if (!own) return null;
+  return (
+    <Flex spaceItems={{ default: 'spaceItemsSm' }} flexWrap={{ default: 'wrap' }}>
+      {own.actions.map((a) => {
+        const button = (
+          <Button
+            size="sm"
+            variant={a.danger ? 'danger' : 'secondary'}
+            isAriaDisabled={a.disabledReason !== null}
+            onClick={a.run}
+          >
+            {a.label}
+          </Button>
+        );
+        return (
+          <FlexItem key={a.key}>
+            {a.disabledReason ? <Tooltip content={a.disabledReason}>{button}</Tooltip> : button}
+          </FlexItem>
+        );
+      })}
+      {own.dialogs}
     </Flex>
   );
 }

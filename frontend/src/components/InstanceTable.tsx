@@ -3,8 +3,8 @@ import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import type { ReactNode } from 'react';
 import { Link } from 'react-router';
 import type { ModelInstance } from '../api/types';
-import { formatBytes, formatDuration, formatNumber, formatUptime } from '../lib/format';
-import { failureReason, gpuMemoryBytes, startingSeconds } from '../lib/instanceRow';
+import { formatBytes, formatNumber, formatUptime } from '../lib/format';
+import { failureReason, gpuMemoryBytes, startingText } from '../lib/instanceRow';
 import { useMetricsHistory } from '../hooks/MetricsHistory';
 import { useNow } from '../hooks/useNow';
 import { SimulatedLabel, StatusLabel } from './StatusLabel';
@@ -23,7 +23,7 @@ export function gpuText(inst: ModelInstance): string {
   return `${inst.gpuIds.join(', ')}${tp}`;
 }
 
-/** Every instance: name, status (why it failed, how long it has been starting), engine,
+/** Every instance: name, status (why it failed; how far and how long it has been starting), engine,
  * GPU(s) and the memory it holds there, port, requests/s of its model, uptime; in a
  * cluster, the pod that runs it. */
 export function InstanceTable({ instances, actions, podOf }: Props) {
@@ -71,8 +71,8 @@ export function InstanceTable({ instances, actions, podOf }: Props) {
                 </Content>
               )}
               {inst.status === 'starting' && (
-                <Content component="small" className="sz-nowrap" data-starting-for>
-                  loading for {formatDuration(startingSeconds(inst, now))}
+                <Content component="small" className="sz-nowrap" data-starting-for data-load-phase={inst.loadPhase ?? undefined}>
+                  {startingText(inst, now)}
                 </Content>
               )}
             </Td>

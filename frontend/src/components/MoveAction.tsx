@@ -1,8 +1,8 @@
-import { Button } from '@patternfly/react-core';
 import { useEffect, useSyncExternalStore } from 'react';
 import { useClusterStatus } from '../api/queries';
 import type { ModelInstance } from '../api/types';
 import { useCanMutateIfKnown } from '../auth/AuthContext';
+import type { InstanceAction } from './InstanceActions';
 import { MoveModal } from './MoveModal';
 
 // The open move dialog lives outside the table row that opened it: a move ends by
@@ -22,19 +22,20 @@ function subscribe(listener: () => void): () => void {
 }
 
 /** Move, as a row action of the models table: to another pod, or (a single node too)
- *  to other GPUs of its own. Nothing for read-only users; the dialog is shown by
- *  <MoveDialogHost/>, which the page renders once. */
-export function MoveAction({ inst }: { inst: ModelInstance }) {
+ *  to other GPUs of its own. Null for read-only users and without a leader; the dialog
+ *  is shown by <MoveDialogHost/>, which the page renders once. */
+export function useMoveAction(inst: ModelInstance): InstanceAction | null {
   const canMutate = useCanMutateIfKnown();
   const s = useClusterStatus().data;
   if (!canMutate || !s || s.leader === null) return null;
   // The pod's own instances may come without podId (its event stream): they are its.
   const podId = inst.podId ?? s.podId ?? s.leader;
-  return (
-    <Button size="sm" variant="secondary" isAriaDisabled={inst.status !== 'active'} onClick={() => setOpened({ inst, podId })}>
-      Move
-    </Button>
-  );
+  return {
+    key: 'move',
+    label: 'Move',
+    disabledReason: inst.status !== 'active' ? `Only an active instance can move (this one is ${inst.status}).` : null,
+    run: () => setOpened({ inst, podId }),
+  };
 }
 
 export function MoveDialogHost() {

@@ -12,7 +12,8 @@ interface StatusEventData {
 
 /**
  * Keeps the cached instance list current from the server's status events
- * (`/api/v1/events`): every transition shows at once on every page.
+ * (`/api/v1/events`): every transition, and each load phase of a starting
+ * instance (`phase` events), shows at once on every page.
  */
 export function useLiveInstances(): void {
   const qc = useQueryClient();
@@ -24,10 +25,11 @@ export function useLiveInstances(): void {
       opened.current = true;
     },
     onMessage: ({ event, data }) => {
-      if (event !== 'status' && event !== 'removed') return;
+      if (event !== 'status' && event !== 'phase' && event !== 'removed') return;
       const payload = JSON.parse(data) as StatusEventData;
       putInstance(qc, payload.instance, event === 'removed');
-      void qc.invalidateQueries({ queryKey: keys.gpus });
+      // A load phase changes no reservation; a transition may.
+      if (event !== 'phase') void qc.invalidateQueries({ queryKey: keys.gpus });
     },
   });
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ModelInstance } from '../api/types';
-import { failureReason, gpuMemoryBytes, startingSeconds } from './instanceRow';
+import { failureReason, gpuMemoryBytes, startingSeconds, startingText } from './instanceRow';
 
 const inst = (over: Partial<ModelInstance>): ModelInstance =>
   ({
@@ -31,5 +31,17 @@ describe('instance rows', () => {
     expect(gpuMemoryBytes(inst({}))).toBe(4 * 2 ** 30);
     expect(gpuMemoryBytes(inst({ gpuIds: [] }))).toBeNull();
     expect(gpuMemoryBytes(inst({ reservedBytesPerGpu: null }))).toBeNull();
+  });
+});
+
+describe('starting rows', () => {
+  const now = Date.parse('2026-01-01T00:00:12.700Z');
+  it('say the phase and the whole seconds', () => {
+    expect(startingText(inst({ status: 'starting', loadPhase: 'loading weights' }), now)).toBe('loading weights · 12 s');
+    expect(startingText(inst({ status: 'starting', loadPhase: 'KV cache' }), now + 90_000)).toBe('KV cache · 1m 42s');
+  });
+  it('say "loading" when the server gives no phase, nothing when not starting', () => {
+    expect(startingText(inst({ status: 'starting' }), now)).toBe('loading · 12 s');
+    expect(startingText(inst({ status: 'active', loadPhase: null }), now)).toBeNull();
   });
 });

@@ -1,7 +1,8 @@
-// What a row of the instances table says beyond the raw fields: why it failed, how long
-// it has been starting, how much GPU memory it holds.
+// What a row of the instances table says beyond the raw fields: why it failed, how far and
+// how long it has been starting, how much GPU memory it holds.
 
 import type { ModelInstance } from '../api/types';
+import { formatDuration } from './format';
 
 /** The first line of a failed instance's error, clipped for a table cell (full text in a tooltip). */
 export function failureReason(inst: ModelInstance, max = 160): string | null {
@@ -17,6 +18,17 @@ export function startingSeconds(inst: ModelInstance, now: number): number | null
   if (inst.status !== 'starting') return null;
   const created = Date.parse(inst.createdAt);
   return Number.isFinite(created) ? Math.max(0, (now - created) / 1000) : null;
+}
+
+/** A starting row's phase and elapsed time, "loading weights · 12 s"; null for any other
+ *  status. An instance from a server without phases says "loading". */
+export function startingText(inst: ModelInstance, now: number): string | null {
+  const seconds = startingSeconds(inst, now);
+  if (inst.status !== 'starting') return null;
+  const phase = inst.loadPhase ?? 'loading';
+  if (seconds === null) return phase;
+  const whole = Math.floor(seconds);
+  return `${phase} · ${whole < 60 ? `${whole} s` : formatDuration(whole)}`;
 }
 
 /** GPU memory the instance holds: its reservation on each of its GPUs; null when unknown. */

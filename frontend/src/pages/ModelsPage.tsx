@@ -3,10 +3,10 @@ import { useSearchParams } from 'react-router';
 import { useClustered, useInstances } from '../api/queries';
 import { useCanMutate } from '../auth/AuthContext';
 import { ButtonLink } from '../components/ButtonLink';
-import { InstanceActions } from '../components/InstanceActions';
+import { InstanceRowActions } from '../components/InstanceRowActions';
 import { InstanceTable } from '../components/InstanceTable';
 import { LoadModelModal } from '../components/LoadModelModal';
-import { MoveAction, MoveDialogHost } from '../components/MoveAction';
+import { MoveDialogHost } from '../components/MoveAction';
 import { PageHeader } from '../components/PageHeader';
 import { Empty, ErrorState, Loading } from '../components/States';
 
@@ -51,17 +51,14 @@ export default function ModelsPage() {
                 actions={{
                   heading: 'Actions',
                   render: (inst) => (
-                    <Flex spaceItems={{ default: 'spaceItemsSm' }} flexWrap={{ default: 'wrap' }}>
+                    <Flex spaceItems={{ default: 'spaceItemsSm' }} flexWrap={{ default: 'nowrap' }} alignItems={{ default: 'alignItemsCenter' }}>
                       <FlexItem>
                         <ButtonLink to={`/logs/${inst.id}`} variant="link" size="sm">
                           Logs
                         </ButtonLink>
                       </FlexItem>
                       <FlexItem>
-                        <InstanceActions inst={inst} />
-                      </FlexItem>
-                      <FlexItem>
-                        <MoveAction inst={inst} />
+                        <InstanceRowActions inst={inst} />
                       </FlexItem>
                     </Flex>
                   ),

@@ -12,7 +12,14 @@ from starlette.status import HTTP_202_ACCEPTED
 
 from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import LoadRequest, ModelInstance, SleepRequest
-from sardeenz.events import CatalogEvent, Event, LogEvent, RemovedEvent, StatusEvent
+from sardeenz.events import (
+    CatalogEvent,
+    Event,
+    LogEvent,
+    PhaseEvent,
+    RemovedEvent,
+    StatusEvent,
+)
 from sardeenz.security.policy import ADMIN, READONLY
 from sardeenz.telemetry.resources import ResourceMetrics
 
@@ -180,6 +187,15 @@ def _sse(event: Event) -> dict[str, str]:
             "timestamp": event.at.isoformat(),
         }
         return {"event": "status", "data": orjson.dumps(data).decode()}
+    if isinstance(event, PhaseEvent):
+        data = {
+            "instanceId": event.instance_id,
+            "status": event.instance.status.value,
+            "loadPhase": event.instance.load_phase,
+            "instance": event.instance.model_dump(mode="json"),
+            "timestamp": event.at.isoformat(),
+        }
+        return {"event": "phase", "data": orjson.dumps(data).decode()}
     if isinstance(event, CatalogEvent):
         data = {
             "instanceId": event.instance_id,
@@ -211,7 +227,8 @@ async def instance_events(
     services: ServicesDep,
     replay: bool = False,
 ) -> EventSourceResponse:
-    """SSE: `log` lines and `status` transitions of one instance; `removed` ends it.
+    """SSE: `log` lines, `status` transitions and, while it starts, `phase` changes (its
+    `loadPhase`) of one instance; `removed` ends it.
 
     With ``replay=true`` the buffered log lines are sent first. The subscription
     is taken before the replay, so no line falls between the two.
@@ -257,8 +274,9 @@ async def list_resource_metrics(services: ServicesDep) -> list[ResourceMetrics]:
     "/events", responses={200: {"content": {"text/event-stream": {}}}}, dependencies=[READONLY]
 )
 async def all_events(services: ServicesDep, logs: bool = False) -> EventSourceResponse:
-    """SSE of every instance's `status` (and, with ``logs=true``, `log`) events, and the
-    `catalog` events of on-demand handling (idle sleeps and unloads, evictions, warm-ups)."""
+    """SSE of every instance's `status` and `phase` (and, with ``logs=true``, `log`) events,
+    and the `catalog` events of on-demand handling (idle sleeps and unloads, evictions,
+    warm-ups)."""
     sub = services.bus.subscribe()
 
     async def stream() -> AsyncIterator[dict[str, str]]:

@@ -12,8 +12,9 @@ import typer
 from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt, die, err
 from sardeenz.cli.output import Cell, Col, JsonOpt, emit, emit_json
 from sardeenz.cli.resolve import resolve_instance
+from sardeenz.engines.logparse import load_phase
 
-__all__ = ["EXIT_FAILED", "LOAD_PHASES", "app", "is_health_poll", "load_phase"]
+__all__ = ["EXIT_FAILED", "app", "is_health_poll"]
 
 app = typer.Typer(help="Load, unload and inspect model instances on a running server.")
 
@@ -34,14 +35,6 @@ _STATUS_STYLE = {
     "failed": "red",
 }
 
-LOAD_PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("loading weights", ("Starting to load model", "Loading weights", "Loading safetensors")),
-    ("KV cache", ("Available KV cache memory", "GPU KV cache size", "# GPU blocks")),
-    ("CUDA graphs", ("Capturing CUDA graph", "Graph capturing")),
-)
-"""Engine log lines (vLLM's, and the simulated engine's copies of them) that open a phase."""
-
-
 LOAD_FLAGS = {
     "modelPath": "MODEL_PATH",
     "engine": "--engine",
@@ -61,14 +54,6 @@ _HEALTH_ACCESS = re.compile(r'"GET /health(?:\?[^ "]*)? HTTP/[0-9.]+"')
 def is_health_poll(line: str) -> bool:
     """An engine access-log line of a ``GET /health`` (the controller's poll)."""
     return _HEALTH_ACCESS.search(line) is not None
-
-
-def load_phase(line: str) -> str | None:
-    """The load phase ``line`` announces, if any."""
-    for phase, markers in LOAD_PHASES:
-        if any(m in line for m in markers):
-            return phase
-    return None
 
 
 def _rows(items: list[dict[str, Any]]) -> list[list[Cell]]:
@@ -203,9 +188,10 @@ def models_load(
 def _wait_active(api: Api, inst: dict[str, Any]) -> dict[str, Any]:
     """Follow the instance's events, printing each load phase once, until it settles.
 
-    Phases come from two sources: the engine's log lines (``LOAD_PHASES``) and the
-    instance's status events (``active`` is "ready", ``failed`` ends the wait with
-    the error). The stream replays the log first, so a fast engine's lines are not
+    Phases come from two sources: the engine's log lines (``logparse.load_phase``) and the
+    instance's ``phase`` events (its ``loadPhase``, kept by the server with the same
+    function) and status events (``active`` is "ready", ``failed`` ends the wait with the
+    error). The stream replays the log first, so a fast engine's lines are not
     missed between the load answer and the subscription.
     """
     t0 = time.monotonic()
@@ -226,6 +212,9 @@ def _wait_active(api: Api, inst: dict[str, Any]) -> dict[str, Any]:
                 found = load_phase(data["line"])
                 if found:
                     phase(found)
+            elif event == "phase":
+                if data.get("loadPhase") not in (None, "spawned"):
+                    phase(data["loadPhase"])
             elif event == "status":
                 inst = data["instance"]
                 if data["status"] == "active":

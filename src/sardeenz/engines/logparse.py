@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-from sardeenz.domain import MemoryMetrics
+from sardeenz.domain import LoadPhase, MemoryMetrics
 
 READY_LINE = "Application startup complete."
 """uvicorn's line, printed once vLLM listens; the log-side readiness signal."""
@@ -32,6 +32,18 @@ MAX_ERROR_LINES = 2000
 """``extract_error`` looks at no more than this many lines from the end of what it is given."""
 
 _READY_NEEDLE = READY_LINE.rstrip(".")
+
+LOAD_PHASES: tuple[LoadPhase, ...] = ("spawned", "loading weights", "KV cache", "CUDA graphs")
+"""A starting engine's phases in order; ``spawned`` lasts until a line opens the next."""
+
+_PHASE_MARKERS: tuple[tuple[LoadPhase, tuple[str, ...]], ...] = (
+    ("loading weights", ("Starting to load model", "Loading weights", "Loading safetensors")),
+    # "KV cache size:" is GPU's and the CPU build's line; "Available ..." comes first on GPU.
+    ("KV cache", ("Available KV cache memory", "KV cache size:", "# GPU blocks")),
+    # tqdm's "Capturing CUDA graphs" bar; the "finished" line when the bar is not logged.
+    ("CUDA graphs", ("Capturing CUDA graph", "Graph capturing")),
+)
+_PHASE_RANK = {phase: rank for rank, phase in enumerate(LOAD_PHASES)}
 
 # --- line shape ---------------------------------------------------------------------------
 
@@ -81,6 +93,32 @@ def strip_ansi(text: str) -> str:
     return _ANSI_RE.sub("", text)
 
 
+def load_phase(line: str) -> LoadPhase | None:
+    """The load phase a log line opens, if any (ANSI codes and process tags do not matter).
+
+    The one place that knows vLLM's (and the simulated engine's) phase lines: the runner
+    keeps the instance's ``loadPhase`` with it and ``models load --wait`` prints it.
+    """
+    for phase, markers in _PHASE_MARKERS:
+        if any(m in line for m in markers):
+            return phase
+    return None
+
+
+def later_phase(current: LoadPhase | None, line: str) -> LoadPhase | None:
+    """``current``, or the phase ``line`` opens when that one comes after it.
+
+    Phases only move forward: a KV line printed after the graphs (vLLM 0.34 merges the
+    KV size into a later line) must not send a progress display back.
+    """
+    found = load_phase(line)
+    if found is None:
+        return current
+    if current is None or _PHASE_RANK[found] > _PHASE_RANK[current]:
+        return found
+    return current
+
+
 def _segments(raw: str) -> list[str]:
     """Physical lines of one raw line: a trailing ``\\r``, or tqdm's ``\\r`` redraws."""
     if "\r" not in raw and "\n" not in raw:
@@ -106,8 +144,9 @@ def _to_int(text: str) -> int | None:
 class VllmLogParser:
     """Follows one engine's log, one line at a time, and remembers what start-up reported.
 
-    Memory figures and the version are taken only until the ready line: after that, request
-    logging can echo user text, which must not be able to rewrite what the engine reported.
+    Memory figures, the version and the load phase are taken only until the ready line: after
+    that, request logging can echo user text, which must not be able to rewrite what the
+    engine reported.
     """
 
     __slots__ = (
@@ -120,6 +159,7 @@ class VllmLogParser:
         "_kv_gib",
         "_kv_tokens",
         "_max_model_len",
+        "_phase",
         "_ready",
         "_version",
         "_weights_gib",
@@ -142,11 +182,17 @@ class VllmLogParser:
         self._max_model_len: int | None = None
         self._concurrency: float | None = None
         self._engine_init_s: float | None = None
+        self._phase: LoadPhase | None = None
 
     # --- read side ----------------------------------------------------------------------
     @property
     def ready(self) -> bool:
         return self._ready
+
+    @property
+    def load_phase(self) -> LoadPhase | None:
+        """The latest load phase the log opened (None before the first one)."""
+        return self._phase
 
     @property
     def engine_core_pid(self) -> int | None:
@@ -194,6 +240,7 @@ class VllmLogParser:
         if _READY_NEEDLE in line:
             self._ready = True
             return
+        self._phase = later_phase(self._phase, line)
         if "took" in line:
             self._took(line)
         if "KV cache" in line:

@@ -36,7 +36,7 @@ from sardeenz.domain import InstanceStatus, ModelInstance, utcnow
 from sardeenz.engines.base import EngineAdapter, LaunchContext
 from sardeenz.engines.logparse import VllmLogParser, extract_error
 from sardeenz.errors import SardeenzError
-from sardeenz.events import EventBus, LogEvent, StatusEvent
+from sardeenz.events import EventBus, LogEvent, PhaseEvent, StatusEvent
 from sardeenz.runtime import identity, proctree
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
 from sardeenz.runtime.ports import PortAllocator, port_is_free
@@ -125,6 +125,20 @@ class InstanceRunner:
         self.bus.publish(LogEvent(self.instance.id, line))
         if self.parser.ready and not was_ready:
             self._changed.set()
+        self._note_phase()
+
+    def _note_phase(self) -> None:
+        """A starting engine's log opened a new load phase: publish it with the instance.
+
+        Only published, not saved: the record is written at the next status change, and a
+        restarted controller reads the phase from the log again.
+        """
+        inst = self.instance
+        phase = self.parser.load_phase
+        if inst.status != InstanceStatus.STARTING or phase is None or phase == inst.load_phase:
+            return
+        inst.load_phase = phase
+        self.bus.publish(PhaseEvent(self.snapshot()))
 
     def prime_from_file(self) -> int:
         """Load the existing log (after a controller restart) without re-publishing it."""
@@ -133,6 +147,8 @@ class InstanceRunner:
         for line in read_tail_lines(self._log_path, 4 * 1024 * 1024):
             self.buffer.append(line)
             self.parser.feed(line)
+        if self.instance.status == InstanceStatus.STARTING:
+            self.instance.load_phase = self.parser.load_phase or "spawned"
         try:
             return self._log_path.stat().st_size
         except OSError:
@@ -367,6 +383,7 @@ class InstanceRunner:
             line = f"[sardeenz] {note} (port restart {self._port_restarts} of {limit})\n"
             await asyncio.to_thread(_append, self._log_path, line)
         self.parser = VllmLogParser()
+        inst.load_phase = "spawned"
         self._attempt_lines.clear()
         self._exited.clear()
         self.exit_code = None
@@ -458,6 +475,8 @@ class InstanceRunner:
     async def set_status(self, status: InstanceStatus) -> None:
         previous = self.instance.status
         self.instance.status = status
+        if status != InstanceStatus.STARTING:
+            self.instance.load_phase = None
         # Published first: the routing table follows this event, and a failed
         # or stopping engine must leave it now, not after a database write
         # that a busy disk can make take half a second (issue 18).

@@ -209,6 +209,7 @@ class Supervisor:
             display_name=req.display_name or served,
             engine=engine,
             status=InstanceStatus.STARTING,
+            load_phase="spawned",
             port=port,
             gpu_memory_limit=req.gpu_memory_limit,
             gpu_ids=grant.gpu_ids,
