@@ -234,6 +234,12 @@ def test_a_role_without_one_verb_is_a_clear_error_not_a_crash(
             assert lines, log[-2000:]
             assert all(f"to {verb} {resource} in namespace {namespace!r}" in ln for ln in lines)
             assert len(lines) <= 2, lines  # once (not once per retry)
+        if resource == "pods":
+            # What it costs: without list a starting pod knows no peer; with list but no
+            # watch it has the peers of its start-up list and sees no change after.
+            (restarted,) = warners
+            known = {p["id"] for p in statuses[restarted]["pods"]}
+            assert known == ({restarted} if verb == "list" else set(pods.names)), known
         if resource == "leases" and verb != "get":
             pods.wait(
                 lambda s: all(v["leader"] is None for v in s.values()),
