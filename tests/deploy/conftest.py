@@ -1,5 +1,31 @@
-"""The deploy tier shares the Kubernetes tier's real kube-apiserver fixture."""
+"""The deploy tier shares the Kubernetes tier's real kube-apiserver fixture, and drives it
+with a kubectl of the same version."""
 
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.deploy.kubectl import Kubectl, admin_kubectl
+from tests.deploy.manifests import KustomizeMissing, kustomize_kubectl
+from tests.kube.apiserver import KUBECTL_ENV, KubeApiServer
 from tests.kube.conftest import kube
 
-__all__ = ["kube"]
+__all__ = ["kube", "kubectl", "kubectl_bin"]
+
+
+@pytest.fixture(scope="module")
+def kubectl_bin() -> str:
+    try:
+        return os.environ.get(KUBECTL_ENV) or kustomize_kubectl()
+    except KustomizeMissing as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def kubectl(
+    kube: KubeApiServer, kubectl_bin: str, tmp_path_factory: pytest.TempPathFactory
+) -> Kubectl:
+    """``kubectl`` bound to the module's API server as admin."""
+    return admin_kubectl(kube, kubectl_bin, tmp_path_factory.mktemp("kubeconfig"))

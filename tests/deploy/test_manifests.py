@@ -18,9 +18,7 @@ one verb from the Role turns that very call into a 403.
 from __future__ import annotations
 
 import copy
-import os
 import secrets
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,18 +38,18 @@ from sardeenz.cluster.identity import (
     parse_peers,
 )
 from sardeenz.config import load_settings
+from tests.deploy.kubectl import Kubectl, can, deploy_to, put_role
 from tests.deploy.manifests import (
     APP_LABEL,
     KUBE_MODE_OVERLAYS,
     OVERLAYS,
     REPO,
     KustomizeMissing,
-    kustomize_kubectl,
     objects,
     one,
     render,
 )
-from tests.kube.apiserver import KUBECTL_ENV, KubeApiServer
+from tests.kube.apiserver import KubeApiServer
 
 pytestmark = pytest.mark.deploy
 
@@ -64,17 +62,6 @@ ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "del
 UVICORN_SHUTDOWN_SECONDS = 5
 """cli.py's ``timeout_graceful_shutdown``: before the engines are stopped."""
 RBAC_PROPAGATION_SECONDS = 15.0
-
-Kubectl = Callable[..., subprocess.CompletedProcess[str]]
-"""``kubectl ARGS`` against the test's API server, as admin."""
-
-
-@pytest.fixture(scope="module")
-def kubectl_bin() -> str:
-    try:
-        return os.environ.get(KUBECTL_ENV) or kustomize_kubectl()
-    except KustomizeMissing as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)
@@ -403,23 +390,9 @@ ROUTE_CRD: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    kube: KubeApiServer, kubectl_bin: str, tmp_path_factory: pytest.TempPathFactory
-) -> Kubectl:
+def cluster(kubectl: Kubectl) -> Kubectl:
     """``kubectl`` bound to the real API server as admin, with the Route kind registered
     (cluster-scoped; it goes with the module's API server)."""
-    config = kube.write_kubeconfig(tmp_path_factory.mktemp("kubeconfig") / "config")
-
-    def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [kubectl_bin, "--kubeconfig", str(config), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
     created = kubectl("apply", "-f", "-", stdin=yaml.safe_dump(ROUTE_CRD))
     assert created.returncode == 0, created.stderr
     ready = kubectl(
@@ -427,23 +400,6 @@ def cluster(
     )
     assert ready.returncode == 0, ready.stderr
     return kubectl
-
-
-def deploy_to(
-    kube: KubeApiServer, overlay: str, tmp_path: Path, kubectl: Kubectl
-) -> tuple[str, list[dict[str, Any]]]:
-    """A fresh namespace with the overlay applied for real in it (and the operator's Secret)."""
-    namespace = kube.create_namespace()
-    rendered = render(overlay, namespace=namespace, workdir=tmp_path / "ns")
-    secret = kubectl(
-        "-n", namespace, "create", "secret", "generic", "sardeenz",
-        f"--from-literal=CLUSTER_SECRET={secrets.token_hex(32)}",
-        f"--from-literal=SARDEENZ_JWT_SECRET={secrets.token_hex(32)}",
-    )  # fmt: skip
-    assert secret.returncode == 0, secret.stderr
-    applied = kubectl("apply", "-f", "-", stdin=rendered)
-    assert applied.returncode == 0, applied.stderr
-    return namespace, objects(rendered)
 
 
 def api_path(obj: dict[str, Any], namespace: str) -> str:
@@ -589,26 +545,6 @@ def deployed(
     return namespace, objs, Probe(kube, namespace, token)
 
 
-def can(
-    kube: KubeApiServer, token: str, namespace: str, group: str, resource: str, verb: str
-) -> bool:
-    """The API server's own answer (SelfSubjectAccessReview) for this token."""
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {
-            "resourceAttributes": {
-                "namespace": namespace, "group": group, "resource": resource, "verb": verb
-            }
-        },
-    }  # fmt: skip
-    with kube.client(token=token) as api:
-        resp = api.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=review)
-    assert resp.status_code == 201, resp.text
-    allowed: bool = resp.json()["status"]["allowed"]
-    return allowed
-
-
 def test_service_account_can_do_exactly_what_the_role_grants(
     kube: KubeApiServer, deployed: tuple[str, list[dict[str, Any]], Probe]
 ) -> None:
@@ -628,15 +564,6 @@ def test_service_account_can_do_exactly_what_the_role_grants(
     for (group, resource), verbs in GRANTED.items():
         for verb in verbs:
             assert not can(kube, probe.token, elsewhere, group, resource, verb)
-
-
-def put_role(kube: KubeApiServer, namespace: str, role: dict[str, Any]) -> None:
-    path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles/sardeenz"
-    with kube.client() as admin:
-        version = admin.get(path).json()["metadata"]["resourceVersion"]
-        body = {**role, "metadata": {**role["metadata"], "resourceVersion": version}}
-        resp = admin.put(path, json=body)
-    assert resp.status_code == 200, resp.text
 
 
 def wait_status(probe: Probe, resource: str, verb: str, wanted: Callable[[int], bool]) -> int:

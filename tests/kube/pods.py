@@ -56,7 +56,13 @@ def common_port(hosts: Iterable[str]) -> int:
 
 
 class KubePods(Cluster):
-    """``size`` pods named pod-a, pod-b, ... at 127.0.0.2, .3, ... in a fresh namespace."""
+    """``size`` pods named pod-a, pod-b, ... at 127.0.0.2, .3, ... in a fresh namespace.
+
+    ``namespace``: one that already holds the ``sardeenz`` ServiceAccount, Role and
+    RoleBinding (the deploy tier's applied manifests); ``rules`` is then not used. The
+    pods reach the API through ``SARDEENZ_KUBE_API_URL`` with ``SARDEENZ_CLUSTER_MODE=
+    kubernetes`` instead of ``KUBERNETES_SERVICE_HOST``/``PORT`` when ``api_url`` is set.
+    """
 
     def __init__(
         self,
@@ -65,20 +71,33 @@ class KubePods(Cluster):
         size: int,
         rules: Iterable[dict[str, Any]] = SARDEENZ_RULES,
         first_host: int = 2,
+        *,
+        namespace: str | None = None,
+        api_url: bool = False,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.kube = kube
-        self.namespace = kube.create_namespace()
-        kube.create_service_account(self.namespace, "sardeenz", list(rules))
+        if namespace is None:
+            namespace = kube.create_namespace()
+            kube.create_service_account(namespace, "sardeenz", list(rules))
+        self.namespace = namespace
         token = kube.service_account_token(self.namespace, "sardeenz")
         sa_dir = kube.write_service_account_dir(root / "serviceaccount", self.namespace, token)
+        self.service_account_dir = sa_dir
         self.names = [f"pod-{chr(ord('a') + i)}" for i in range(size)]
         self.hosts = {n: f"127.0.0.{first_host + i}" for i, n in enumerate(self.names)}
         self.port = common_port(self.hosts.values())
         self.pods: dict[str, ServerProcess] = {}
-        for name in self.names:
-            env = {
+        if api_url:
+            api = {"SARDEENZ_CLUSTER_MODE": "kubernetes", "SARDEENZ_KUBE_API_URL": kube.url}
+        else:
+            api = {
                 "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                 "KUBERNETES_SERVICE_PORT": str(kube.port),
+            }
+        for name in self.names:
+            env = {
+                **api,
                 "SARDEENZ_KUBE_SERVICE_ACCOUNT_DIR": str(sa_dir),
                 "POD_NAME": name,
                 "POD_IP": self.hosts[name],
@@ -86,6 +105,7 @@ class KubePods(Cluster):
                 "CLUSTER_SECRET": SECRET,
                 **TIMING,
                 **LEASE_TIMING,
+                **(extra_env or {}),
             }
             self.pods[name] = ServerProcess(
                 root / name, host=self.hosts[name], port=self.port, extra_env=env
@@ -147,6 +167,14 @@ class KubePods(Cluster):
             for done in [pool.submit(boot, name) for name in self.names]:
                 done.result()
         return self
+
+    def restart(self, name: str) -> None:
+        """The kubelet restarting the container: not Ready, SIGTERM, a new process with
+        the same data dir, Ready once it answers its probe."""
+        self.mark_ready(name, False)
+        self.pods[name].stop()
+        self.pods[name].start(timeout=60)
+        self.mark_ready(name)
 
     # ---------------------------------------------------------------- Lease
     def lease(self) -> dict[str, Any] | None:

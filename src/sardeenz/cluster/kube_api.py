@@ -208,6 +208,12 @@ class KubeApi:
         if self.problems.pop((verb, resource), None) is not None:
             log.warning("Kubernetes RBAC: %s %s is allowed now", verb, resource)
 
+    def not_needed(self, verb: str, resource: str, why: str) -> None:
+        """A refused call this pod has no need to make now (the Lease another pod created):
+        its warning goes, and comes back if the call is needed and refused again."""
+        if self.problems.pop((verb, resource), None) is not None:
+            log.warning("Kubernetes RBAC: %s %s is not needed now (%s)", verb, resource, why)
+
     def warnings(self) -> list[str]:
         return [str(p) for _, p in sorted(self.problems.items())]
 
@@ -249,9 +255,14 @@ class KubeApi:
             _request_timeout=self.timeout,
         )
         try:
-            data = json.loads(await resp.read())
+            body = await resp.read()
         finally:
             resp.release()
+        # Unpreloaded, the client raises on no status: a 403's Status object would
+        # otherwise read as an empty pod list (every peer gone, no RBAC warning).
+        if resp.status != 200:
+            raise KubeError(resp.status, _status_message(body))
+        data = json.loads(body)
         if not isinstance(data, dict):
             raise KubeError(502, "a pod list that is not an object")
         return data
@@ -287,6 +298,9 @@ class KubeApi:
         try:
             if resp.status != 200:
                 raise KubeError(resp.status, _status_message(await resp.read()))
+            # Accepted: a watch of an idle namespace may carry no event for minutes, and
+            # a restored Role's warning must not wait for one.
+            self.allowed("watch", "pods")
             async for line in resp.content:
                 if not line.strip():
                     continue

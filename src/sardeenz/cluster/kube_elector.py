@@ -9,8 +9,9 @@ another pod takes over within a retry period instead of a lease duration.
 Every call has the API timeout; a failure is retried after a backoff (the
 retry period while leading, so a renewal is retried before the deadline;
 doubling up to 30 s otherwise); a 409 means re-read at once; a 403 becomes
-the RBAC warning of cluster/kube_api.py. Leadership itself ends by the clock
-(kube_lease.py), never by waiting for a call.
+the RBAC warning of cluster/kube_api.py (an update refused while the Lease is
+gone is the API server's create-on-update check: the warning is then create's).
+Leadership itself ends by the clock (kube_lease.py), never by waiting for a call.
 """
 
 from __future__ import annotations
@@ -83,14 +84,24 @@ class LeaseElector:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            update = step in (Step.ACQUIRE, Step.RENEW)
+            if update and status_code(exc) == 403 and await self._lease_gone():
+                st.observed_missing(m.now())  # next: CREATE, whose own 403 is create's
+                return
             self._failed(step, exc)
             return
         self._failures = 0
         api.allowed(VERB[step], "leases")
+        if step is not Step.CREATE:
+            api.not_needed("create", "leases", "the Lease exists")
         self._acquired = lease.spec.acquire_time if lease.spec is not None else None
         record = lease_record(lease)
         if desired is None:
             st.observed(record, m.now())
+            if st.plan(m.now())[0] is Step.READ:
+                # Held by a live leader: no write to make now, so a refused take-over of
+                # before (a Role fixed since, or another pod won) is no problem any more.
+                api.not_needed("update", "leases", f"the Lease is held by {record.holder}")
             return
         st.written(record, sent, m.now())
         if desired.takeover:
@@ -101,6 +112,20 @@ class LeaseElector:
                 record.transitions,
                 record.term,
             )
+
+    async def _lease_gone(self) -> bool:
+        """After a 403 on an update: is the Lease missing? The API server turns an update
+        of a missing Lease into a create and checks the *create* permission, so the 403
+        then means a Role without ``create``, not without ``update``."""
+        try:
+            await self._api.read_lease()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if status_code(exc) == 404:
+                self._api.allowed("get", "leases")
+                return True
+        return False
 
     def _failed(self, step: Step, exc: BaseException) -> None:
         m, st, api = self._m, self._st, self._api
