@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from sardeenz.asgi import Message, Receive, Scope, Send
 from sardeenz.cluster.internal import _Reply, read_body, verify
 from sardeenz.cluster.manager import HOP_HEADER, ClusterManager
-from sardeenz.proxy.forwarder import RemoteHeaders
+from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.proxy.wire import INVALID_API_KEY, header, send_json
 from sardeenz.security.cluster_hmac import ClusterAuthError
 

@@ -1,9 +1,10 @@
 """The relay's semantics: what a client sees when an engine fails, decided once.
 
 Two code paths relay an engine's response: the express path (express.py,
-protocol callbacks, no task) and the general handler (forwarder.py, ASGI).
-A client must not be able to tell which one answered, so every decision
-that shapes what it sees is taken here and both paths call it:
+protocol callbacks, no task) and the general handler (forwarder.py and
+asgirelay.py, ASGI). A client must not be able to tell which one answered,
+so every decision that shapes what it sees is taken here and both paths
+call it:
 
 * **before the first byte** reached the client: a connection that could not
   be made is 503 ``engine_unavailable`` with ``Retry-After`` (nothing reached

@@ -1,0 +1,64 @@
+"""Holding a request for a model that exists but is not routable yet.
+
+Why a module of its own: it is the one place that turns "known, not active"
+into either an endpoint (after a start or a wake) or the 503 that says why not
+and when to retry, and only requests that miss the routing table come here
+(never the express path). Catalog models that start on demand wait through
+``Demand.wait`` (proxy/demand.py) instead. See docs/proxy.md, "Models that are
+not ready yet".
+"""
+
+from __future__ import annotations
+
+import math
+
+from sardeenz.proxy.routing import Endpoint, RoutingTable, WakeFailed
+from sardeenz.proxy.wire import ErrorReply
+
+
+async def wait_for(table: RoutingTable, model: str, ready_wait: float) -> Endpoint | ErrorReply:
+    """An endpoint of ``model`` within ``ready_wait`` seconds, or the reply saying why not.
+
+    A starting model is waited for; a sleeping one is woken by the table (one wake
+    shared by every request meanwhile) unless auto-wake is off; a model with only
+    failed or stopping instances is refused at once: nothing would come of waiting.
+    """
+    if table.pending(model):
+        try:
+            ep = await table.wait_until_routable(model, ready_wait)
+        except WakeFailed as exc:
+            return ErrorReply(
+                503,
+                f"Model {model!r} is asleep and could not be woken: {exc}",
+                "service_unavailable_error",
+                "wake_failed",
+                headers=[(b"retry-after", b"10")],
+            )
+        if ep is not None:
+            return ep
+        if table.pending(model):
+            retry = str(max(1, min(30, math.ceil(ready_wait / 4) or 1))).encode()
+            return ErrorReply(
+                503,
+                f"Model {model!r} is not ready yet (still starting after "
+                f"{ready_wait:g} s); retry later",
+                "service_unavailable_error",
+                "model_not_ready",
+                headers=[(b"retry-after", retry)],
+            )
+    statuses = sorted({i.status.value for i in table.instances(model)})
+    if "sleeping" in statuses:  # auto-wake is off: say so, and when to retry
+        return ErrorReply(
+            503,
+            f"Model {model!r} is asleep and auto-wake is off (SARDEENZ_PROXY_AUTO_WAKE); "
+            "wake it with POST /api/v1/models/{id}/wake",
+            "service_unavailable_error",
+            "model_sleeping",
+            headers=[(b"retry-after", b"10")],
+        )
+    return ErrorReply(
+        503,
+        f"Model {model!r} has no healthy instance (status: {', '.join(statuses) or 'none'})",
+        "service_unavailable_error",
+        "no_healthy_endpoint",
+    )
