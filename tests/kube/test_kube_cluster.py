@@ -59,10 +59,16 @@ def _wait_listed(url: str, name: str, want: bool, timeout: float) -> float:
 
 def test_one_leader_through_the_lease_and_one_term(pods: KubePods) -> None:
     t0 = time.monotonic()
+    # A peer the watch reports is listed before its first heartbeat arrives (then it is
+    # not healthy yet): wait for the heartbeats too, not only for the listing.
     statuses = pods.wait(
-        lambda s: agreed_leader(s) and all(len(v["pods"]) == 3 for v in s.values()),
+        lambda s: (
+            agreed_leader(s)
+            and all(len(v["pods"]) == 3 for v in s.values())
+            and all(p["state"] == "healthy" for v in s.values() for p in v["pods"])
+        ),
         20.0,
-        "one leader, one term, three pods",
+        "one leader, one term, three healthy pods",
     )
     print(f"\nleader agreed with all pods known {time.monotonic() - t0:.2f}s after start")
     first = next(iter(statuses.values()))
