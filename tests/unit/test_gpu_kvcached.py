@@ -8,10 +8,7 @@ output text, same exit-0-on-failure.
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 import struct
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,57 +32,7 @@ from sardeenz.gpu.kvcached import (
     should_enable,
 )
 from sardeenz.memory.kvlimits import Change, KvcachedLimits, changes, plan_limits, segment_gpus
-
-FAKE_KVCTL = f"""#!{sys.executable} -S
-import json, os, struct, sys, time
-
-shm = os.environ["FAKE_SHM_DIR"]
-mode = os.environ.get("FAKE_KVCTL_MODE", "")
-args = sys.argv[1:]
-with open(os.environ["FAKE_KVCTL_LOG"], "a") as log:
-    log.write(" ".join(args) + "\\n")
-if mode == "hang":
-    time.sleep(30)
-if mode == "crash":
-    print("Traceback (most recent call last): ...", file=sys.stderr)
-    sys.exit(1)
-cmd = args[0] if args else "shell"
-if cmd == "list":
-    res = []
-    for name in sorted(os.listdir(shm)):
-        path = os.path.join(shm, name)
-        if os.path.getsize(path) != 24:
-            continue
-        with open(path, "rb") as f:
-            total, used, _ = struct.unpack("<qqq", f.read(24))
-        if total > 0:
-            res.append({{"ipc": name, "limit_bytes": total, "used_bytes": used}})
-    if "--json" in args and mode != "text":
-        print(json.dumps(res, indent=2))
-    elif not res:
-        print("No active KVCached segments found.")
-elif cmd == "delete":
-    path = os.path.join(shm, args[1])
-    if os.path.exists(path):
-        os.unlink(path)
-        print(f"Deleted IPC '{{args[1]}}'.")
-    else:
-        prefix = "Error: " if mode == "error-prefix" else ""
-        print(f"{{prefix}}IPC '{{args[1]}}' not found.", file=sys.stderr)
-    sys.exit(0)  # kvcached 0.1.5 exits 0 even when the delete failed
-elif cmd == "limit":
-    path = os.path.join(shm, args[1])
-    if not os.path.exists(path):
-        print(f"Error: IPC '{{args[1]}}' not found.", file=sys.stderr)
-        sys.exit(0)
-    with open(path, "r+b") as f:
-        _, used, prealloc = struct.unpack("<qqq", f.read(24))
-        f.seek(0)
-        f.write(struct.pack("<qqq", int(args[2]), used, prealloc))
-    print(f"Updated kv cache limit for {{args[1]}} to ... ({{args[2]}} bytes)")
-else:
-    print("Entering kvcached shell.")
-"""
+from tests.fake_kvctl import fake_kvctl_env
 
 GiB = 2**30
 
@@ -112,15 +59,9 @@ def shm(tmp_path: Path) -> Path:
 @pytest.fixture
 def fake_kvctl(tmp_path: Path, shm: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A kvctl on PATH; returns the file its invocations are logged to."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "kvctl"
-    exe.write_text(FAKE_KVCTL)
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     calls = tmp_path / "kvctl-calls.log"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setenv("FAKE_SHM_DIR", str(shm))
-    monkeypatch.setenv("FAKE_KVCTL_LOG", str(calls))
+    for name, value in fake_kvctl_env(tmp_path / "bin", shm, calls).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.delenv("FAKE_KVCTL_MODE", raising=False)
     return calls
 
