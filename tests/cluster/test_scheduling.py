@@ -17,9 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from sardeenz.cluster.profile_sync import PATH
+from sardeenz.cluster.transport.routes import PROFILES
 from sardeenz.security.cluster_hmac import Signer
 from tests.cluster.harness import SECRET, Cluster
+
+PATH = PROFILES.path()
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from sardeenz.asgi import Message, Receive, Scope, Send
-from sardeenz.cluster.internal import _Reply, read_body, verify
-from sardeenz.cluster.manager import HOP_HEADER, ClusterManager
+from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.transport.routes import HOP_HEADER
+from sardeenz.cluster.transport.server import BodyError, read_body, verify
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.proxy.wire import INVALID_API_KEY, header, send_json
 from sardeenz.security.cluster_hmac import ClusterAuthError
@@ -45,12 +46,14 @@ def trusted_forward(
     manager: ClusterManager,
 ) -> Callable[[Scope, Receive, Send, Handler], Awaitable[None]]:
     """The gateway's hook for a /v1 request with a cluster signature and no valid API key."""
+    verifier = manager.verifier
+    assert verifier is not None
 
     async def run(scope: Scope, receive: Receive, send: Send, handler: Handler) -> None:
         try:
             body = await read_body(receive, manager.settings.proxy_max_body_bytes)
-            verify(manager, scope, body)
-        except (ClusterAuthError, _Reply):
+            verify(verifier, scope, body)
+        except (ClusterAuthError, BodyError):
             await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
             return
         replayed = False

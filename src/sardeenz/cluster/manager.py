@@ -6,11 +6,12 @@ single-node one (the routing table holds no remote endpoint, so the remote
 branch of the forwarder is never taken).
 
 Static mode: ``start()`` starts one task (cluster/driver.py) that finds the
-peers, exchanges heartbeats and runs the election; the handlers of
-``/internal/*`` (cluster/internal.py) call the ``on_*`` methods here. The
-election and failure detector are pure (cluster/election.py): this class
-feeds them messages with the monotonic clock and keeps the routing table's
-remote endpoints in step with what peers report.
+peers, exchanges heartbeats and runs the election; the handlers of its
+``/internal/*`` routes (``internal_routes()``, served by cluster/transport)
+call the ``on_*`` methods here. The election and failure detector are pure
+(cluster/election.py): this class feeds them messages with the monotonic
+clock and keeps the routing table's remote endpoints in step with what peers
+report.
 
 Kubernetes mode (cluster/kube.py): the same heartbeat driver (no pings, no
 votes), while the pod watch says who the peers are (``members``) and the
@@ -28,6 +29,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, Field
+
 from sardeenz.cluster.election import Election, FailureDetector, PeerState, Timing
 from sardeenz.cluster.identity import (
     ClusterMode,
@@ -40,9 +43,12 @@ from sardeenz.cluster.identity import (
 )
 from sardeenz.cluster.leadership import Leadership
 from sardeenz.cluster.peers import GpuFigures, Heartbeat, PeerStore, remote_endpoints, route_key
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.client import PodClient
+from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.config import Settings
 from sardeenz.domain import LoadRequest, ModelInstance
-from sardeenz.errors import Conflict, NotFound, SardeenzError, Unavailable
+from sardeenz.errors import NotFound
 from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.proxy.routing import RoutingTable
 from sardeenz.runtime.supervisor import Supervisor
@@ -54,8 +60,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HOP_HEADER = b"x-sardeenz-hop"
-"""Set on a /v1 request one pod forwards to another: the receiver never forwards it again."""
+
+class _Vote(BaseModel):
+    candidate: str = Field(min_length=1, max_length=253)
+    term: int = Field(ge=1)
 
 
 class ClusterManager:
@@ -97,6 +105,8 @@ class ClusterManager:
         self.seeds: list[PeerAddress] = []
         self.signer: Signer | None = None
         self.verifier: Verifier | None = None
+        self.client: PodClient | None = None
+        """The signed client to other pods (cluster/transport); None on a single node."""
         if self.active:
             self.seeds = [
                 p
@@ -107,6 +117,14 @@ class ClusterManager:
             previous = settings.cluster_secret_previous.get_secret_value().encode()
             self.signer = Signer(secret)
             self.verifier = Verifier([secret, previous])
+            self.client = PodClient(
+                self.signer,
+                self,
+                timeout=settings.cluster_request_timeout_seconds,
+                order_timeout=max(30.0, settings.cluster_request_timeout_seconds),
+                backoff_base=settings.cluster_heartbeat_interval_seconds,
+                backoff_cap=settings.cluster_ping_interval_seconds,
+            )
         self._state_file = settings.data_dir / "cluster-election.json"
         self._driver: ClusterDriver | None = None
         self._kube: KubeCluster | None = None
@@ -123,9 +141,11 @@ class ClusterManager:
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        if not self.active:
+        if not self.active or self.client is None:
             return
-        from sardeenz.cluster.driver import ClusterDriver  # only a cluster pays for httpx
+        from sardeenz.cluster.driver import ClusterDriver
+
+        await self.client.start()
 
         if self.mode is ClusterMode.KUBERNETES:
             from sardeenz.cluster.kube import KubeCluster  # and only Kubernetes for its client
@@ -134,7 +154,7 @@ class ClusterManager:
             assert isinstance(self.leadership, LeaseElection)
             self._kube = KubeCluster(self, self.leadership)
             await self._kube.start()
-            self._driver = ClusterDriver(self)
+            self._driver = ClusterDriver(self, self.client)
             self._driver.start()
             return
         saved = await asyncio.to_thread(_read_state, self._state_file)
@@ -152,7 +172,7 @@ class ClusterManager:
             self.identity.address,
             ", ".join(str(s) for s in self.seeds) or "(none yet)",
         )
-        self._driver = ClusterDriver(self)
+        self._driver = ClusterDriver(self, self.client)
         self._driver.start()
 
     async def stop(self) -> None:
@@ -162,6 +182,8 @@ class ClusterManager:
         driver, self._driver = self._driver, None
         if driver is not None:
             await driver.stop()
+        if self.client is not None:
+            await self.client.close()
 
     # --------------------------------------------------------------- queries
     @staticmethod
@@ -181,6 +203,17 @@ class ClusterManager:
 
     def is_leader(self) -> bool:
         return not self.active or self.leadership.is_leader(self.now())
+
+    def current_term(self) -> int:
+        return self.leadership.term
+
+    def address_of(self, pod_id: str) -> PeerAddress | None:
+        peer = self.peers.get(pod_id)
+        return peer.address if peer is not None else None
+
+    def reachable(self, pod_id: str) -> bool:
+        """False while the failure detector calls ``pod_id`` unavailable."""
+        return self.detector.state(pod_id, self.now()) is not PeerState.UNAVAILABLE
 
     def ping(self) -> dict[str, Any]:
         return {
@@ -352,79 +385,44 @@ class ClusterManager:
         self.note_leadership()
         return ok
 
-    # -------------------------------------------------------- leader orders
-    async def order(
-        self,
-        pod_id: str,
-        path: str,
-        payload: dict[str, Any],
-        timeout: float | None = None,  # noqa: ASYNC109 - passed to the HTTP client
-    ) -> dict[str, Any]:
-        """Run an admin action on another pod through ``/internal``, fenced by our term.
+    # ------------------------------------------------------ /internal routes
+    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
+        """Who is there and who leads: ping, heartbeat, state, (pre)votes."""
 
-        Only the leader gives orders (409 ``not_leader`` elsewhere, naming the
-        leader); an unknown pod is 404, an unavailable one 503; the pod's own
-        refusal (409 ``model_does_not_fit``, ...) comes back as it was given.
-        """
-        if not self.active or self._driver is None:
+        async def vote(request: InternalRequest) -> dict[str, Any]:
+            v = request.parse(_Vote)
+            return await self.on_vote(v.candidate, v.term)
+
+        def prevote(request: InternalRequest) -> dict[str, Any]:
+            v = request.parse(_Vote)
+            return self.on_prevote(v.candidate, v.term)
+
+        async def state(_: InternalRequest) -> dict[str, Any]:
+            return await self.status()
+
+        return [
+            (routes.PING, lambda _: self.ping()),
+            (routes.HEARTBEAT, lambda r: self.on_heartbeat(r.parse(Heartbeat))),
+            (routes.STATE, state),
+            (routes.PREVOTE, prevote),
+            (routes.VOTE, vote),
+        ]
+
+    # -------------------------------------------------------- leader orders
+    def client_for(self, pod_id: str) -> PodClient:
+        """The pod client, to reach ``pod_id`` (404 ``pod_not_found`` on a single node)."""
+        if self.client is None:
             raise NotFound(
                 f"no pod {pod_id!r}: this node is not in a cluster", code="pod_not_found"
             )
-        peer = self.peers.get(pod_id)
-        if peer is None:
-            raise NotFound(f"no pod {pod_id!r} in this cluster", code="pod_not_found")
-        if not self.is_leader():
-            raise Conflict(
-                f"only the leader gives orders to other pods; the leader is {self.leader()!r}",
-                code="not_leader",
-            )
-        if self.detector.state(pod_id, self.now()) is PeerState.UNAVAILABLE:
-            raise Unavailable(f"pod {pod_id!r} is unavailable", code="pod_unavailable")
-        import httpx
-
-        try:
-            status, data = await self._driver.order(
-                peer.address,
-                path,
-                {**payload, "term": self.leadership.term},
-                timeout=timeout or max(30.0, self.settings.cluster_request_timeout_seconds),
-            )
-        except httpx.HTTPError as exc:
-            raise Unavailable(
-                f"pod {pod_id!r} did not answer: {exc}", code="pod_unavailable"
-            ) from exc
-        if status >= 400:
-            detail = data.get("detail") if isinstance(data, dict) else None
-            code = data.get("code") if isinstance(data, dict) else None
-            extra = (
-                {k: v for k, v in data.items() if k not in ("detail", "code")}
-                if isinstance(data, dict)
-                else {}
-            )  # e.g. the fit verdict of a model_does_not_fit refusal
-            err = SardeenzError(
-                f"pod {pod_id}: {detail or status}", code=code or "peer_error", **extra
-            )
-            err.status = status
-            raise err
-        if not isinstance(data, dict):
-            raise Unavailable(f"pod {pod_id!r} answered no instance", code="pod_unavailable")
-        return data
-
-    async def ask(
-        self, pod_id: str, method: str, path: str, payload: Any = None
-    ) -> dict[str, Any] | None:
-        """A signed request to a known pod; its JSON answer, None on any failure."""
-        peer = self.peers.get(pod_id)
-        if peer is None or self._driver is None:
-            return None
-        return await self._driver.call(peer.address, method, path, payload)
+        return self.client
 
     async def load_on(self, pod_id: str, req: LoadRequest) -> ModelInstance | None:
         """Load on ``pod_id``; None when that is this pod (the caller loads locally)."""
         if pod_id == self.identity.pod_id:
             return None
         request = req.model_dump(mode="json", exclude={"pod_id"})
-        data = await self.order(pod_id, "/internal/models/load", {"request": request})
+        data = await self.client_for(pod_id).call(pod_id, routes.LOAD, {"request": request})
         return ModelInstance.model_validate({**data, "podId": pod_id})
 
     def owner_of(self, instance_id: str) -> str | None:
@@ -442,7 +440,10 @@ class ClusterManager:
         owner = self.owner_of(instance_id)
         if owner is None:
             return None
-        data = await self.order(owner, f"/internal/models/{instance_id}/{action}", {"level": level})
+        route = routes.INSTANCE_ACTIONS[action]
+        data = await self.client_for(owner).call(
+            owner, route, {"level": level}, instance_id=instance_id
+        )
         return ModelInstance.model_validate({**data, "podId": owner})
 
     def admits(self, pod_id: str) -> bool:
