@@ -31,6 +31,7 @@ SECRET = b"s" * 32
 ECHO = InternalRoute("POST", "/internal/test/echo/{name}")
 ORDER = InternalRoute("POST", "/internal/test/order", fenced=True)
 REFUSE = InternalRoute("GET", "/internal/test/refuse")
+WHO = InternalRoute("GET", "/internal/test/who", any_target=True)
 
 
 class _Body(BaseModel):
@@ -86,7 +87,7 @@ def _free_port() -> int:
 async def rig() -> AsyncIterator[Rig]:
     directory = Directory()
     orders: list[int | None] = []
-    router = InternalRouter(Verifier([SECRET]), _Fencing(directory))
+    router = InternalRouter(Verifier([SECRET], me="pod-b"), _Fencing(directory))
 
     def echo(r: InternalRequest) -> dict[str, Any]:
         return {"name": r.params["name"], "n": r.parse(_Body).n}
@@ -98,7 +99,7 @@ async def rig() -> AsyncIterator[Rig]:
     def refuse(_: InternalRequest) -> None:
         raise Conflict("no room", code="model_does_not_fit", needBytes=7)
 
-    router.include([(ECHO, echo), (ORDER, order)])
+    router.include([(ECHO, echo), (ORDER, order), (WHO, lambda _: {"podId": "pod-b"})])
     router.add(REFUSE, refuse)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(router, host="127.0.0.1", port=port, log_level="error"))
@@ -196,10 +197,10 @@ async def test_unknown_and_unavailable_pods_are_refused_without_a_request(rig: R
 
 async def test_a_dead_address_answers_none_and_backs_off(rig: Rig) -> None:
     dead = PeerAddress("127.0.0.1", _free_port())
-    route = InternalRoute("GET", "/internal/test/ping")
-    assert rig.client.due(route, dead)
-    assert await rig.client.call_at(dead, route) is None
-    assert not rig.client.due(route, dead)  # next try in backoff_base seconds
+    assert rig.client.due(WHO, dead)
+    assert await rig.client.call_at(dead, WHO) is None
+    assert not rig.client.due(WHO, dead)  # next try in backoff_base seconds
+    assert rig.client.due(ECHO, dead)  # per route
     rig.directory.addresses["pod-c"] = dead
     with pytest.raises(Unavailable) as caught:
         await rig.client.call("pod-c", ECHO, {"n": 1}, name="x")
@@ -207,7 +208,28 @@ async def test_a_dead_address_answers_none_and_backs_off(rig: Rig) -> None:
 
 
 def test_a_route_is_bound_once() -> None:
-    router = InternalRouter(Verifier([SECRET]), _Fencing(Directory()))
+    router = InternalRouter(Verifier([SECRET], me="pod-b"), _Fencing(Directory()))
     router.add(ECHO, lambda _: None)
     with pytest.raises(ValueError, match="bound twice"):
         router.add(ECHO, lambda _: None)
+
+
+async def test_only_a_route_declared_any_target_takes_a_request_signed_for_any_pod(
+    rig: Rig,
+) -> None:
+    address = rig.directory.addresses["pod-b"]
+    assert await rig.client.call_at(address, WHO) == {"podId": "pod-b"}  # signed for "*"
+    with pytest.raises(ValueError, match="must name the pod"):  # a bug: never sent
+        await rig.client.call_at(address, ECHO, {"n": 1})
+    signer = Signer(SECRET)
+    async with httpx.AsyncClient() as http:
+        path = ECHO.path(name="x")
+        body = b'{"n": 1}'
+        for target, code in (("*", "wrong_target"), ("pod-a", "wrong_target")):
+            headers = signer.headers("POST", path, body, target=target)
+            resp = await http.post(f"{rig.url}{path}", content=body, headers=headers)
+            assert resp.status_code == 401, resp.text
+            assert resp.json()["code"] == code
+        headers = signer.headers("POST", path, body, target="pod-b")
+        resp = await http.post(f"{rig.url}{path}", content=body, headers=headers)
+        assert resp.json() == {"name": "x", "n": 1}

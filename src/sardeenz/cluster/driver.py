@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.identity import PeerAddress
+from sardeenz.cluster.peers import Peer
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.client import PodClient
 from sardeenz.tasks import stop_task
@@ -126,13 +127,14 @@ class ClusterDriver:
         payload = hb.model_dump(mode="json")
         sent_at = m.now()
         due = self._client.due
-        targets = [p.address for p in m.peers.all() if due(routes.HEARTBEAT, p.address)]
+        targets = [p for p in m.peers.all() if due(routes.HEARTBEAT, p.address)]
         if targets:
-            await asyncio.gather(*(self._beat(a, payload, sent_at) for a in targets))
+            await asyncio.gather(*(self._beat(p, payload, sent_at) for p in targets))
 
-    async def _beat(self, address: PeerAddress, payload: Any, sent_at: float) -> None:
+    async def _beat(self, peer: Peer, payload: Any, sent_at: float) -> None:
         m = self._m
-        data = await self._client.call_at(address, routes.HEARTBEAT, payload)
+        address = peer.address
+        data = await self._client.call_at(address, routes.HEARTBEAT, payload, pod_id=peer.pod_id)
         if data is None:
             return
         pod_id, term = data.get("podId"), data.get("term")
@@ -141,19 +143,21 @@ class ClusterDriver:
         m.heard(pod_id, address)
         m.leadership.on_heartbeat_reply(pod_id, term, data.get("ack") is True, sent_at)
 
-    async def _prevote(self, peers: list[Any]) -> bool:
+    async def _prevote(self, peers: list[Peer]) -> bool:
         """Would a quorum vote for us in the next term? Nobody changes state to answer."""
         m = self._m
         body = {"candidate": m.identity.pod_id, "term": m.election.term + 1}
 
-        async def ask(address: PeerAddress) -> bool:
-            data = await self._client.call_at(address, routes.PREVOTE, body)
+        async def ask(peer: Peer) -> bool:
+            data = await self._client.call_at(
+                peer.address, routes.PREVOTE, body, pod_id=peer.pod_id
+            )
             if data is None or not isinstance(data.get("term"), int):
                 return False
             m.election.observe_term(data["term"])  # a real term we are behind on
             return data.get("granted") is True
 
-        results = await asyncio.gather(*(ask(p.address) for p in peers))
+        results = await asyncio.gather(*(ask(p) for p in peers))
         return 1 + sum(results) >= m.election.quorum
 
     async def _stand(self, healthy: set[str]) -> bool:
@@ -173,8 +177,8 @@ class ClusterDriver:
             return True
         body = {"candidate": m.identity.pod_id, "term": term}
 
-        async def ask(address: PeerAddress) -> bool:
-            data = await self._client.call_at(address, routes.VOTE, body)
+        async def ask(peer: Peer) -> bool:
+            data = await self._client.call_at(peer.address, routes.VOTE, body, pod_id=peer.pod_id)
             if data is None:
                 return False
             pod_id, their_term = data.get("podId"), data.get("term")
@@ -184,6 +188,6 @@ class ClusterDriver:
                 pod_id, their_term, data.get("granted") is True, sent_at=now
             )
 
-        results = await asyncio.gather(*(ask(p.address) for p in peers))
+        results = await asyncio.gather(*(ask(p) for p in peers))
         m.note_leadership()
         return any(results) and m.election.is_leader(m.now())

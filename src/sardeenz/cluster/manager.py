@@ -116,7 +116,7 @@ class ClusterManager:
             secret = settings.cluster_secret.get_secret_value().encode()
             previous = settings.cluster_secret_previous.get_secret_value().encode()
             self.signer = Signer(secret)
-            self.verifier = Verifier([secret, previous])
+            self.verifier = Verifier([secret, previous], me=self.identity.pod_id)
             self.client = PodClient(
                 self.signer,
                 self,

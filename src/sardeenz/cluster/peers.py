@@ -151,6 +151,7 @@ def remote_endpoints(hb: Heartbeat) -> list[Endpoint]:
                 local=False,
                 max_model_len=inst.memory_metrics.max_model_len if inst.memory_metrics else None,
                 created=int(inst.created_at.timestamp()),
+                pod_id=hb.pod_id,
             )
         )
     return out

@@ -35,7 +35,7 @@ from sardeenz.cluster.identity import PeerAddress
 from sardeenz.cluster.transport.backoff import Backoff
 from sardeenz.cluster.transport.routes import InternalRoute
 from sardeenz.errors import Conflict, NotFound, SardeenzError, Unavailable
-from sardeenz.security.cluster_hmac import Signer
+from sardeenz.security.cluster_hmac import ANY_TARGET, Signer
 
 if TYPE_CHECKING:
     import httpx
@@ -124,7 +124,8 @@ class PodClient:
             raise Unavailable(f"pod {pod_id!r} is unavailable", code="pod_unavailable")
         wait = timeout or (self._order_timeout if route.fenced else self._timeout)
         try:
-            status, data = await self._send(address, route, route.path(**params), body, wait)
+            path = route.path(**params)
+            status, data = await self._send(address, pod_id, route, path, body, wait)
         except OSError as exc:  # httpx.HTTPError is mapped to OSError by _send
             raise Unavailable(
                 f"pod {pod_id!r} did not answer: {exc}", code="pod_unavailable"
@@ -159,12 +160,23 @@ class PodClient:
         address: PeerAddress,
         route: InternalRoute,
         payload: Any = None,
+        *,
+        pod_id: str | None = None,
     ) -> dict[str, Any] | None:
-        """``route`` at ``address``: its JSON object, or None on any failure (logged)."""
+        """``route`` at ``address``: its JSON object, or None on any failure (logged).
+
+        Signed for ``pod_id``, the pod expected there; only a route declared
+        ``any_target`` (the ping) may go without one.
+        """
+        if pod_id is None and not route.any_target:
+            raise ValueError(f"{route} must name the pod it is for")
+        target = pod_id or ANY_TARGET
         backoff = self._backoff(route)
         body = orjson.dumps(payload) if payload is not None else b""
         try:
-            status, data = await self._send_raw(address, route, route.path(), body, self._timeout)
+            status, data = await self._send_raw(
+                address, target, route, route.path(), body, self._timeout
+            )
         except OSError as exc:
             log.debug("cluster: %s at %s failed: %s", route, address, exc)
             backoff.failed(address, time.monotonic())
@@ -187,17 +199,19 @@ class PodClient:
     async def _send(
         self,
         address: PeerAddress,
+        target: str,
         route: InternalRoute,
         path: str,
         payload: dict[str, Any],
         timeout: float,  # noqa: ASYNC109 - passed to the HTTP client
     ) -> tuple[int, Any]:
         body = orjson.dumps(payload) if payload or route.method != "GET" else b""
-        return await self._send_raw(address, route, path, body, timeout)
+        return await self._send_raw(address, target, route, path, body, timeout)
 
     async def _send_raw(
         self,
         address: PeerAddress,
+        target: str,
         route: InternalRoute,
         path: str,
         body: bytes,
@@ -209,7 +223,7 @@ class PodClient:
         http = self._http
         if http is None:
             raise OSError("the cluster client is closed")
-        headers = self._signer.headers(route.method, path, body)
+        headers = self._signer.headers(route.method, path, body, target=target)
         if body:
             headers["Content-Type"] = "application/json"
         try:

@@ -34,7 +34,9 @@ from sardeenz.cluster.transport.routes import PREFIX, InternalRoute
 from sardeenz.errors import Conflict, SardeenzError
 from sardeenz.proxy.wire import api_error, header, send_json
 from sardeenz.security.cluster_hmac import (
+    ANY_TARGET,
     SIGNATURE_HEADER,
+    TARGET_HEADER,
     TIMESTAMP_HEADER,
     ClusterAuthError,
     Verifier,
@@ -105,15 +107,17 @@ def target_of(scope: Scope) -> str:
     return (raw + b"?" + query if query else raw).decode("latin-1")
 
 
-def verify(verifier: Verifier, scope: Scope, body: bytes) -> None:
-    """Raise ``ClusterAuthError`` unless the request carries a valid, fresh, new signature."""
+def verify(verifier: Verifier, scope: Scope, body: bytes) -> str:
+    """Raise ``ClusterAuthError`` unless the request carries a valid, fresh, new signature
+    for this pod; the pod id it was signed for (this pod's, or ``*``: any pod)."""
     headers = scope["headers"]
-    verifier.verify(
+    return verifier.verify(
         scope["method"],
         target_of(scope),
         header(headers, TIMESTAMP_HEADER),
         header(headers, SIGNATURE_HEADER),
         body,
+        header(headers, TARGET_HEADER),
     )
 
 
@@ -169,7 +173,7 @@ class InternalRouter:
         try:
             body = await read_body(receive, self._max_body)
             try:
-                verify(self._verifier, scope, body)
+                signed_for = verify(self._verifier, scope, body)
             except ClusterAuthError as exc:
                 log.warning(
                     "cluster: refused %s %s from %s: %s",
@@ -181,7 +185,9 @@ class InternalRouter:
                 raise BodyError(401, exc.message, exc.code) from None
             # The raw path: a percent-encoded "/" inside a parameter stays inside it.
             raw: bytes = scope.get("raw_path") or scope["path"].encode()
-            status, data = await self._dispatch(scope["method"], raw.decode("latin-1"), body)
+            status, data = await self._dispatch(
+                scope["method"], raw.decode("latin-1"), body, signed_for
+            )
         except BodyError as r:
             if r.status == 499:
                 return
@@ -196,12 +202,17 @@ class InternalRouter:
             status, data = 500, {"detail": "internal error", "code": "internal_error"}
         await send_json(send, status, data if isinstance(data, bytes) else orjson.dumps(data))
 
-    async def _dispatch(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+    async def _dispatch(
+        self, method: str, path: str, body: bytes, signed_for: str
+    ) -> tuple[int, Any]:
         if path.startswith(PREFIX):
             for route, handler in self._routes:
                 params = route.match(method, path)
                 if params is None:
                     continue
+                if signed_for == ANY_TARGET and not route.any_target:
+                    log.warning("cluster: refused %s signed for any pod", route)
+                    raise BodyError(401, f"{route} must be signed for this pod", "wrong_target")
                 term = None
                 if route.fenced:
                     term = _Term.model_validate_json(body or b"{}").term
