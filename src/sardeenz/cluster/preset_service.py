@@ -35,8 +35,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.preset_plan import Placer, Plan, Step, make_plan
 from sardeenz.cluster.presets import Observed, PresetBody, PresetModel
 from sardeenz.cluster.transport import routes

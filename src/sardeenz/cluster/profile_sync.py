@@ -37,8 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.leader_loop import LeaderLoop
 from sardeenz.cluster.transport.server import Handler, InternalRequest

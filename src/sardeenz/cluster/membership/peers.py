@@ -59,8 +59,6 @@ class Peer:
     pod_id: str
     address: PeerAddress
     heartbeat: Heartbeat | None = None
-    routes: tuple[Any, ...] = ()
-    """What the routing table holds for this pod: (name, id, max_len) of active instances."""
 
 
 class PeerStore:

@@ -13,7 +13,7 @@ Every ``tick`` (a fraction of the heartbeat interval) it may
 
 Every remote call goes through the pod client (cluster/transport/client.py):
 signed, with a timeout (``SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS``) and a
-backoff per route and address. The task is owned by the ClusterManager,
+backoff per route and address. The task is owned by Membership,
 which cancels it on shutdown.
 """
 
@@ -24,24 +24,24 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.identity import PeerAddress
-from sardeenz.cluster.peers import Peer
+from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.peers import Peer
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.client import PodClient
 from sardeenz.tasks import stop_task
 
 if TYPE_CHECKING:
-    from sardeenz.cluster.manager import ClusterManager
+    from sardeenz.cluster.membership.service import Membership
 
 log = logging.getLogger(__name__)
 
 
 class ClusterDriver:
-    def __init__(self, manager: ClusterManager, client: PodClient) -> None:
-        self._m = manager
+    def __init__(self, membership: Membership, client: PodClient) -> None:
+        self._m = membership
         self._client = client
-        s = manager.settings
+        s = membership.settings
         self._ping_every = s.cluster_ping_interval_seconds
         self._beat_every = s.cluster_heartbeat_interval_seconds
         self._tick = min(0.25, self._beat_every / 4)
