@@ -127,9 +127,14 @@ def build_services(settings: Settings) -> Services:
         else None
     )
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
-    cluster = ClusterManager(settings, table, supervisor, inventory)
-    cluster.promised_bytes = ledger.promised_bytes_by_gpu
-    cluster.profiles_version = lambda: profiles.version
+    cluster = ClusterManager(
+        settings,
+        table,
+        supervisor,
+        inventory,
+        promised_bytes=ledger.promised_bytes_by_gpu,
+        profiles_version=lambda: profiles.version,
+    )
     placement = ClusterPlacement(cluster, profiles)
     return Services(
         settings=settings,
