@@ -74,8 +74,8 @@ demo: $(STAMP) web
 	exec $(BIN)/sardeenz serve --demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src testkit tests benchmarks
+	$(BIN)/ruff format --check src testkit tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -17,9 +17,9 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from testkit.cluster import Cluster
+from testkit.servers import ServerProcess, load_active
 from tests.browser.conftest import Session, open_session, row_action
-from tests.cluster.harness import Cluster
-from tests.support import ServerProcess, load_active
 
 pytestmark = pytest.mark.browser
 

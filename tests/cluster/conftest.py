@@ -1,4 +1,4 @@
-"""Fixtures of the cluster tier: one cluster per module (tests/cluster/harness.py)."""
+"""Fixtures of the cluster tier: one cluster per module (testkit/cluster.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.harness import Cluster
+from testkit.cluster import Cluster
 
 
 @pytest.fixture(scope="module")

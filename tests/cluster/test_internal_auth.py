@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer, signature
-from tests.cluster.harness import SECRET, Cluster
-from tests.support import ServerProcess
+from testkit.cluster import SECRET, Cluster
+from testkit.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.cluster.harness import Cluster
-from tests.cluster.streams import Load, run_clients
+from testkit.cluster import Cluster
+from testkit.streams import Load, run_clients
 
 pytestmark = pytest.mark.slow
 

@@ -21,9 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit.cluster import SECRET, TIMING
+from testkit.servers import ServerProcess, kill_engines
 from tests.cluster import netns
-from tests.cluster.harness import SECRET, TIMING
-from tests.support import ServerProcess, host_network, kill_engines
+from tests.hostnet import host_network
 
 pytestmark = [
     pytest.mark.slow,

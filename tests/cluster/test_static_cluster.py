@@ -19,8 +19,8 @@ import openai
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from tests.cluster.harness import SECRET, Cluster, agreed_leader
-from tests.support import engine_processes, load_active
+from testkit.cluster import SECRET, Cluster, agreed_leader
+from testkit.servers import engine_processes, load_active
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.support import (
+from testkit.servers import (
     ServerProcess,
     engine_processes,
     load_active,

@@ -18,9 +18,9 @@ import httpx
 import orjson
 import pytest
 
+from testkit.servers import ServerPool, ServerProcess
 from tests.component.test_ondemand_eviction import ask, running
 from tests.component.test_ondemand_eviction import unload_all as unload_every_instance
-from tests.support import ServerPool, ServerProcess
 
 SIM = "engine: sim"
 CONFIG = f"""

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import ServerPool, ServerProcess, engine_processes, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, engine_processes, wait_for_status
 
 FAKE_ERROR = "fake vLLM of the tests serves nothing"
 

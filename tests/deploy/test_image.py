@@ -23,8 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit.ports import free_port
+from testkit.servers import load_active
 from tests.deploy.podman import REPO, ULIMITS, ToolsUnavailable, base_images, build_args, podman
-from tests.support import free_port, host_network, load_active
+from tests.hostnet import host_network
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1200)]
 
@@ -121,7 +123,7 @@ class Containers:
 @pytest.fixture
 def containers(image: BuiltImage) -> Iterator[Containers]:
     # Running a container adds a veth and a bridge on the host: the browser tier must
-    # not be loading pages meanwhile (tests/support.host_network).
+    # not be loading pages meanwhile (tests/hostnet.py).
     with host_network(changes=True):
         made = Containers(image.tag)
         yield made

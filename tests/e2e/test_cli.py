@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support import ServerProcess, free_port, wait_for_status
+from testkit.ports import free_port
+from testkit.servers import ServerProcess, wait_for_status
 
 
 def cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> Any:

@@ -3,7 +3,7 @@
 One server and one loaded instance (``tiny-a``) are shared by the module, because each real
 instance costs ~30 s and ~1.9 GB on a 2-core machine. Tests run in file order; the last one
 kills and restarts the server, so it must stay last. Teardown kills every process of the
-data dir even when a test fails (``tests.support.kill_engines``).
+data dir even when a test fails (``testkit.servers.kill_engines``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import psutil
 import pytest
 from openai import OpenAI
 
-from tests.support import ServerProcess, engine_processes, wait_for_status
+from testkit.servers import ServerProcess, engine_processes, wait_for_status
 from tests.vllm.conftest import (
     ENGINE_ARGS,
     STOP_GRACE_SECONDS,

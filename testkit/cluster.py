@@ -1,6 +1,6 @@
 """A static-peers cluster of real `sardeenz serve` processes on loopback addresses.
 
-Used by tests/cluster/ and benchmarks/cluster.py.
+Used by tests/cluster/, tests/browser/ and the cluster benchmarks.
 
 Each pod binds its own address of 127/8 (the whole block answers locally), so
 pods are told apart by address as they would be on a network, and every pod
@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 
-from tests.support import ServerProcess, engine_processes, free_port, kill_engines
+from testkit.ports import free_port
+from testkit.servers import ServerProcess, engine_processes, kill_engines
 
 SECRET = "c" * 64
 TIMING = {
