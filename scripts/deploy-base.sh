@@ -60,7 +60,11 @@ if [[ -z "$mirror" ]]; then
         sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p'
     } | grep -E '/debian/?$' | head -n 1
   ) || true
-  mirror="${mirror:-http://deb.debian.org/debian}"
+fi
+if [[ -z "$mirror" ]]; then
+  # No public address as a fallback: the machine's apt sources decide, or the operator does.
+  echo "deploy-base: no Debian archive in this machine's apt sources; set SARDEENZ_DEBIAN_MIRROR" >&2
+  exit 1
 fi
 
 start=$(date +%s)
