@@ -54,6 +54,11 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
+        return self.spawn().wait_ready(timeout)
+
+    def spawn(self) -> ServerProcess:
+        """Start the process without waiting: several servers then start side by side
+        (``Cluster.start``), each start being mostly the import of the app."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
@@ -64,6 +69,11 @@ class ServerProcess:
             start_new_session=True,
         )
         logf.close()
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> ServerProcess:
+        """Wait until ``/api/health/ready`` answers 200; raise with the log if it never does."""
+        assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -72,7 +82,9 @@ class ServerProcess:
                 if httpx.get(f"{self.url}/api/health/ready", timeout=1).status_code == 200:
                     return self
             time.sleep(0.1)
-        raise RuntimeError(f"server not ready in {timeout}s:\n{self.log()}")
+        raise RuntimeError(
+            f"server {self.url} not ready (/api/health/ready) in {timeout}s:\n{self.log()}"
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -154,14 +154,14 @@ class KubePods(Cluster):
             )
         assert resp.status_code == 200, resp.text
 
-    def start(self) -> KubePods:
+    def start(self, timeout: float = 60.0) -> KubePods:
         """Create the Pod objects, start every process at once (a start costs seconds of
         CPU on a loaded machine) and mark each Ready once it answers its probe."""
         for name in self.names:
             self.create_pod(name)
 
         def boot(name: str) -> None:
-            self.pods[name].start(timeout=60)
+            self.pods[name].start(timeout)
             self.mark_ready(name)
 
         with ThreadPoolExecutor(len(self.names)) as pool:
