@@ -60,7 +60,7 @@ class Sim:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return self
             time.sleep(0.1)
-        raise RuntimeError("sim engine not ready")
+        raise RuntimeError(f"sim engine {self.url} not ready (/health) in {timeout}s")
 
     def aborts(self) -> float:
         text = httpx.get(f"{self.url}/metrics", timeout=5).text

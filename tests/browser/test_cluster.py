@@ -198,4 +198,4 @@ def test_no_orphan_engines(cluster: Cluster) -> None:
     deadline = time.monotonic() + 10
     while cluster.orphans() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert cluster.orphans() == []
+    assert cluster.orphans() == [], "engines still running 10 s after every pod stopped"

@@ -172,7 +172,9 @@ def test_move_an_instance_and_follow_its_steps(tab: Session, cluster: Cluster) -
     name = inst["servedModelName"]
     on_a = [i for i in cluster.instances("pod-a") if i["servedModelName"] == name]
     assert [i["gpuIds"] for i in on_a] == [[1]]
-    assert [i for i in cluster.instances("pod-b") if i["id"] == inst["id"]] == []
+    assert [i for i in cluster.instances("pod-b") if i["id"] == inst["id"]] == [], (
+        "the moved instance is still on pod-b 10 s after the move"
+    )
     with httpx.Client(base_url=cluster.leader_url(), timeout=30) as api:
         assert api.post(f"/api/v1/models/{on_a[0]['id']}/unload").status_code == 200
 

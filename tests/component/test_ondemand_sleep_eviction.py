@@ -105,6 +105,7 @@ def unload_all(srv: ServerProcess) -> None:
     deadline = time.monotonic() + 20
     while running(srv) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert not running(srv), f"still running 20 s after unloading everything: {running(srv)}"
 
 
 def eviction_lines(srv: ServerProcess, for_model: str) -> list[str]:

@@ -192,7 +192,7 @@ def test_no_orphan_engines(pods: KubePods) -> None:
     deadline = time.monotonic() + 10
     while pods.orphans() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert pods.orphans() == []
+    assert pods.orphans() == [], "engines still running 10 s after every pod stopped"
 
 
 def _without(resource: str, verb: str) -> list[dict[str, object]]:

@@ -220,7 +220,7 @@ def test_two_instances_side_by_side_then_unload_leaves_nothing(
         deadline = time.monotonic() + 5
         while tmp.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not tmp.exists()
+        assert not tmp.exists(), f"{tmp} still there 5 s after the unload"
         assert api.get(f"/api/v1/models/{b['id']}").status_code == 404
         # tiny-a is untouched.
         assert client.completions.create(model="tiny-a", prompt="Hi", max_tokens=2).model == (
