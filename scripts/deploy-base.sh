@@ -71,7 +71,7 @@ start=$(date +%s)
 rm -rf "$dir"
 mkdir -p "$dir"
 rootfs="$dir/rootfs"
-echo "deploy-base: mmdebstrap $suite ($packages) from $mirror" >&2
+echo "deploy-base: making the deploy tier's base images: mmdebstrap $suite ($packages) from $mirror (1-2 minutes once per machine)" >&2
 mmdebstrap --quiet --variant=minbase --include="$packages" \
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
   "$suite" "$rootfs" "$mirror"
