@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.errors import SardeenzError
+from sardeenz.proxy.wire import ascii_int
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.records import MemoryProfile
 from sardeenz.tasks import stop_task
@@ -290,4 +291,5 @@ def _older(version: str, state: _PodSync) -> bool:
         return False
     token, _, n = version.rpartition(":")
     mine, _, m = state.version.rpartition(":")
-    return token == mine and n.isdigit() and m.isdigit() and int(n) < int(m)
+    theirs, ours = ascii_int(n), ascii_int(m)
+    return token == mine and theirs is not None and ours is not None and theirs < ours

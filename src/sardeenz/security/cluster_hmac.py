@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from sardeenz.proxy.wire import ascii_int
+
 SIGNATURE_HEADER: Final = b"x-cluster-signature"
 TIMESTAMP_HEADER: Final = b"x-cluster-timestamp"
 REPLAY_WINDOW_SECONDS: Final = 30.0
@@ -128,11 +130,12 @@ class Verifier:
             raise ClusterAuthError("missing X-Cluster-Signature or X-Cluster-Timestamp", "unsigned")
         ts_text = timestamp.decode("latin-1") if isinstance(timestamp, bytes) else timestamp
         sig_text = sig.decode("latin-1") if isinstance(sig, bytes) else sig
-        if not ts_text.isdigit() or len(ts_text) > 16:
+        millis = ascii_int(ts_text) if len(ts_text) <= 16 else None
+        if millis is None:  # ``isdigit`` alone let '²' through to a crashing ``int()``
             raise ClusterAuthError("X-Cluster-Timestamp is not Unix milliseconds", "bad_timestamp")
         now = self._clock()
         self._forget(now)
-        sent = int(ts_text) / 1000.0
+        sent = millis / 1000.0
         if abs(now - sent) > self._window:
             raise ClusterAuthError(
                 f"X-Cluster-Timestamp is {now - sent:+.1f} s off (window {self._window:g} s)",
