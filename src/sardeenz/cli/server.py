@@ -154,9 +154,6 @@ def _log_start(settings: Settings, warnings: list[str], listeners: list[socket.s
     log = logging.getLogger("sardeenz")
     for warning in warnings:
         log.warning("%s", warning)
-    for sock in listeners:
-        address, port = sock.getsockname()[:2]
-        log.info("listening on http://%s:%d", f"[{address}]" if ":" in address else address, port)
     if settings.demo:
         gpus = ", ".join(g.name for g in settings.effective_sim_gpus)
         log.warning(
@@ -176,6 +173,9 @@ def _log_start(settings: Settings, warnings: list[str], listeners: list[socket.s
             "no authentication configured: bound to %s only; every local caller is admin",
             settings.host,
         )
+    for sock in listeners:  # uvicorn says nothing of sockets it is given
+        address, port = sock.getsockname()[:2]
+        log.info("listening on http://%s:%d", f"[{address}]" if ":" in address else address, port)
 
 
 def demo_settings(settings: Settings) -> Settings:
