@@ -19,7 +19,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.support import ServerProcess, free_port, kill_engines, load_active, wait_for_status
+from testkit.ports import free_port
+from testkit.servers import ServerProcess, kill_engines, load_active, wait_for_status
 
 EXIT_DATA_DIR_IN_USE = 4  # docs/operations.md, "Start-up checks and exit codes"
 

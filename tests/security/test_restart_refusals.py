@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support import ServerProcess, kill_engines, load_active, wait_for_status
+from testkit.servers import ServerProcess, kill_engines, load_active, wait_for_status
 
 EXIT_STORAGE = 3  # docs/operations.md, "Start-up checks and exit codes"
 EXIT_ADDRESS_IN_USE = 5

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import free_port
+from testkit.ports import free_port
 
 
 def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.support import ServerProcess, kill_engines
+from testkit.servers import ServerProcess, kill_engines
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J"
 """Sets the terminal's title (OSC ... BEL), then clears the screen."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support import ServerProcess, kill_engines
+from testkit.servers import ServerProcess, kill_engines
 
 SECRET = "unauthenticated-errors-cluster-secret-0123456789"
 API_KEY = "unauthenticated-errors-api-key"
