@@ -51,7 +51,10 @@ def _exchange(server: ServerProcess, head: bytes, body: bytes = b"") -> tuple[in
     return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
 
-BAD_TIMESTAMP = b"x-cluster-timestamp: \xb2\r\nx-cluster-signature: " + b"ab" * 32 + b"\r\n"
+BAD_TIMESTAMP = (
+    b"x-cluster-timestamp: \xb2\r\nx-cluster-target: *\r\n"
+    b"x-cluster-signature: " + b"ab" * 32 + b"\r\n"
+)
 
 
 def test_a_superscript_timestamp_on_internal_is_401(server: ServerProcess) -> None:

@@ -30,11 +30,15 @@ def test_a_child_process_does_not_inherit_the_lock(tmp_path: Path) -> None:
     # every later controller out of the data dir. Spawned keeping every inheritable fd.
     lock = DataDirLock.acquire(tmp_path)
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         close_fds=False,
     )
     try:
+        assert child.stdout is not None
+        # Exec'd: until then a forked child holds every descriptor, close-on-exec or not.
+        assert child.stdout.readline() == b"up\n"
         lock.release()  # the controller dies; the engine lives on
         DataDirLock.acquire(tmp_path).release()
     finally:
