@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
@@ -21,6 +22,7 @@ from pydantic_settings import (
     InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 DEMO_SIM_GPUS = "NVIDIA L4:24GiB,Tesla T4:16GiB"
@@ -38,6 +40,42 @@ SIZE_FORMS = "sizes: 24GiB, 24GB, 512MiB, 1TiB; G, M and T mean GiB, MiB and TiB
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message says which and why."""
+
+
+BLANK_SECRET = "only whitespace: that is no secret; generate one with 'openssl rand -hex 32'"
+
+
+def is_blank_secret(secret: str) -> bool:
+    """Set, but nothing but whitespace: it would turn authentication on and protect nothing."""
+    return bool(secret) and not secret.strip()
+
+
+def database_url_problem(url: str) -> str | None:
+    """Why ``DATABASE_URL`` cannot be used, or None. Never repeats the URL: it may hold a
+    password. The dialect and its driver are loaded here (what SQLAlchemy does when the
+    engine is made), so an unknown kind or a driver that is not installed is one line at
+    start-up, not a traceback."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "not a database URL; e.g. sqlite+aiosqlite:////var/lib/sardeenz/sardeenz.db"
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        return f"unknown database kind {parsed.drivername!r}; use sqlite+aiosqlite://..."
+    if not dialect.is_async:
+        return (
+            f"{parsed.drivername!r} is not an asyncio driver; use e.g. sqlite+aiosqlite:// "
+            "or postgresql+asyncpg://"
+        )
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        return f"the driver of {parsed.drivername!r} is not installed ({exc.name or exc})"
+    return None
 
 
 def parse_size(text: str) -> int:
@@ -526,7 +564,10 @@ class Settings(BaseSettings):
     def _check_jwt_secret(cls, v: SecretStr | None) -> SecretStr | None:
         # RFC 7518 3.2: an HS256 key must be at least as long as the hash (256 bits). A short
         # secret is brute-forced offline from any one token, and would still count as "auth
-        # configured" for the non-loopback bind check.
+        # configured" for the non-loopback bind check. So would 32 spaces (a template's
+        # placeholder, a variable expanded to nothing but padding): no secret at all.
+        if v is not None and is_blank_secret(v.get_secret_value()):
+            raise ValueError(BLANK_SECRET)
         if v is not None and 0 < len(v.get_secret_value().encode()) < MIN_HS256_SECRET_BYTES:
             raise ValueError(
                 f"{len(v.get_secret_value().encode())} bytes is too short: an HS256 secret needs "
@@ -534,6 +575,30 @@ class Settings(BaseSettings):
                 "'openssl rand -hex 32'"
             )
         return v
+
+    @field_validator("jwt_jwks_url", "oidc_issuer")
+    @classmethod
+    def _check_http_url(cls, v: str | None) -> str | None:
+        # Checked here, not when the first token arrives: PyJWKClient refuses anything but
+        # http(s) only once it is built, which was a traceback at start-up.
+        if v is None or not v.strip():
+            return None
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be an http(s) URL with a host, e.g. https://sso.example.com/realms/x"
+            )
+        return v.strip()
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        problem = database_url_problem(v.strip())
+        if problem is not None:
+            raise ValueError(problem)
+        return v.strip()
 
     @field_validator("sim_gpus")
     @classmethod
@@ -651,7 +716,28 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             yaml_source = InitSettingsSource(settings_cls, init_kwargs=yaml_data)
             return (init_settings, env_settings, yaml_source)
 
-    return _Layered(**flags)
+    try:
+        return _Layered(**flags)
+    except SettingsError as exc:  # a JSON-valued variable (SARDEENZ_CATALOG) that is not JSON
+        raise ConfigError(_settings_error_line(exc)) from None
+
+
+def setting_name(field: str) -> str:
+    """The environment variable an operator sets for ``field`` (``catalog`` ->
+    ``SARDEENZ_CATALOG``): what a refusal names."""
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return field
+
+
+def _settings_error_line(exc: SettingsError) -> str:
+    found = re.search(r'field "(\w+)"', str(exc))
+    name = setting_name(found.group(1)) if found else "a setting"
+    cause = exc.__cause__
+    why = f": {cause}" if isinstance(cause, ValueError) else ""
+    return f"{name} is not valid JSON{why}"
 
 
 def _read_yaml(config_file: Path) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from sardeenz.proxy.wire import (
     header,
     send_json,
 )
+from sardeenz.safetext import first_unsafe
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
@@ -111,6 +112,12 @@ class Gateway:
                 await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
                 return
             await self._proxy.handle_v1(scope, receive, send)
+        elif (bad := first_unsafe(path)) is not None:
+            # No route, file or name here has one, and a NUL reached the dashboard's file
+            # lookup as a 500 ("embedded null byte"): refused before anything looks it up.
+            await _api_error(
+                send, 400, f"the request path contains a control character ({bad})", "invalid_path"
+            )
         elif path.startswith("/api/direct/"):
             await self._direct(scope, receive, send)
         elif path == "/metrics" or path == "/api/v1/metrics":

@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from sardeenz.proxy.wire import ascii_int
+
 SIGNATURE_HEADER: Final = b"x-cluster-signature"
 TIMESTAMP_HEADER: Final = b"x-cluster-timestamp"
 TARGET_HEADER: Final = b"x-cluster-target"
@@ -164,11 +166,12 @@ class Verifier:
             raise ClusterAuthError(
                 f"signed for {for_pod}, not for this pod ({self._me})", "wrong_target"
             )
-        if not ts_text.isdigit() or len(ts_text) > 16:
+        millis = ascii_int(ts_text) if len(ts_text) <= 16 else None
+        if millis is None:  # ``isdigit`` alone let '²' through to a crashing ``int()``
             raise ClusterAuthError("X-Cluster-Timestamp is not Unix milliseconds", "bad_timestamp")
         now = self._clock()
         self._forget(now)
-        sent = int(ts_text) / 1000.0
+        sent = millis / 1000.0
         if abs(now - sent) > self._window:
             raise ClusterAuthError(
                 f"X-Cluster-Timestamp is {now - sent:+.1f} s off (window {self._window:g} s)",
