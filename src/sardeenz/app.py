@@ -272,7 +272,7 @@ def create_app(settings: Settings) -> Gateway:
         services.proxy,
         services.auth,
         services.api_keys,
-        settings.api_max_body_bytes,
+        settings,
         services.audit,
     )
     gateway.api = app

@@ -254,6 +254,24 @@ class Settings(BaseSettings):
     """Time a client has to send a complete request head, from the connection's opening
     or the first byte of the next request; the connection is closed when it passes
     (slow-header, slowloris). Idle keep-alive connections keep their own timeout."""
+    body_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_BODY_TIMEOUT_SECONDS", "body_timeout_seconds"),
+    )
+    """Time a client has to send a request's whole body once its head is in, on every
+    path: past it the request is answered 408 (or, once an answer started, cut) and the
+    connection closed, so a slow upload cannot hold a connection and its buffers."""
+    unverified_body_bytes: int = Field(
+        32 * 2**20,
+        ge=64 * 1024,
+        le=2**34,
+        validation_alias=_env("SARDEENZ_UNVERIFIED_BODY_BYTES", "unverified_body_bytes"),
+    )
+    """Bytes of request bodies held, all connections together, before their sender is
+    verified (the cluster's signed requests: the signature covers the body, so it is read
+    first). A request that would go past it is answered 503 without being read."""
 
     # --- on-demand models (docs/catalog.md) -----------------------------------
     catalog: dict[str, Any] = Field(

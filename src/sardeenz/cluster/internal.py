@@ -1,11 +1,13 @@
 """``/internal/*``: the pod-to-pod API, as a plain ASGI handler.
 
 Nothing here answers without a valid signature (security/cluster_hmac.py):
-the body is read (bounded), the signature over ``METHOD\\nPATH\\nTIMESTAMP\\nBODY``
-checked, and only then is the path even looked at, so an unsigned caller
-learns nothing (not even which paths exist). Not part of FastAPI, so none of
-it is in the public OpenAPI document. Leader orders (model load, unload,
-sleep, wake) carry the leader's ``term`` and are refused with 409
+the signature's headers are checked first (present, well formed, fresh), then
+the body is read (bounded, and counted against the node-wide budget of
+unverified bytes, security/unverified.py), the signature over
+``METHOD\\nPATH\\nTIMESTAMP\\nBODY`` checked, and only then is the path even
+looked at, so an unsigned caller learns nothing (not even which paths exist).
+Not part of FastAPI, so none of it is in the public OpenAPI document. Leader
+orders (model load, unload, sleep, wake) carry the leader's ``term`` and are refused with 409
 ``stale_term`` when it is older than the newest term this pod has seen.
 
 Routes: ``GET ping``, ``POST heartbeat``, ``GET state``, ``GET routes``, ``POST
@@ -37,6 +39,7 @@ from sardeenz.domain import LoadRequest
 from sardeenz.errors import SardeenzError
 from sardeenz.proxy.wire import api_error, header, send_json
 from sardeenz.security.cluster_hmac import SIGNATURE_HEADER, TIMESTAMP_HEADER, ClusterAuthError
+from sardeenz.security.unverified import BodyRefused, UnverifiedBodies
 
 log = logging.getLogger(__name__)
 
@@ -69,20 +72,25 @@ class _Reply(Exception):
         self.status, self.detail, self.code = status, detail, code
 
 
-async def read_body(receive: Receive, limit: int = MAX_BODY) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Reply(499, "client went away", "client_closed")
-        data: bytes = message.get("body", b"")
-        size += len(data)
-        if size > limit:
-            raise _Reply(413, f"body larger than {limit} bytes", "payload_too_large")
-        chunks.append(data)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+async def read_verified(
+    manager: ClusterManager,
+    scope: Scope,
+    receive: Receive,
+    unverified: UnverifiedBodies,
+    limit: int = MAX_BODY,
+) -> bytes:
+    """The body of a signed request, verified; ``ClusterAuthError`` or ``BodyRefused``.
+
+    The headers are checked before a byte of the body is read (an unsigned, stale or
+    replayed request costs nothing), the body is read under the node-wide budget of
+    unverified bytes (security/unverified.py), and the signature checked over it.
+    """
+    verifier = manager.verifier
+    if verifier is None:
+        raise ClusterAuthError("this node is not in a cluster", "not_clustered")
+    headers = scope["headers"]
+    verifier.check_headers(header(headers, TIMESTAMP_HEADER), header(headers, SIGNATURE_HEADER))
+    return await unverified.read(receive, limit, lambda body: verify(manager, scope, body))
 
 
 def target_of(scope: Scope) -> str:
@@ -113,17 +121,20 @@ class InternalApi:
         profile_sync: ProfileSync | None = None,
         presets: PresetService | None = None,
         starts: ClusterStarts | None = None,
+        unverified: UnverifiedBodies | None = None,
     ) -> None:
         self._m = manager
+        self._unverified = unverified or UnverifiedBodies(manager.settings.unverified_body_bytes)
         self._profiles = profile_sync
         self._presets = presets
         self._starts = starts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            body = await read_body(receive)
             try:
-                verify(self._m, scope, body)
+                body = await read_verified(self._m, scope, receive, self._unverified)
+            except BodyRefused as exc:
+                raise _Reply(exc.status, exc.detail, exc.code) from None
             except ClusterAuthError as exc:
                 log.warning(
                     "cluster: refused %s %s from %s: %s",
@@ -146,10 +157,12 @@ class InternalApi:
         except Exception:
             log.exception("internal route %s failed", scope["path"])
             status, data = 500, {"detail": "internal error", "code": "internal_error"}
+        # A refusal may leave the body unread: the connection is not reused then.
+        extra = [(b"connection", b"close")] if status in (401, 413, 503) else None
         if isinstance(data, bytes):
-            await send_json(send, status, data)
+            await send_json(send, status, data, extra)
         else:
-            await send_json(send, status, orjson.dumps(data))
+            await send_json(send, status, orjson.dumps(data), extra)
 
     async def _dispatch(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         m = self._m

@@ -22,7 +22,7 @@ def install_cluster(
     presets: PresetService | None = None,
     starts: ClusterStarts | None = None,
 ) -> None:
-    gateway.internal = InternalApi(manager, profile_sync, presets, starts)
-    gateway.trusted_forward = trusted_forward(manager)
+    gateway.internal = InternalApi(manager, profile_sync, presets, starts, gateway.unverified)
+    gateway.trusted_forward = trusted_forward(manager, gateway.unverified)
     gateway.redirect = leader_redirect(manager)
     proxy.remote_headers = remote_headers(manager)

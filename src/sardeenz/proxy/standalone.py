@@ -70,7 +70,7 @@ def build_gateway(proxy: InferenceProxy, settings: Settings) -> Gateway:
         proxy,
         Authenticator(no_admin_auth),
         ApiKeys.from_settings(settings),
-        settings.api_max_body_bytes,
+        settings,
         audit=None,
     )
 

@@ -33,6 +33,9 @@ from typing import Final
 SIGNATURE_HEADER: Final = b"x-cluster-signature"
 TIMESTAMP_HEADER: Final = b"x-cluster-timestamp"
 REPLAY_WINDOW_SECONDS: Final = 30.0
+SIGNATURE_HEX_CHARS: Final = 64
+"""Length of the hex HMAC-SHA256 in ``X-Cluster-Signature``."""
+_HEX_DIGITS: Final = b"0123456789abcdef"
 MIN_SECRET_BYTES: Final = 32
 """RFC 2104 / RFC 7518 3.2: an HMAC-SHA256 key at least as long as the hash output."""
 
@@ -124,21 +127,7 @@ class Verifier:
         body: bytes,
     ) -> None:
         """Raise ``ClusterAuthError`` unless the request is authentic, fresh and new."""
-        if not timestamp or not sig:
-            raise ClusterAuthError("missing X-Cluster-Signature or X-Cluster-Timestamp", "unsigned")
-        ts_text = timestamp.decode("latin-1") if isinstance(timestamp, bytes) else timestamp
-        sig_text = sig.decode("latin-1") if isinstance(sig, bytes) else sig
-        if not ts_text.isdigit() or len(ts_text) > 16:
-            raise ClusterAuthError("X-Cluster-Timestamp is not Unix milliseconds", "bad_timestamp")
-        now = self._clock()
-        self._forget(now)
-        sent = int(ts_text) / 1000.0
-        if abs(now - sent) > self._window:
-            raise ClusterAuthError(
-                f"X-Cluster-Timestamp is {now - sent:+.1f} s off (window {self._window:g} s)",
-                "stale_timestamp",
-            )
-        given = sig_text.strip().lower().encode("latin-1", "replace")
+        ts_text, sent, given = self.check_headers(timestamp, sig)
         for secret in self._secrets:
             expected = signature(secret, method, path, ts_text, body).encode()
             if hmac.compare_digest(expected, given):
@@ -153,6 +142,36 @@ class Verifier:
         while len(self._seen) > self._max:
             _, old = heapq.heappop(self._heap)
             self._seen.pop(old, None)
+
+    def check_headers(
+        self, timestamp: bytes | str | None, sig: bytes | str | None
+    ) -> tuple[str, float, bytes]:
+        """What can be checked before the body is read: both headers there and well
+        formed, the timestamp within the window. (timestamp text, seconds, signature).
+
+        The receiving side calls this first, so an unsigned or stale request is refused
+        without its body being read (the signature covers the body).
+        """
+        if not timestamp or not sig:
+            raise ClusterAuthError("missing X-Cluster-Signature or X-Cluster-Timestamp", "unsigned")
+        ts_text = timestamp.decode("latin-1") if isinstance(timestamp, bytes) else timestamp
+        sig_text = sig.decode("latin-1") if isinstance(sig, bytes) else sig
+        if not (ts_text.isascii() and ts_text.isdigit()) or len(ts_text) > 16:
+            raise ClusterAuthError("X-Cluster-Timestamp is not Unix milliseconds", "bad_timestamp")
+        given = sig_text.strip().lower().encode("latin-1", "replace")
+        if len(given) != SIGNATURE_HEX_CHARS or given.strip(_HEX_DIGITS):
+            raise ClusterAuthError("X-Cluster-Signature is not a hex HMAC-SHA256", "bad_signature")
+        now = self._clock()
+        self._forget(now)
+        sent = int(ts_text) / 1000.0
+        if abs(now - sent) > self._window:
+            raise ClusterAuthError(
+                f"X-Cluster-Timestamp is {now - sent:+.1f} s off (window {self._window:g} s)",
+                "stale_timestamp",
+            )
+        if given.decode() in self._seen:
+            raise ClusterAuthError("replayed request (signature already seen)", "replayed")
+        return ts_text, sent, given
 
     def _forget(self, now: float) -> None:
         """Drop signatures whose timestamp has left the window: they fail that check now."""
