@@ -21,6 +21,12 @@ and step aside for good. So the lane only has to be right for the narrow
 case it accepts, and uvicorn stays in charge of everything else, including
 the 413 for a body that is too large (it streams, the app refuses).
 
+Before it buffers a body, the lane asks ``admission`` (the gateway's API key
+check) with the request's headers: a refused request is answered at once and
+the connection closed, its body never read. A body must then arrive within
+``body_timeout`` seconds (408 ``body_timeout`` past it), like on the
+connections handed to uvicorn (headguard.py).
+
 It keeps the parts of uvicorn's contract that an operator relies on:
 keep-alive with the configured idle timeout, pipelined requests answered in
 order, ``Expect: 100-continue``, back-pressure both ways, the ``date`` and
