@@ -115,6 +115,7 @@ def build_services(settings: Settings) -> Services:
     external = ExternalServers(settings, catalog, table)
     ondemand.external = external
     catalog.external_state = external.catalog_state
+    catalog.external_refusal = external.refusal
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
     proxy.requests.pod = identity_of(settings).pod_id

@@ -321,6 +321,20 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_EXTERNAL_CHECK_SECONDS", "external_check_seconds"),
     )
     """Period of the health check of catalog entries with ``engine: external``."""
+    external_key_envs: str = Field(
+        "*",
+        min_length=1,
+        validation_alias=_env("SARDEENZ_EXTERNAL_KEY_ENVS", "external_key_envs"),
+    )
+    """Environment variables an external entry's ``apiKeyEnv`` may name: comma-separated
+    shell patterns (``OPENAI_*,BIG_SERVER_KEY``). Whatever it says, Sardeenz's own
+    variables (``SARDEENZ_*``, ``CLUSTER_*``, ``DATABASE_URL``) are never sent out."""
+    external_key_dir: Path | None = Field(
+        None,
+        validation_alias=_env("SARDEENZ_EXTERNAL_KEY_DIR", "external_key_dir"),
+    )
+    """The directory an external entry's ``apiKeyFile`` must be in (after symlinks are
+    resolved). Unset: ``apiKeyFile`` is refused, so no entry can send a file out."""
     ondemand_warmup_timeout_seconds: float = Field(
         60.0,
         gt=0,

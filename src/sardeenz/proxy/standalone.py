@@ -150,6 +150,7 @@ class ThreadedProxyServer:
     async def _serve(self) -> None:
         self.table = RoutingTable()
         self.proxy = InferenceProxy(self.settings, self.table)
+        self.proxy.verify_direct = False  # engines we did not start: no process to check
         gateway = build_gateway(self.proxy, self.settings)
         config = uvicorn.Config(
             gateway,
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--route {route!r}: expected NAME=PORT")
         table.apply(make_instance(f"static-{i}", name, port))
     proxy = InferenceProxy(settings, table)
+    proxy.verify_direct = False  # engines we did not start: no process to check
     gateway = build_gateway(proxy, settings)
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.run(
