@@ -525,6 +525,11 @@ class Settings(BaseSettings):
     jwt_audience: str | None = Field(
         None, validation_alias=_env("SARDEENZ_JWT_AUDIENCE", "jwt_audience")
     )
+    metrics_public: bool = Field(
+        True, validation_alias=_env("SARDEENZ_METRICS_PUBLIC", "metrics_public")
+    )
+    """``/metrics`` open to anyone (Prometheus' custom); false: it requires the
+    ``admin-readonly`` role like ``/api/v1/metrics`` (it names models and API key ids)."""
     jwt_roles_claim: str = Field(
         "roles", validation_alias=_env("SARDEENZ_JWT_ROLES_CLAIM", "jwt_roles_claim")
     )

@@ -64,6 +64,7 @@ class Gateway:
         self._auth = auth
         self._keys = api_keys
         self._api_limit = settings.api_max_body_bytes
+        self._metrics_public = settings.metrics_public
         self.unverified = UnverifiedBodies(settings.unverified_body_bytes)
         """Bodies read before their signature is checked (cluster mode), all together."""
         # No audit trail: the standalone proxy, which has no database.
@@ -139,7 +140,8 @@ class Gateway:
         elif path.startswith("/api/direct/"):
             await self._direct(scope, receive, send)
         elif path == "/metrics" or path == "/api/v1/metrics":
-            if path != "/metrics" and not await self._authorize(scope, send, Role.READONLY):
+            guarded = path != "/metrics" or not self._metrics_public
+            if guarded and not await self._authorize(scope, send, Role.READONLY):
                 return
             if self.before_scrape is not None:
                 await self.before_scrape()
