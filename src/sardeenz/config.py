@@ -264,7 +264,7 @@ class Settings(BaseSettings):
     path: past it the request is answered 408 (or, once an answer started, cut) and the
     connection closed, so a slow upload cannot hold a connection and its buffers."""
     unverified_body_bytes: int = Field(
-        32 * 2**20,
+        32 * 2**20,  # security/unverified.py DEFAULT_LIMIT
         ge=64 * 1024,
         le=2**34,
         validation_alias=_env("SARDEENZ_UNVERIFIED_BODY_BYTES", "unverified_body_bytes"),

@@ -16,7 +16,7 @@ import httpx
 import jwt
 import pytest
 
-from tests.support import ServerProcess, kill_engines
+from testkit.servers import ServerProcess, kill_engines
 
 SECRET = "claims-tests-hs256-secret-0123456789abcdef"
 API_KEY = "claims-inference-key-0123456789"

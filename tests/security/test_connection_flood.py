@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from tests.support import ServerProcess, kill_engines
+from testkit.servers import ServerProcess, kill_engines
 
 SECRET = "flood-tests-hs256-secret-0123456789abcdef"
 THREADS = 50

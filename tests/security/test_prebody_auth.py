@@ -24,9 +24,9 @@ import jwt
 import psutil
 import pytest
 
-from tests.cluster.harness import SECRET as CLUSTER_SECRET
-from tests.cluster.harness import Cluster
-from tests.support import ServerProcess, kill_engines
+from testkit.cluster import SECRET as CLUSTER_SECRET
+from testkit.cluster import Cluster
+from testkit.servers import ServerProcess, kill_engines
 
 JWT_SECRET = "prebody-tests-hs256-secret-0123456789abcdef"
 API_KEY = "prebody-inference-key-0123456789"
@@ -247,7 +247,7 @@ def test_unsigned_internal_bodies_are_refused_unread(pod: ServerProcess) -> None
 
 @pytest.mark.parametrize("path", ["/internal/heartbeat", "/v1/chat/completions"])
 def test_forged_signatures_share_one_budget(pod: ServerProcess, path: str) -> None:
-    """Well-formed, fresh signature headers (no secret needed) and 8 MiB bodies: read
+    """Well-formed, fresh signature headers for this pod (no secret needed) and 8 MiB bodies: read
     before the signature can be checked, so they count against one budget (8 MiB here)."""
     size = 8 * MIB - 1024
     before = _rss(pod)
@@ -255,7 +255,10 @@ def test_forged_signatures_share_one_budget(pod: ServerProcess, path: str) -> No
     try:
         for i in range(50):
             stamp = int(time.time() * 1000)
-            forged = f"x-cluster-timestamp: {stamp}\r\nx-cluster-signature: {i:064x}\r\n"
+            forged = (
+                f"x-cluster-timestamp: {stamp}\r\nx-cluster-signature: {i:064x}\r\n"
+                "x-cluster-target: pod-a\r\n"
+            )
             sock = _connect(pod)
             socks.append(sock)
             sock.sendall(_head(path, size, forged))
@@ -278,7 +281,8 @@ def test_well_formed_requests_still_pass(server: ServerProcess, pod: ServerProce
     from sardeenz.security.cluster_hmac import Signer
 
     body = b'{"podId": "pod-z"}'
-    headers = Signer(CLUSTER_SECRET.encode()).header_block("POST", "/internal/heartbeat", body)
+    signer = Signer(CLUSTER_SECRET.encode())
+    headers = signer.header_block("POST", "/internal/heartbeat", body, target="pod-a")
     with _connect(pod) as sock:
         sock.sendall(_head("/internal/heartbeat", len(body), headers.decode()) + body)
         answer = _answer(sock, 3.0)

@@ -28,7 +28,7 @@ import jwt
 import psutil
 import pytest
 
-from tests.support import ServerProcess, kill_engines, load_active, wait_for_status
+from testkit.servers import ServerProcess, kill_engines, load_active, wait_for_status
 
 JWT_SECRET = "egress-tests-hs256-secret-0123456789abcdef"
 API_KEY = "egress-inference-key-0123456789"

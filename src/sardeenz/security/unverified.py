@@ -19,11 +19,13 @@ bytes read so far are dropped. The bytes count until ``verify`` has run on them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeVar
 
 from sardeenz.asgi import Receive
 
-RETRY_AFTER_SECONDS: Final = 1
+DEFAULT_LIMIT: Final = 32 * 2**20
+"""``SARDEENZ_UNVERIFIED_BODY_BYTES``'s default."""
+T = TypeVar("T")
 
 
 class BodyRefused(Exception):
@@ -41,8 +43,10 @@ class UnverifiedBodies:
         self.limit = limit
         self.held = 0
 
-    async def read(self, receive: Receive, limit: int, verify: Callable[[bytes], None]) -> bytes:
-        """The whole body (at most ``limit`` bytes), once ``verify(body)`` returned.
+    async def read(
+        self, receive: Receive, limit: int, verify: Callable[[bytes], T]
+    ) -> tuple[bytes, T]:
+        """The whole body (at most ``limit`` bytes) and what ``verify(body)`` returned.
 
         Raises ``BodyRefused`` (413 over ``limit``, 503 over the budget, 499 when the
         client went away) or whatever ``verify`` raises.
@@ -74,7 +78,6 @@ class UnverifiedBodies:
                     break
             body = b"".join(chunks)
             chunks.clear()
-            verify(body)
-            return body
+            return body, verify(body)
         finally:
             self.held -= size
