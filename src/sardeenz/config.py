@@ -292,6 +292,24 @@ class Settings(BaseSettings):
     """Time a client has to send a complete request head, from the connection's opening
     or the first byte of the next request; the connection is closed when it passes
     (slow-header, slowloris). Idle keep-alive connections keep their own timeout."""
+    body_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_BODY_TIMEOUT_SECONDS", "body_timeout_seconds"),
+    )
+    """Time a client has to send a request's whole body once its head is in, on every
+    path: past it the request is answered 408 (or, once an answer started, cut) and the
+    connection closed, so a slow upload cannot hold a connection and its buffers."""
+    unverified_body_bytes: int = Field(
+        32 * 2**20,  # security/unverified.py DEFAULT_LIMIT
+        ge=64 * 1024,
+        le=2**34,
+        validation_alias=_env("SARDEENZ_UNVERIFIED_BODY_BYTES", "unverified_body_bytes"),
+    )
+    """Bytes of request bodies held, all connections together, before their sender is
+    verified (the cluster's signed requests: the signature covers the body, so it is read
+    first). A request that would go past it is answered 503 without being read."""
 
     # --- on-demand models (docs/catalog.md) -----------------------------------
     catalog: dict[str, Any] = Field(
@@ -341,6 +359,20 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_EXTERNAL_CHECK_SECONDS", "external_check_seconds"),
     )
     """Period of the health check of catalog entries with ``engine: external``."""
+    external_key_envs: str = Field(
+        "*",
+        min_length=1,
+        validation_alias=_env("SARDEENZ_EXTERNAL_KEY_ENVS", "external_key_envs"),
+    )
+    """Environment variables an external entry's ``apiKeyEnv`` may name: comma-separated
+    shell patterns (``OPENAI_*,BIG_SERVER_KEY``). Whatever it says, Sardeenz's own
+    variables (``SARDEENZ_*``, ``CLUSTER_*``, ``DATABASE_URL``) are never sent out."""
+    external_key_dir: Path | None = Field(
+        None,
+        validation_alias=_env("SARDEENZ_EXTERNAL_KEY_DIR", "external_key_dir"),
+    )
+    """The directory an external entry's ``apiKeyFile`` must be in (after symlinks are
+    resolved). Unset: ``apiKeyFile`` is refused, so no entry can send a file out."""
     ondemand_warmup_timeout_seconds: float = Field(
         60.0,
         gt=0,
@@ -531,6 +563,11 @@ class Settings(BaseSettings):
     jwt_audience: str | None = Field(
         None, validation_alias=_env("SARDEENZ_JWT_AUDIENCE", "jwt_audience")
     )
+    metrics_public: bool = Field(
+        True, validation_alias=_env("SARDEENZ_METRICS_PUBLIC", "metrics_public")
+    )
+    """``/metrics`` open to anyone (Prometheus' custom); false: it requires the
+    ``admin-readonly`` role like ``/api/v1/metrics`` (it names models and API key ids)."""
     jwt_roles_claim: str = Field(
         "roles", validation_alias=_env("SARDEENZ_JWT_ROLES_CLAIM", "jwt_roles_claim")
     )

@@ -75,9 +75,15 @@ LOCAL_ADMIN = Principal(subject="local", roles=frozenset({Role.ADMIN.value}), au
 
 
 def claim_at(claims: dict[str, Any], path: str) -> Any:
-    """``realm_access.roles`` -> claims["realm_access"]["roles"]; a literal key wins."""
-    if path in claims:
-        return claims[path]
+    """``realm_access.roles`` -> claims["realm_access"]["roles"]: one meaning per name.
+
+    Dots separate levels, and a top-level claim literally named ``realm_access.roles``
+    is never read (it used to grant the roles too: two claims, either one enough).
+    A name with ``://`` is a namespaced claim (``https://example.com/roles``, as
+    Auth0 writes them): read as one literal top-level key, never as a path.
+    """
+    if "://" in path:
+        return claims.get(path)
     node: Any = claims
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
