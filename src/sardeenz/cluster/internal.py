@@ -15,7 +15,9 @@ election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``,
 (the leader's merged set, fenced; cluster/profile_sync.py), ``GET|POST
 presets/sync`` (this pod's presets; the leader's whole set, fenced;
 cluster/preset_service.py), ``POST ondemand/place`` (a pod asks the leader to
-place a catalog model's on-demand start; cluster/ondemand.py).
+place a catalog model's on-demand start; cluster/ondemand.py), ``POST
+requests/pull`` (this pod's request-log records after a cursor, its usage and
+in-flight counts; cluster/observe.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.cluster import handover
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.peers import Heartbeat
 from sardeenz.cluster.preset_service import PresetService
@@ -113,8 +116,10 @@ class InternalApi:
         profile_sync: ProfileSync | None = None,
         presets: PresetService | None = None,
         starts: ClusterStarts | None = None,
+        collector: RequestCollector | None = None,
     ) -> None:
         self._m = manager
+        self._collector = collector
         self._profiles = profile_sync
         self._presets = presets
         self._starts = starts
@@ -196,6 +201,8 @@ class InternalApi:
                 return await self._profiles.receive(body)
         if route == "ondemand/place" and method == "POST" and self._starts is not None:
             return await self._starts.receive(body)
+        if route == "requests/pull" and method == "POST" and self._collector is not None:
+            return 200, await self._collector.answer(body)
         if route == "presets/sync" and self._presets is not None:
             if method == "POST":
                 return await self._presets.receive(body)

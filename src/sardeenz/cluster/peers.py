@@ -149,6 +149,7 @@ def remote_endpoints(hb: Heartbeat) -> list[Endpoint]:
                 base_url=address.url,
                 weight=REMOTE_WEIGHT,
                 local=False,
+                pod=hb.pod_id,
                 max_model_len=inst.memory_metrics.max_model_len if inst.memory_metrics else None,
                 created=int(inst.created_at.timestamp()),
             )

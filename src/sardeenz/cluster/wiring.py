@@ -6,7 +6,8 @@ from typing import Any
 
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
 from sardeenz.cluster.internal import InternalApi
-from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.manager import HOP_HEADER, ClusterManager
+from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
@@ -21,8 +22,10 @@ def install_cluster(
     profile_sync: ProfileSync | None = None,
     presets: PresetService | None = None,
     starts: ClusterStarts | None = None,
+    collector: RequestCollector | None = None,
 ) -> None:
-    gateway.internal = InternalApi(manager, profile_sync, presets, starts)
+    gateway.internal = InternalApi(manager, profile_sync, presets, starts, collector)
     gateway.trusted_forward = trusted_forward(manager)
     gateway.redirect = leader_redirect(manager)
     proxy.remote_headers = remote_headers(manager)
+    proxy.hop_header = HOP_HEADER

@@ -8,8 +8,10 @@ implements it); a request that already made its hop is served here or refused.
 A request for an external catalog server goes with that server's path prefix,
 its API key instead of the client's, and its name for the model.
 
-The relay (asgirelay.py) calls these only for such endpoints, so a request for
-a local engine pays nothing for them.
+``outgoing`` is the one choice between the three (a local engine, another pod,
+an external server): the express path (express.py) and the handler
+(asgirelay.py) both call it, so they cannot send a request differently. A
+request for a local engine pays one branch for it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from collections.abc import Callable
 import orjson
 
 from sardeenz.proxy.intake import with_model
-from sardeenz.proxy.routing import ExternalTarget
-from sardeenz.proxy.wire import ErrorReply, replace_authorization
+from sardeenz.proxy.routing import Endpoint, ExternalTarget
+from sardeenz.proxy.wire import ErrorReply, header, replace_authorization
 
 RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes], bytes | None]
 """Called with the client's headers, method, target and body: the extra header lines
@@ -51,3 +53,38 @@ def for_external(
             payload = json.loads(body)  # parsed once already: the stdlib accepted it
         body = with_model(payload, ext.model)
     return ext.path_prefix + target, replace_authorization(headers, ext.auth), body
+
+
+def outgoing(
+    ep: Endpoint,
+    hook: RemoteHeaders | None,
+    client_headers: list[tuple[bytes, bytes]],
+    method: bytes,
+    target: bytes,
+    block: bytes,
+    body: bytes,
+) -> tuple[bytes, bytes, bytes] | None:
+    """(target, header block, body) that send this request to ``ep``.
+
+    ``block``: the request's header lines as relayed to an engine. None when ``ep``
+    is another pod's proxy and the request must not go there (it already made its
+    hop, or this node is not in a cluster): the caller serves it locally or refuses.
+    """
+    ext = ep.external
+    if ext is not None:
+        return for_external(ext, target, block, body)
+    if ep.local:
+        return target, block, body
+    extra = hook(client_headers, method, target, body) if hook is not None else None
+    if extra is None:
+        return None
+    return target, block + extra, body
+
+
+def entered_here(hop: bytes | None, client_headers: list[tuple[bytes, bytes]]) -> bool:
+    """Did the client send this request to this pod (not another pod, forwarding it)?
+
+    ``hop``: the cluster's hop header name (None: a single node, where every request
+    entered here). The request log records a request on the pod it entered only.
+    """
+    return hop is None or header(client_headers, hop) is None

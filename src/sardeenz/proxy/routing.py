@@ -89,6 +89,8 @@ class Endpoint:
     """Unix seconds the instance was created; reported by ``GET /v1/models``."""
     external: ExternalTarget | None = None
     """Set for a catalog ``engine: external`` server (see ``ExternalTarget``)."""
+    pod: str | None = None
+    """The pod whose proxy this is (remote endpoints, cluster mode); None: this node."""
 
 
 @dataclass(frozen=True, slots=True)
