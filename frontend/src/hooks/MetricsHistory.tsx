@@ -40,7 +40,7 @@ export function MetricsHistoryProvider({ children }: { children: ReactNode }) {
         ]);
         if (cancelled) return;
         qc.setQueryData(keys.gpus, gpus);
-        const fresh = pointsFromSamples(report.samples, report.durationBounds, last.current);
+        const fresh = pointsFromSamples(report.samples);
         last.current = report.samples[report.samples.length - 1] ?? last.current;
         setHistory((h) => {
           let points = h.points;
