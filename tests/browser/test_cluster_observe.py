@@ -7,6 +7,7 @@ the pod it entered through, when forwarded) and filters by pod.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -75,7 +76,8 @@ def test_dashboard_shows_every_pods_gpus_and_a_pod_column(tab: Session) -> None:
     expect(page.locator('[data-testid="pod-gpus"][data-pod-id="pod-a"]')).to_contain_text("L4")
     on_b = page.locator('[data-testid="pod-gpus"][data-pod-id="pod-b"]')
     expect(on_b).to_contain_text("A100")
-    expect(on_b.locator("[data-segment]").first).to_be_visible()  # its instance's memory
+    segment = on_b.locator('[data-segment="instance"]')  # its instance's memory
+    expect(segment).to_have_attribute("data-instance-id", re.compile(".+"))
     expect(page.get_by_role("columnheader", name="Pod")).to_be_visible()
     expect(page.locator('td[data-pod-id="pod-b"]')).to_have_count(1)
 

@@ -12,6 +12,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -54,7 +55,7 @@ def sent(cluster3: Cluster) -> Cluster:
     cluster3.load_on("pod-c", MODEL)
     for pod, n in SENT.items():
         url = cluster3.pods[pod].url
-        _poll(f"{MODEL} routable on {pod}", lambda u=url: _listed(u), bool)
+        _poll(f"{MODEL} routable on {pod}", partial(_listed, url), bool)
         for _ in range(n):
             resp = httpx.post(
                 f"{url}/v1/chat/completions",
@@ -74,7 +75,7 @@ def test_each_request_appears_once_on_every_pod_with_its_pods(sent: Cluster) -> 
     for name, pod in sent.pods.items():
         entries = _poll(
             f"{TOTAL} records on {name}",
-            lambda u=pod.url: _requests(u),
+            partial(_requests, pod.url),
             lambda e: len(e) >= TOTAL,
         )
         assert len(entries) == TOTAL, entries  # once each: the forwarded hop is not counted
@@ -83,7 +84,7 @@ def test_each_request_appears_once_on_every_pod_with_its_pods(sent: Cluster) -> 
         assert len({(e["entryPod"], e["requestId"]) for e in entries}) == TOTAL
         assert {e["instanceId"] for e in entries} == {sent.instances("pod-c")[0]["id"]}
         assert all(e["status"] == 200 and e["completionTokens"] for e in entries)
-        assert _poll(f"usage on {name}", lambda u=pod.url: _usage(u), lambda n: n >= TOTAL) == TOTAL
+        assert _poll(f"usage on {name}", partial(_usage, pod.url), lambda n: n >= TOTAL) == TOTAL
 
 
 def test_filters_show_one_pods_view(sent: Cluster) -> None:
