@@ -96,3 +96,17 @@ def test_requests_page_has_a_pod_column_and_filter(tab: Session) -> None:
     expect(page.get_by_text("No requests")).to_be_visible()
     page.get_by_label("Pod", exact=True).select_option("pod-b")
     expect(rows).to_have_count(sum(SENT.values()))
+
+
+def test_charts_cover_every_pod_or_one(tab: Session) -> None:
+    page = tab.page
+    tab.goto("/charts")
+    rates = page.locator(".pf-v6-c-card", has_text="Requests per second")
+    expect(rates.locator(".u-legend")).to_contain_text(MODEL, timeout=30_000)  # every pod
+    page.get_by_label("Pod", exact=True).select_option("pod-b")  # the pod that ran them
+    expect(rates.locator(".u-legend")).to_contain_text(MODEL, timeout=30_000)
+    page.get_by_label("Pod", exact=True).select_option("pod-a")  # it ran none
+    expect(rates).to_contain_text("No request rates yet", timeout=30_000)
+    gpus = page.locator(".pf-v6-c-card", has_text="GPU memory used")
+    expect(gpus.locator(".u-legend")).to_contain_text("pod-a GPU 0")
+    expect(gpus.locator(".u-legend")).not_to_contain_text("pod-b")

@@ -35,7 +35,7 @@ function RequestTable({ entries, showPods }: { entries: RequestEntry[]; showPods
         <Tr>
           <Th modifier="wrap">Time</Th>
           <Th modifier="wrap">Model</Th>
-          {showPods && <Th modifier="wrap">Pod</Th>}
+          {showPods && <Th modifier="fitContent">Pod</Th>}
           <Th modifier="wrap">Instance</Th>
           <Th modifier="wrap">Status</Th>
           <Th modifier="wrap">Latency</Th>
@@ -61,7 +61,7 @@ function RequestTable({ entries, showPods }: { entries: RequestEntry[]; showPods
               )}
             </Td>
             {showPods && (
-              <Td dataLabel="Pod" className="sz-nowrap" data-testid="request-pod">
+              <Td dataLabel="Pod" modifier="nowrap" data-testid="request-pod">
                 {e.pod ?? '—'}
                 {e.entryPod && e.entryPod !== e.pod && (
                   <div className="pf-v6-u-font-size-xs pf-v6-u-color-200" data-testid="request-entry-pod">
