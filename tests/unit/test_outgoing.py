@@ -12,7 +12,9 @@ HOP = b"x-sardeenz-hop"
 BODY = b'{"model":"m","messages":[]}'
 BLOCK = b"authorization: Bearer client\r\ncontent-type: application/json\r\n"
 LOCAL = Endpoint("i1", "m", "127.0.0.1", 9000, "http://127.0.0.1:9000")
-REMOTE = Endpoint("pod-b/i2", "m", "10.0.0.2", 3000, "http://10.0.0.2:3000", 1, False, pod="pod-b")
+REMOTE = Endpoint(
+    "pod-b/i2", "m", "10.0.0.2", 3000, "http://10.0.0.2:3000", 1, False, pod_id="pod-b"
+)
 EXTERNAL = Endpoint(
     "ext:m",
     "m",
@@ -24,11 +26,11 @@ EXTERNAL = Endpoint(
 
 
 def _hook(
-    headers: list[tuple[bytes, bytes]], method: bytes, target: bytes, body: bytes
+    headers: list[tuple[bytes, bytes]], method: bytes, target: bytes, body: bytes, pod: str
 ) -> bytes | None:
     if any(k == HOP for k, _ in headers):
         return None
-    return HOP + b": pod-a\r\nx-sig: " + method + b" " + target + b"\r\n"
+    return HOP + b": pod-a\r\nx-sig: " + method + b" " + target + b" for " + pod.encode() + b"\r\n"
 
 
 def test_a_local_engine_gets_the_request_as_it_is() -> None:
@@ -44,7 +46,7 @@ def test_another_pod_gets_the_hop_and_signature_once() -> None:
         outgoing(REMOTE, _hook, [], b"POST", b"/v1/chat", BLOCK, BODY) or (b"",) * 3
     )
     assert (target, body) == (b"/v1/chat", BODY)
-    assert block == BLOCK + b"x-sardeenz-hop: pod-a\r\nx-sig: POST /v1/chat\r\n"
+    assert block == BLOCK + b"x-sardeenz-hop: pod-a\r\nx-sig: POST /v1/chat for pod-b\r\n"
     # a request that made its hop already, or a node not in a cluster: never sent on
     assert outgoing(REMOTE, _hook, [(HOP, b"pod-c")], b"POST", b"/v1/chat", BLOCK, BODY) is None
     assert outgoing(REMOTE, None, [], b"POST", b"/v1/chat", BLOCK, BODY) is None

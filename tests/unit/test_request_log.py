@@ -19,7 +19,7 @@ from sardeenz.store.requests import RequestQuery, RequestRepository, valid_statu
 
 EP = Endpoint("inst-1", "m1", "127.0.0.1", 9000, "http://127.0.0.1:9000")
 REMOTE = Endpoint(
-    "pod-b/inst-9", "m1", "10.0.0.2", 3000, "http://10.0.0.2:3000", local=False, pod="pod-b"
+    "pod-b/inst-9", "m1", "10.0.0.2", 3000, "http://10.0.0.2:3000", local=False, pod_id="pod-b"
 )
 
 JSON_BODY = (
@@ -52,7 +52,7 @@ def pending(
         model,
         asked,
         ep.instance_id if ep is not None else None,
-        ep.pod if ep is not None else None,
+        ep.pod_id if ep is not None else None,
         status,
         0.05,
         ttfb,

@@ -26,14 +26,15 @@ from typing import Any, Final
 
 from pydantic import BaseModel, Field
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.proxy.history import RequestHistory
 from sardeenz.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
-PULL_PATH: Final = "/internal/requests/pull"
 MAX_BACKOFF_SECONDS: Final = 30.0
 MAX_PULLS_PER_ROUND: Final = 10
 """Pulls in a row from one pod that says ``more`` (a backlog), before the next round."""
@@ -85,9 +86,12 @@ class RequestCollector:
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ server side
-    async def answer(self, body: bytes) -> dict[str, Any]:
+    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
+        return [(routes.REQUESTS_PULL, self.answer)]
+
+    async def answer(self, request: InternalRequest) -> dict[str, Any]:
         """``POST /internal/requests/pull``: this pod's records after the asker's cursor."""
-        ask = PullRequest.model_validate_json(body or b"{}")
+        ask = request.parse(PullRequest)
         return await self._history.pull_answer(ask.epoch, ask.seq, self._in_flight())
 
     # ------------------------------------------------------------ client side
@@ -128,8 +132,8 @@ class RequestCollector:
         new = 0
         for _ in range(MAX_PULLS_PER_ROUND):
             cursor = book.cursor(pod)
-            data = await self._m.ask(
-                pod, "POST", PULL_PATH, {"epoch": cursor.epoch, "seq": cursor.seq}
+            data = await self._m.client_for(pod).ask(
+                pod, routes.REQUESTS_PULL, {"epoch": cursor.epoch, "seq": cursor.seq}
             )
             if data is None:
                 raise ConnectionError("no answer")

@@ -25,9 +25,10 @@ from sardeenz.proxy.intake import with_model
 from sardeenz.proxy.routing import Endpoint, ExternalTarget
 from sardeenz.proxy.wire import ErrorReply, header, replace_authorization
 
-RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes], bytes | None]
-"""Called with the client's headers, method, target and body: the extra header lines
-that send the request to another pod's proxy, or None when it must not go there."""
+RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes, str], bytes | None]
+"""Called with the client's headers, method, target, body and the receiving pod's id: the
+extra header lines that send the request to that pod's proxy, or None when it must not
+go there."""
 
 
 def no_local_instance(model: str | None) -> ErrorReply:
@@ -75,7 +76,9 @@ def outgoing(
         return for_external(ext, target, block, body)
     if ep.local:
         return target, block, body
-    extra = hook(client_headers, method, target, body) if hook is not None else None
+    extra = (
+        hook(client_headers, method, target, body, ep.pod_id or "") if hook is not None else None
+    )
     if extra is None:
         return None
     return target, block + extra, body

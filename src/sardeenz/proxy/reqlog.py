@@ -256,7 +256,7 @@ class RequestLog:
                 model,
                 asked,
                 ep.instance_id if ep is not None else None,
-                ep.pod if ep is not None else None,
+                ep.pod_id if ep is not None else None,
                 status,
                 latency,
                 ttfb,
