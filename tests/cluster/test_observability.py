@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster.harness import Cluster
+from testkit.cluster import Cluster
 
 MODEL = "observed-c"
 SENT = {"pod-a": 3, "pod-b": 4, "pod-c": 5}

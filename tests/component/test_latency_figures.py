@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from openai import OpenAI
 
-from tests.support import ServerProcess, load_active
+from testkit.servers import ServerProcess, load_active
 
 FAST, SLOW = "latency-fast", "latency-slow"
 TTFT = {FAST: 0.120, SLOW: 0.180}
