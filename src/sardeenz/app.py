@@ -43,6 +43,7 @@ from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.identity import identity_of
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
+from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
@@ -63,10 +64,10 @@ from sardeenz.logsetup import RequestIdMiddleware
 from sardeenz.memory.kvlimits import KvcachedLimits, RoomByGpu
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
-from sardeenz.metrics_history import MetricsHistory
+from sardeenz.metrics_history import GpuPoint, MetricsHistory
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.history import RequestHistory
-from sardeenz.proxy.inflight import ProxyTraffic
+from sardeenz.proxy.inflight import ProxyTraffic, in_flight_by_model
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
@@ -137,6 +138,29 @@ def build_services(settings: Settings) -> Services:
         profiles_version=lambda: profiles.version,
     )
     placement = ClusterPlacement(cluster, profiles)
+    requests = RequestHistory(proxy.requests, retention)
+    own_pod = proxy.requests.pod
+
+    def in_flight() -> dict[str, int]:
+        return in_flight_by_model(table, proxy.inflight)
+
+    def peer_gpus() -> list[GpuPoint]:
+        return [
+            GpuPoint(
+                pod=pod,
+                index=g.index,
+                name=g.name,
+                used_bytes=g.used_bytes,
+                total_bytes=g.total_bytes,
+            )
+            for pod, g in cluster.peer_gpus()
+        ]
+
+    def all_in_flight() -> dict[str | None, dict[str, int]]:
+        flights: dict[str | None, dict[str, int]] = {own_pod: in_flight()}
+        flights.update(requests.book.peer_in_flight())
+        return flights
+
     return Services(
         settings=settings,
         bus=bus,
@@ -154,7 +178,7 @@ def build_services(settings: Settings) -> Services:
         auth=authenticator,
         api_keys=api_keys,
         audit=AuditTrail(AuditRepository(db), authenticator),
-        requests=RequestHistory(proxy.requests, retention),
+        requests=requests,
         profiles=ProfileService(profiles, supervisor, inventory),
         benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
         catalog=catalog,
@@ -167,7 +191,10 @@ def build_services(settings: Settings) -> Services:
         presets=PresetService(cluster, PresetRepository(db), placement),
         profile_sync=ProfileSync(cluster, profiles),
         node=node_metrics.NodeSampler(inventory, supervisor, ledger),
-        metrics_history=MetricsHistory(inventory),
+        metrics_history=MetricsHistory(
+            inventory, requests, all_in_flight, peer_gpus if cluster.active else None
+        ),
+        collector=RequestCollector(cluster, requests, in_flight),
         external=external,
     )
 
@@ -233,6 +260,7 @@ def create_app(settings: Settings) -> Gateway:
         services.kv_limits.start()
         services.metrics_history.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
+        services.collector.start()  # cluster only: pulls the other pods' request logs
         services.profile_sync.start()  # cluster only: the leader's profile reconciliation
         services.presets.start()  # reconciles the applied preset (on the leader)
         services.started = True
@@ -252,6 +280,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.moves.stop()
             await services.profile_sync.stop()
             await services.presets.stop()
+            await services.collector.stop()
             await services.cluster.stop()
             if services.external is not None:
                 await services.external.stop()
@@ -318,6 +347,7 @@ def create_app(settings: Settings) -> Gateway:
             services.profile_sync,
             services.presets,
             starts,
+            services.collector,
         )
     return gateway
 

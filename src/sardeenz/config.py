@@ -453,6 +453,16 @@ class Settings(BaseSettings):
             "SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS", "cluster_request_timeout_seconds"
         ),
     )
+    cluster_collect_interval_seconds: float = Field(
+        2.0,
+        gt=0,
+        le=300,
+        description="How often each pod pulls the other pods' new request-log records, usage "
+        "counters and in-flight counts (the cluster-wide Requests page, usage and charts)",
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_COLLECT_INTERVAL_SECONDS", "cluster_collect_interval_seconds"
+        ),
+    )
     preset_reconcile_seconds: float = Field(
         10.0,
         gt=0,

@@ -12,6 +12,7 @@ from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
+from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
@@ -77,6 +78,8 @@ class Services:
     """Memory samples for ``/metrics`` and ``ResourceMetrics`` (taken when asked)."""
     metrics_history: MetricsHistory
     """The dashboard charts' last hour, sampled in the server (metrics_history.py)."""
+    collector: RequestCollector
+    """Cluster mode: pulls every other pod's request log and usage (cluster/observe.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

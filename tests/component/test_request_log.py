@@ -267,10 +267,12 @@ def test_request_log_filters(srv: ServerProcess) -> None:
 
 def test_the_ring_is_bounded(srv: ServerProcess) -> None:
     with _admin(srv) as api, _v1(srv, OPS_KEY) as ops:
-        assert api.get("/api/v1/requests/info").json() == {
+        info = api.get("/api/v1/requests/info").json()
+        assert info == {
             "size": RING,
             "retention": False,
             "maxRows": None,
+            "pods": info["pods"],
         }
         for _ in range(RING + 5):
             ops.post("/v1/chat/completions", json=_chat(MODEL_A, max_tokens=1))
@@ -279,6 +281,8 @@ def test_the_ring_is_bounded(srv: ServerProcess) -> None:
     ids = [e["id"] for e in entries]
     assert ids == sorted(ids, reverse=True)
     assert ids[0] - ids[-1] == RING - 1
+    # a single node: every record is this node's, entered here
+    assert {(e["pod"], e["entryPod"]) for e in entries} == {(info["pods"][0], info["pods"][0])}
 
 
 def _audit_until(api: httpx.Client, path: str) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ from sardeenz.store.db import Database
 from sardeenz.store.requests import RequestQuery, RequestRepository, valid_status
 
 EP = Endpoint("inst-1", "m1", "127.0.0.1", 9000, "http://127.0.0.1:9000")
-REMOTE = Endpoint("inst-9", "m1", "10.0.0.2", 3000, "http://10.0.0.2:3000", local=False)
+REMOTE = Endpoint(
+    "pod-b/inst-9", "m1", "10.0.0.2", 3000, "http://10.0.0.2:3000", local=False, pod_id="pod-b"
+)
 
 JSON_BODY = (
     b'{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":'
@@ -50,7 +52,7 @@ def pending(
         model,
         asked,
         ep.instance_id if ep is not None else None,
-        ep.base_url if ep is not None and not ep.local else None,
+        ep.pod_id if ep is not None else None,
         status,
         0.05,
         ttfb,
@@ -109,7 +111,8 @@ def test_a_record_has_what_the_relay_saw() -> None:
     assert stream.ttft == 0.02
     assert (stream.prompt_tokens, stream.completion_tokens) == (3, 5)
     assert stream.request_id != plain.request_id
-    assert remote.pod == "http://10.0.0.2:3000"
+    # the pod that ran it, and its instance as that pod names it
+    assert (remote.pod, remote.instance_id) == ("pod-b", "inst-9")
     assert remote.prompt_tokens is None  # an error: its body is not searched
     refused = log.records(RequestQuery(status="403"), 1)[0]
     assert (refused.model, refused.instance_id) == ("other-model", None)

@@ -10,7 +10,10 @@ export interface RequestEntry {
   at: string;
   model: string;
   instanceId: string | null;
+  /** The pod that ran it (refused: the pod that answered). */
   pod: string | null;
+  /** The pod the client sent it to (differs from `pod` when it was forwarded). */
+  entryPod: string | null;
   status: number;
   latencyMs: number;
   ttftMs: number | null;
@@ -35,7 +38,23 @@ export interface UsageReport {
   byModel: UsageRow[];
 }
 
+export interface RequestLogInfo {
+  size: number;
+  retention: boolean;
+  maxRows: number | null;
+  /** Pods with records here: more than one in a cluster. */
+  pods: string[];
+}
+
 export const LIVE_MS = 2000;
+
+export function useRequestLogInfo(live: boolean) {
+  return useQuery({
+    queryKey: ['requests-info'],
+    queryFn: () => api<RequestLogInfo>('/api/v1/requests/info'),
+    refetchInterval: live ? LIVE_MS * 5 : false,
+  });
+}
 
 export function useRequests(filters: RequestFilters, live: boolean) {
   return useQuery({

@@ -40,7 +40,7 @@ export function MetricsHistoryProvider({ children }: { children: ReactNode }) {
         ]);
         if (cancelled) return;
         qc.setQueryData(keys.gpus, gpus);
-        const fresh = pointsFromSamples(report.samples, report.durationBounds, last.current);
+        const fresh = pointsFromSamples(report.samples);
         last.current = report.samples[report.samples.length - 1] ?? last.current;
         setHistory((h) => {
           let points = h.points;
@@ -60,4 +60,43 @@ export function MetricsHistoryProvider({ children }: { children: ReactNode }) {
   }, [qc]);
 
   return <HistoryContext.Provider value={history}>{children}</HistoryContext.Provider>;
+}
+
+/** One pod's history (`?pod=`), polled while `pod` is set (the Charts page's pod choice);
+ * empty when it is null. The app-wide provider above keeps the whole cluster's. */
+export function usePodHistory(pod: string | null): History {
+  const [history, setHistory] = useState<History>({ points: [], error: null });
+  const last = useRef<HistorySample | null>(null);
+
+  useEffect(() => {
+    last.current = null;
+    setHistory({ points: [], error: null });
+    if (pod === null) return undefined;
+    let cancelled = false;
+    const poll = async (): Promise<void> => {
+      try {
+        const qs = new URLSearchParams({ pod });
+        if (last.current) qs.set('since', String(last.current.t));
+        const report = await api<HistoryReport>(`/api/v1/metrics/history?${qs.toString()}`);
+        if (cancelled) return;
+        const fresh = pointsFromSamples(report.samples);
+        last.current = report.samples[report.samples.length - 1] ?? last.current;
+        setHistory((h) => {
+          let points = h.points;
+          for (const p of fresh) points = appendPoint(points, p, WINDOW_SECONDS);
+          return { points, error: null };
+        });
+      } catch (e) {
+        if (!cancelled) setHistory((h) => ({ ...h, error: e as Error }));
+      }
+    };
+    void poll();
+    const timer = setInterval(() => void poll(), SAMPLE_SECONDS * 1000);
+    return () => {
+      cancelled = true;
+      clearInterval(timer);
+    };
+  }, [pod]);
+
+  return history;
 }

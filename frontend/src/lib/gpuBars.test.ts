@@ -95,3 +95,15 @@ describe('gpuBars', () => {
     expect(empty?.kvCacheTotalBytes).toBeNull();
   });
 });
+
+describe('another pod’s GPU (no budget)', () => {
+  it('shows an instance by its reservation', () => {
+    const gpu = { index: 0, name: 'A100', uuid: '', totalBytes: 80, usedBytes: 4, freeBytes: 76, utilizationPercent: null, computeCapability: null, processes: [], simulated: true };
+    const inst = { id: 'i1', servedModelName: 'm', gpuIds: [0], reservedBytesPerGpu: 4 } as unknown as ModelInstance;
+    const [bar] = gpuBars([gpu], [], [inst]);
+    expect(bar?.segments.map((s) => [s.kind, s.bytes])).toEqual([
+      ['instance', 4],
+      ['free', 76],
+    ]);
+  });
+});

@@ -35,7 +35,7 @@ function instanceBytes(gpu: GpuInfo, inst: ModelInstance): number {
 /**
  * The bar of each GPU. An instance's segment is what its processes hold now
  * (a sleeping instance shrinks); where no process is visible, its baseline from
- * the budget stands in. "Other" is the rest of the used memory; free is what
+ * the budget stands in (another pod's GPU, with no budget: its reservation). "Other" is the rest of the used memory; free is what
  * the driver reports free.
  */
 export function gpuBars(
@@ -50,7 +50,9 @@ export function gpuBars(
     let ours = 0;
     for (const inst of instances) {
       if (!inst.gpuIds.includes(gpu.index)) continue;
-      const baseline = budget?.instances[inst.id];
+      // Another pod's GPU has no budget here (its heartbeat carries none): the
+      // instance's reservation stands in for what it holds.
+      const baseline = budget ? budget.instances[inst.id] : (inst.reservedBytesPerGpu ?? undefined);
       const now = instanceBytes(gpu, inst);
       const bytes = now > 0 ? now : (baseline ?? 0);
       if (bytes <= 0) continue;

@@ -1,33 +1,28 @@
 import { describe, expect, it } from 'vitest';
 import { pointsFromSamples, type HistorySample } from './history';
 
-const BOUNDS = [0.1, 1];
-const sample = (t: number, requests: number, duration: number[]): HistorySample => ({
+const sample = (t: number, seconds: number, requests: number, p50: number | null): HistorySample => ({
   t,
-  gpus: [{ index: 0, name: 'L4', usedBytes: t, totalBytes: 100 }],
+  seconds,
+  gpus: [{ pod: 'pod-a', index: 0, name: 'L4', usedBytes: t, totalBytes: 100 }],
   models: [
-    { model: 'qwen', requests, errors: 0, inFlight: 1, duration },
-    { model: '_unknown', requests: 3, errors: 0, inFlight: 0, duration: [0, 0, 3] },
+    { model: 'qwen', pod: null, requests, errors: 1, inFlight: 2, p50, p95: p50 === null ? null : p50 * 2 },
+    { model: 'llama', pod: null, requests: 0, errors: 0, inFlight: 0, p50: null, p95: null },
   ],
 });
 
 describe('pointsFromSamples', () => {
-  it('turns consecutive raw counters into rates and interval quantiles', () => {
-    const points = pointsFromSamples([sample(100, 10, [10, 10, 10]), sample(105, 20, [10, 20, 20])], BOUNDS, null);
+  it("turns each interval's counts into rates and keeps each model's own quantiles", () => {
+    const points = pointsFromSamples([sample(100, 0, 0, null), sample(105, 5, 10, 0.113)]);
     expect(points).toHaveLength(2);
-    expect(points[0]?.models).toBeNull(); // a rate needs two samples
+    expect(points[0]?.models).toBeNull(); // no interval behind the first sample
     const m = points[1]?.models;
-    expect(m?.map((r) => r.model)).toEqual(['qwen']); // the special labels are not models
-    expect(m?.[0]?.requestsPerSecond).toBe(2);
-    // All 10 requests of the interval took 0.1..1 s: p50 interpolates to the middle.
-    expect(m?.[0]?.p50).toBeCloseTo(0.55);
-    expect(points[1]?.gpus[0]?.usedBytes).toBe(105);
-  });
-
-  it('continues from the sample before an incremental fetch, and survives a counter reset', () => {
-    const before = sample(100, 50, [50, 50, 50]);
-    const points = pointsFromSamples([sample(110, 5, [5, 5, 5])], BOUNDS, before);
-    expect(points[0]?.models?.[0]?.requestsPerSecond).toBe(0.5); // reset: counted from zero
-    expect(points[0]?.models?.[0]?.p95).toBeCloseTo(0.095);
+    expect(m?.map((r) => r.model)).toEqual(['llama', 'qwen']);
+    expect(m?.[1]?.requestsPerSecond).toBe(2);
+    expect(m?.[1]?.errorsPerSecond).toBe(0.2);
+    expect(m?.[1]?.p50).toBe(0.113);
+    expect(m?.[1]?.p95).toBe(0.226);
+    expect(m?.[0]?.p50).toBeNull();
+    expect(points[1]?.gpus[0]).toMatchObject({ pod: 'pod-a', usedBytes: 105 });
   });
 });

@@ -6,8 +6,8 @@ describe('requestsPath', () => {
     expect(requestsPath(EMPTY_FILTERS)).toBe('/api/v1/requests?limit=100');
   });
   it('encodes the ones given', () => {
-    expect(requestsPath({ model: ' org/m a ', status: '5xx', key: 'team-a', limit: 50 })).toBe(
-      '/api/v1/requests?model=org%2Fm+a&status=5xx&key=team-a&limit=50',
+    expect(requestsPath({ model: ' org/m a ', status: '5xx', key: 'team-a', pod: 'pod-b', limit: 50 })).toBe(
+      '/api/v1/requests?model=org%2Fm+a&status=5xx&key=team-a&pod=pod-b&limit=50',
     );
   });
 });

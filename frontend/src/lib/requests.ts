@@ -4,10 +4,12 @@ export interface RequestFilters {
   model: string;
   status: string; // '' (all), '2xx', '4xx', '5xx', 'error' or a code
   key: string;
+  /** The pod that ran it ('' : every pod). */
+  pod: string;
   limit: number;
 }
 
-export const EMPTY_FILTERS: RequestFilters = { model: '', status: '', key: '', limit: 100 };
+export const EMPTY_FILTERS: RequestFilters = { model: '', status: '', key: '', pod: '', limit: 100 };
 
 /** `/api/v1/requests?...` for these filters: empty ones are left out. */
 export function requestsPath(f: RequestFilters): string {
@@ -15,6 +17,7 @@ export function requestsPath(f: RequestFilters): string {
   if (f.model.trim()) qs.set('model', f.model.trim());
   if (f.status) qs.set('status', f.status);
   if (f.key.trim()) qs.set('key', f.key.trim());
+  if (f.pod) qs.set('pod', f.pod);
   qs.set('limit', String(f.limit));
   return `/api/v1/requests?${qs.toString()}`;
 }

@@ -3,6 +3,8 @@
 import type { ModelRates } from './prometheus';
 
 export interface GpuSample {
+  /** The pod it is on (cluster mode). */
+  pod?: string;
   index: number;
   name: string;
   usedBytes: number;
@@ -57,7 +59,9 @@ function collect(points: HistoryPoint[], entries: (p: HistoryPoint) => Array<[st
 const GIB = 2 ** 30;
 
 export function gpuMemorySeries(points: HistoryPoint[]): ChartData {
-  return collect(points, (p) => p.gpus.map((g) => [`GPU ${g.index} ${g.name}`, g.usedBytes / GIB]));
+  return collect(points, (p) =>
+    p.gpus.map((g) => [`${g.pod ? `${g.pod} ` : ''}GPU ${g.index} ${g.name}`, g.usedBytes / GIB]),
+  );
 }
 
 export function requestRateSeries(points: HistoryPoint[]): ChartData {

@@ -1,17 +1,39 @@
-import { Alert, Card, CardBody, CardTitle, Gallery, PageSection } from '@patternfly/react-core';
+import { Alert, Card, CardBody, CardTitle, FormSelect, FormSelectOption, Gallery, PageSection } from '@patternfly/react-core';
+import { useState } from 'react';
+import { useClustered } from '../api/queries';
 import { PageHeader } from '../components/PageHeader';
 import { TimeSeriesChart } from '../components/TimeSeriesChart';
-import { SAMPLE_SECONDS, useMetricsHistory, WINDOW_SECONDS } from '../hooks/MetricsHistory';
+import { SAMPLE_SECONDS, useMetricsHistory, usePodHistory, WINDOW_SECONDS } from '../hooks/MetricsHistory';
 import { gpuMemorySeries, latencyQuantileSeries, requestRateSeries } from '../lib/series';
 
 export default function MetricsPage() {
-  const { points, error } = useMetricsHistory();
+  const cluster = useClustered();
+  const [pod, setPod] = useState('');
+  const everyPod = useMetricsHistory();
+  const onePod = usePodHistory(cluster && pod ? pod : null);
+  const { points, error } = cluster && pod ? onePod : everyPod;
   return (
     <>
       <PageHeader
         title="Metrics"
-        description={`Sampled by the server every ${SAMPLE_SECONDS} s and kept for ${WINDOW_SECONDS / 60} minutes (/api/v1/metrics/history), so the charts survive a reload. Legends show the newest values; hover for a point in time.`}
+        description={`Sampled by the server every ${SAMPLE_SECONDS} s and kept for ${WINDOW_SECONDS / 60} minutes (/api/v1/metrics/history), so the charts survive a reload.${cluster ? ' Every pod together (each request once), or one pod.' : ''} Legends show the newest values; hover for a point in time.`}
       />
+      {cluster && (
+        <PageSection>
+          <FormSelect
+            id="charts-pod"
+            aria-label="Pod"
+            value={pod}
+            onChange={(_e, v) => setPod(v)}
+            style={{ maxWidth: '20rem' }}
+          >
+            <FormSelectOption value="" label="Every pod" />
+            {cluster.pods.map((p) => (
+              <FormSelectOption key={p.id} value={p.id} label={p.id} />
+            ))}
+          </FormSelect>
+        </PageSection>
+      )}
       {error && (
         <PageSection>
           <Alert isInline variant="warning" title={`Sampling failed: ${error.message}`}>

@@ -14,7 +14,7 @@ import {
 import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import { useState } from 'react';
 import { Link } from 'react-router';
-import { useRequests, useUsage, type RequestEntry, type UsageRow } from '../api/requests';
+import { useRequestLogInfo, useRequests, useUsage, type RequestEntry, type UsageRow } from '../api/requests';
 import { PageHeader } from '../components/PageHeader';
 import { Empty, ErrorState, Loading } from '../components/States';
 import { formatMs, formatNumber, formatTimestamp } from '../lib/format';
@@ -28,13 +28,14 @@ const STATUSES: Array<[value: string, label: string]> = [
   ['5xx', '5xx failed'],
 ];
 
-function RequestTable({ entries }: { entries: RequestEntry[] }) {
+function RequestTable({ entries, showPods }: { entries: RequestEntry[]; showPods: boolean }) {
   return (
     <Table aria-label="Request log" variant="compact" gridBreakPoint="grid-lg">
       <Thead>
         <Tr>
           <Th modifier="wrap">Time</Th>
           <Th modifier="wrap">Model</Th>
+          {showPods && <Th modifier="fitContent">Pod</Th>}
           <Th modifier="wrap">Instance</Th>
           <Th modifier="wrap">Status</Th>
           <Th modifier="wrap">Latency</Th>
@@ -59,9 +60,18 @@ function RequestTable({ entries }: { entries: RequestEntry[] }) {
                 </>
               )}
             </Td>
+            {showPods && (
+              <Td dataLabel="Pod" modifier="nowrap" data-testid="request-pod">
+                {e.pod ?? '—'}
+                {e.entryPod && e.entryPod !== e.pod && (
+                  <div className="pf-v6-u-font-size-xs pf-v6-u-color-200" data-testid="request-entry-pod">
+                    via {e.entryPod}
+                  </div>
+                )}
+              </Td>
+            )}
             <Td dataLabel="Instance" className="sz-mono">
               {e.instanceId ? <Link to={`/models/${encodeURIComponent(e.instanceId)}`}>{e.instanceId}</Link> : '—'}
-              {e.pod && <div className="pf-v6-u-font-size-xs pf-v6-u-color-200">{e.pod}</div>}
             </Td>
             <Td dataLabel="Status">
               <Label isCompact color={statusColor(e.status)}>
@@ -136,6 +146,9 @@ export default function RequestsPage() {
   const [live, setLive] = useState(true);
   const requests = useRequests(filters, live);
   const usage = useUsage(live);
+  const info = useRequestLogInfo(live);
+  const pods = info.data?.pods ?? [];
+  const showPods = pods.length > 1;
   const set = (patch: Partial<RequestFilters>) => setFilters((f) => ({ ...f, ...patch }));
   const models = usage.data?.byModel.map((r) => r.model) ?? [];
   const keys = usage.data?.byKey.map((r) => r.keyId).filter((k) => k !== '_none') ?? [];
@@ -145,13 +158,13 @@ export default function RequestsPage() {
   else if (requests.isError) body = <ErrorState what="the request log" error={requests.error} onRetry={() => void requests.refetch()} />;
   else if (requests.data.length === 0)
     body = <Empty title="No requests">Inference requests (/v1) appear here as they finish.</Empty>;
-  else body = <RequestTable entries={requests.data} />;
+  else body = <RequestTable entries={requests.data} showPods={showPods} />;
 
   return (
     <>
       <PageHeader
         title="Requests"
-        description="Finished inference requests, newest first: model, instance, status, latency, time to first token, tokens (from the engine's usage) and API key. Never bodies."
+        description="Finished inference requests, newest first: model, pod, instance, status, latency, time to first token, tokens (from the engine's usage) and API key. Never bodies. In a cluster: every pod's, collected every few seconds."
       />
       <PageSection>
         <Card>
@@ -167,6 +180,17 @@ export default function RequestsPage() {
                     onChange={(model) => set({ model })}
                   />
                 </ToolbarItem>
+                {showPods && (
+                  <ToolbarItem>
+                    <Select
+                      id="requests-pod"
+                      label="Pod"
+                      value={filters.pod}
+                      options={[['', 'All pods'], ...pods.map((p): [string, string] => [p, p])]}
+                      onChange={(pod) => set({ pod })}
+                    />
+                  </ToolbarItem>
+                )}
                 <ToolbarItem>
                   <Select id="requests-status" label="Status" value={filters.status} options={STATUSES} onChange={(status) => set({ status })} />
                 </ToolbarItem>

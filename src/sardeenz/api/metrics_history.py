@@ -19,7 +19,12 @@ async def metrics_history(
     since: Annotated[
         float | None, Query(description="only samples taken after this Unix time (seconds)")
     ] = None,
+    pod: Annotated[
+        str | None, Query(max_length=253, description="one pod's GPUs and models only")
+    ] = None,
 ) -> HistoryReport:
-    """GPU memory and the proxy's per-model counters, one sample every 5 s for the last
-    hour (a ring in the server: it survives a page reload, not a controller restart)."""
-    return services.metrics_history.report(since)
+    """GPU memory, and per model the requests, 5xx, p50/p95 latency (from each request's
+    own latency in the request log) and requests in flight; one sample every 5 s for the
+    last hour (a ring in the server: it survives a page reload, not a controller
+    restart). In a cluster: every pod's, and per pod (``pod``)."""
+    return services.metrics_history.report(since, pod)

@@ -25,12 +25,20 @@ async def list_requests(
         str | None, Query(max_length=5, description="200, 5xx, or error (400 and up)")
     ] = None,
     key: Annotated[str | None, Query(max_length=64, description="an API key id")] = None,
+    pod: Annotated[
+        str | None, Query(max_length=253, description="the pod that ran it (cluster mode)")
+    ] = None,
+    entry_pod: Annotated[
+        str | None,
+        Query(alias="entryPod", max_length=253, description="the pod the client sent it to"),
+    ] = None,
     since: Annotated[datetime | None, Query(description="ended at or after (ISO 8601)")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(alias="beforeId", ge=1, le=SQL_INT_MAX)] = None,
 ) -> list[RequestEntry]:
-    """Finished ``/v1`` requests, newest first: model, instance, status, latency, TTFT,
-    tokens, API key id. Never bodies, never keys."""
+    """Finished ``/v1`` requests, newest first: model, instance, pod, status, latency,
+    TTFT, tokens, API key id. Never bodies, never keys. In a cluster: every pod's,
+    collected every few seconds (``pod`` to see one pod's)."""
     if status is not None and not valid_status(status):
         raise InvalidRequest(
             f"status must be a code (200), a class (5xx) or 'error', not {status!r}",
@@ -40,6 +48,8 @@ async def list_requests(
         model=model,
         status=status,
         key=key,
+        pod=pod,
+        entry_pod=entry_pod,
         since=since.timestamp() if since is not None else None,
         before_id=before_id,
     )
@@ -53,6 +63,12 @@ async def request_log_info(services: ServicesDep) -> RequestLogInfo:
 
 
 @router.get("/usage", response_model=UsageReport, dependencies=[READONLY])
-async def usage(services: ServicesDep) -> UsageReport:
-    """Requests and tokens (the engines' ``usage``) per API key id and model, since start."""
-    return services.requests.usage()
+async def usage(
+    services: ServicesDep,
+    pod: Annotated[
+        str | None, Query(max_length=253, description="only the requests that entered this pod")
+    ] = None,
+) -> UsageReport:
+    """Requests and tokens (the engines' ``usage``) per API key id and model, since start.
+    In a cluster: every pod's counters (each request counted on the pod it entered)."""
+    return services.requests.usage(pod)

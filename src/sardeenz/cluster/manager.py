@@ -226,6 +226,17 @@ class ClusterManager:
             out.extend(i.model_copy(update={"pod_id": peer.pod_id}) for i in hb.instances)
         return out
 
+    def peer_gpus(self) -> list[tuple[str, GpuFigures]]:
+        """Each other pod's GPUs as its last heartbeat gave them (unavailable pods: none)."""
+        now = self.now()
+        return [
+            (peer.pod_id, g)
+            for peer in self.peers.all()
+            if peer.heartbeat is not None
+            and self.detector.state(peer.pod_id, now) is not PeerState.UNAVAILABLE
+            for g in peer.heartbeat.gpus
+        ]
+
     def instance_on(self, pod_id: str, instance_id: str) -> ModelInstance | None:
         """``instance_id`` as ``pod_id`` last described it (this pod: as it is now)."""
         if pod_id == self.identity.pod_id:

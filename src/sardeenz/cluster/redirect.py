@@ -8,7 +8,8 @@ pod that cannot reach a quorum changes nothing.
 
 Always local, so each pod's own view can be read: health probes, metrics,
 ``/api/cluster/*`` (but the moves, which the leader holds), the login
-configuration, the API documents. ``/v1`` and ``/api/direct`` never come here.
+configuration, the API documents, and the request log, usage and metrics
+history (every pod collects the whole cluster's). ``/v1`` and ``/api/direct`` never come here.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ LOCAL_PREFIXES: Final = (
     "/api/health",
     "/api/cluster/",
     "/api/auth/config",
+    # every pod collects the whole cluster's request log (cluster/observe.py): its
+    # answer is the leader's, a few seconds apart at most
+    "/api/v1/requests",
+    "/api/v1/usage",
+    "/api/v1/metrics/history",
     "/openapi.json",
     "/docs",
     "/redoc",

@@ -2,7 +2,8 @@
 
 The ``/internal`` router is built here from every part that serves internal
 routes: membership (ping, heartbeat, state, votes), the leader's orders on
-instances, a move's steps, profile sync, presets and on-demand placement.
+instances, a move's steps, profile sync, presets, on-demand placement and the
+request collector (cluster/observe.py).
 A feature with routes of its own adds its ``internal_routes()`` here.
 """
 
@@ -13,11 +14,13 @@ from typing import Any
 from sardeenz.cluster import handover
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import leader_redirect
+from sardeenz.cluster.transport.routes import HOP_HEADER
 from sardeenz.cluster.transport.server import InternalRouter
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.security.unverified import UnverifiedBodies
@@ -29,6 +32,7 @@ def internal_router(
     presets: PresetService,
     starts: ClusterStarts,
     unverified: UnverifiedBodies,
+    collector: RequestCollector,
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
     assert manager.verifier is not None
@@ -39,6 +43,7 @@ def internal_router(
     router.include(profile_sync.internal_routes())
     router.include(presets.internal_routes())
     router.include(starts.internal_routes())
+    router.include(collector.internal_routes())
     return router
 
 
@@ -49,8 +54,12 @@ def install_cluster(
     profile_sync: ProfileSync,
     presets: PresetService,
     starts: ClusterStarts,
+    collector: RequestCollector,
 ) -> None:
-    gateway.internal = internal_router(manager, profile_sync, presets, starts, gateway.unverified)
+    gateway.internal = internal_router(
+        manager, profile_sync, presets, starts, gateway.unverified, collector
+    )
     gateway.trusted_forward = trusted_forward(manager, gateway.unverified)
     gateway.redirect = leader_redirect(manager)
     proxy.remote_headers = remote_headers(manager)
+    proxy.hop_header = HOP_HEADER

@@ -51,10 +51,11 @@ from sardeenz.proxy.relay import (
 )
 from sardeenz.proxy.remote import (
     RemoteHeaders,
-    for_external,
+    entered_here,
     forwarded_by_us,
     forwarding_loop,
     no_local_instance,
+    outgoing,
 )
 from sardeenz.proxy.reqlog import TAIL_BYTES, RequestLog
 from sardeenz.proxy.routing import Endpoint, RoutingTable
@@ -67,7 +68,6 @@ log = logging.getLogger("sardeenz.proxy.forwarder")
 """The proxy's logger keeps its name: operators filter on it."""
 
 _perf = time.perf_counter
-_time = time.time
 
 _METHODS: Final = {
     m: m.encode() for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
@@ -144,6 +144,9 @@ class AsgiRelay:
         """Cluster mode (cluster/forwarding.py): the header lines that send a request to
         another pod's proxy (hop marker + HMAC), or None when it must not go there.
         Called with the client's headers, method, target and body (the express path too)."""
+        self.hop_header: bytes | None = None
+        """Cluster mode: the header a forwarded request carries. Such a request is not
+        recorded in this pod's request log: the pod it entered records it."""
 
     @property
     def client(self) -> UpstreamClient | None:
@@ -212,24 +215,19 @@ class AsgiRelay:
             if state.watcher is not None:
                 state.watcher.cancel()
             latency = finished(mm, t0, status)
-            if openai:
+            if openai and entered_here(self.hop_header, scope["headers"]):
                 key: ApiKey | None = scope.get(API_KEY_SCOPE)
-                went = state.ep
-                self.requests.note(
-                    (
-                        _time(),
-                        mm.model,
-                        None,
-                        went.instance_id if went is not None else None,
-                        went.base_url if went is not None and not went.local else None,
-                        status,
-                        latency,
-                        state.ttfb,
-                        state.stream,
-                        key.id if key is not None else None,
-                        state.last,
-                        state.prev,
-                    )
+                self.requests.finished(
+                    mm.model,
+                    None,
+                    state.ep,
+                    status,
+                    latency,
+                    state.ttfb,
+                    state.stream,
+                    key.id if key is not None else None,
+                    state.last,
+                    state.prev,
                 )
 
     async def _forward(
@@ -275,37 +273,26 @@ class AsgiRelay:
         tried = False
         while True:
             state.ep = ep
-            sent_headers = headers
-            if not ep.local and ep.external is None:  # another pod's proxy: one hop, signed
-                extra = (
-                    self.remote_headers(scope["headers"], method, target, body, ep.pod_id or "")
-                    if self.remote_headers
-                    else None
-                )
-                if extra is None:
-                    local = table.pick_local(model) if model is not None else None
-                    if local is None:
-                        return await no_local_instance(model).send(send, openai)
-                    # In flight under the instance that serves it: a drain of that
-                    # instance (an unload, a move) must wait for this request too.
-                    inflight.discard(ep.instance_id, state)
-                    inflight.add(local.instance_id, state)
-                    flight[0] = local.instance_id
-                    ep = local
-                else:
-                    sent_headers = headers + extra
+            if ep.external is not None and forwarded_by_us(scope["headers"]):
+                return await forwarding_loop(model).send(send, openai)
+            sent = outgoing(
+                ep, self.remote_headers, scope["headers"], method, target, headers, body
+            )
+            if sent is None:  # another pod's, and this request made its hop already
+                local = table.pick_local(model) if model is not None else None
+                if local is None:
+                    return await no_local_instance(model).send(send, openai)
+                # In flight under the instance that serves it: a drain of that
+                # instance (an unload, a move) must wait for this request too.
+                inflight.discard(ep.instance_id, state)
+                inflight.add(local.instance_id, state)
+                flight[0] = local.instance_id
+                ep = state.ep = local
+                sent = outgoing(ep, None, scope["headers"], method, target, headers, body)
+                assert sent is not None  # a local endpoint always has a way
             t1 = _perf()
             try:
-                if ep.external is None:
-                    resp = await client.request(
-                        ep.host, ep.port, method, target, sent_headers, body
-                    )
-                else:
-                    if forwarded_by_us(scope["headers"]):
-                        return await forwarding_loop(model).send(send, openai)
-                    resp = await client.request(
-                        ep.host, ep.port, method, *for_external(ep.external, target, headers, body)
-                    )
+                resp = await client.request(ep.host, ep.port, method, *sent)
                 break
             except ConnectFailed as exc:
                 # Nothing reached the engine: safe to try another instance once.

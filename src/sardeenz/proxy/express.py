@@ -54,22 +54,16 @@ from sardeenz.proxy.relay import (
     stream_end_on_failure,
     withdrawn,
 )
-from sardeenz.proxy.remote import external_headers, forwarded_by_us
+from sardeenz.proxy.remote import entered_here, forwarded_by_us, outgoing
 from sardeenz.proxy.reqlog import TAIL_BYTES
 from sardeenz.proxy.routing import Endpoint
 from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, UpstreamClosed
-from sardeenz.proxy.wire import (
-    JSON_CT,
-    header,
-    request_header_block,
-    response_headers,
-)
+from sardeenz.proxy.wire import JSON_CT, header, request_header_block, response_headers
 from sardeenz.security.auth import ApiKeys
 
 log = logging.getLogger(__name__)
 
 _perf = time.perf_counter
-_time = time.time
 _LAST_CHUNK: Final = b"0\r\n\r\n"
 
 
@@ -81,7 +75,8 @@ class ExpressRelay:
         self._table = proxy.table
         self._keys = api_keys
         self.inflight = proxy.inflight
-        self.note = proxy.requests.note
+        self.finished = proxy.requests.finished
+        self.hop = proxy.hop_header
 
     def begin(
         self,
@@ -114,29 +109,20 @@ class ExpressRelay:
         ep = self._table.pick(model)
         if ep is None:
             return None
-        ext = ep.external
-        if ext is None:
-            block = request_header_block(headers, True)
-            if not ep.local:  # another pod's proxy (cluster mode): hop marker + signature
-                hook = self._proxy.remote_headers
-                pod = ep.pod_id or ""
-                extra = hook(headers, b"POST", url, body, pod) if hook is not None else None
-                if extra is None:
-                    return None  # already forwarded once: the handler serves it locally
-                block += extra
-            data = client.encode(ep.host, ep.port, b"POST", url, block, body)
-        else:  # a catalog server we do not run: its key, its path, its model name
-            if forwarded_by_us(headers):
-                return None  # a loop: the handler answers it
-            out_body = body
-            if ext.model is not None:
-                payload["model"] = ext.model
-                try:
-                    out_body = orjson.dumps(payload)
-                except TypeError:  # an integer beyond 64 bits: the handler copes
-                    return None
-            block = external_headers(request_header_block(headers, True), ext)
-            data = client.encode(ep.host, ep.port, b"POST", ext.path_prefix + url, block, out_body)
+        if ep.external is not None and forwarded_by_us(headers):
+            return None  # a loop: the handler answers it
+        sent = outgoing(
+            ep,
+            self._proxy.remote_headers,
+            headers,
+            b"POST",
+            url,
+            request_header_block(headers, True),
+            body,
+        )
+        if sent is None:
+            return None  # already forwarded once: the handler serves it locally
+        data = client.encode(ep.host, ep.port, b"POST", *sent)
         exchange = _Exchange(
             lane,
             self,
@@ -145,6 +131,7 @@ class ExpressRelay:
             ep,
             keep_alive,
             key.id if key is not None else None,
+            entered_here(self.hop, headers),
         )
         exchange.request = (url, headers, body)
         conn = client.idle_connection(ep.host, ep.port)
@@ -177,6 +164,7 @@ class _Exchange:
         "_key",
         "_lane",
         "_last",
+        "_logged",
         "_mm",
         "_model",
         "_pending",
@@ -203,6 +191,7 @@ class _Exchange:
         ep: Endpoint,
         keep_alive: bool,
         key: str | None,
+        logged: bool,
     ) -> None:
         self._t0 = _perf()
         self._t1 = 0.0
@@ -229,6 +218,7 @@ class _Exchange:
         self._prev = b""
         self._ttfb = 0.0
         self._key = key
+        self._logged = logged  # False: another pod forwarded it, and logs it there
         self._done = False
         started(mm)
         relay.inflight.add(ep.instance_id, self)
@@ -406,13 +396,11 @@ class _Exchange:
         ep = self._ep
         self._relay.inflight.discard(ep.instance_id, self)
         latency = finished(self._mm, self._t0, status)
-        self._relay.note(
-            (
-                _time(),
+        if self._logged:
+            self._relay.finished(
                 self._model,
                 None,
-                ep.instance_id,
-                None if ep.local else ep.base_url,
+                ep,
                 status,
                 latency,
                 self._ttfb,
@@ -421,7 +409,6 @@ class _Exchange:
                 self._last,
                 self._prev,
             )
-        )
         self._lane.finish(self, reusable)
 
     def _fall_back(self) -> None:

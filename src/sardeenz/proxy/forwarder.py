@@ -46,6 +46,7 @@ from sardeenz.proxy.intake import Disconnected, RequestReader, parse_json, with_
 from sardeenz.proxy.listing import ModelListing, unknown_model
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL
 from sardeenz.proxy.remote import RemoteHeaders as RemoteHeaders  # its old home, re-exported
+from sardeenz.proxy.remote import entered_here
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import UpstreamClient
 from sardeenz.proxy.usage import allowed, note_refused
@@ -165,11 +166,13 @@ class InferenceProxy(AsgiRelay):
         except ErrorReply as r:
             status = await r.send(send, True)
             metrics.for_model(UNKNOWN_MODEL).count(status)
-            note_refused(self.requests, t0, status, asked, key)
+            if entered_here(self.hop_header, scope["headers"]):
+                note_refused(self.requests, t0, status, asked, key)
             return
         except Disconnected:
             metrics.for_model(UNKNOWN_MODEL).count(499)
-            note_refused(self.requests, t0, 499, asked, key)
+            if entered_here(self.hop_header, scope["headers"]):
+                note_refused(self.requests, t0, 499, asked, key)
             return
         mm = metrics.for_model(model)
         url_path: bytes = scope.get("raw_path") or scope["path"].encode()

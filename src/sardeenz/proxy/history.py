@@ -1,20 +1,26 @@
-"""What the admin API reads of the request log: entries and usage.
+"""What the admin API reads of the request log: entries and usage, of every pod.
 
-A service over the proxy's ``RequestLog`` (the ring and the usage counters)
-and, when retention is on, the database table (store/requests.py), so the
-routers ask one narrow method and never reach into the proxy.
+A service over the proxy's ``RequestLog`` (this pod's ring and usage counters),
+the request book (telemetry/requestbook.py: this pod's records and, in a
+cluster, those the collector pulled from the other pods) and, when retention is
+on, the database table (store/requests.py), so the routers ask one narrow
+method and never reach into the proxy. The proxy's flusher hands each batch of
+this pod's records here (``_ingest``); the collector hands each peer's
+(``accept``). Both go to the book, and to the table with retention.
 """
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import Field
 
 from sardeenz.domain import CamelModel
 from sardeenz.proxy.reqlog import Record, RequestLog, usage_rows
 from sardeenz.store.requests import RequestEntry, RequestQuery, RequestRepository
+from sardeenz.telemetry.requestbook import MAX_PULL, RequestBook, UsageRows, merge_usage
 
 
 class UsageRow(CamelModel):
@@ -33,9 +39,12 @@ class UsageReport(CamelModel):
 
 
 class RequestLogInfo(CamelModel):
-    size: int = Field(description="entries the in-memory ring keeps")
+    size: int = Field(description="entries the in-memory ring keeps (every pod's, in a cluster)")
     retention: bool = Field(description="also kept in the database")
     max_rows: int | None = None
+    pods: list[str] = Field(
+        default_factory=list, description="pods with records here (empty: a single node)"
+    )
 
 
 def entry_of(r: Record) -> RequestEntry:
@@ -46,6 +55,7 @@ def entry_of(r: Record) -> RequestEntry:
         model=r.model,
         instance_id=r.instance_id,
         pod=r.pod,
+        entry_pod=r.entry_pod,
         status=r.status,
         latency_ms=round(r.latency * 1000, 3),
         ttft_ms=round(r.ttft * 1000, 3) if r.ttft is not None else None,
@@ -57,37 +67,76 @@ def entry_of(r: Record) -> RequestEntry:
 
 
 class RequestHistory:
-    def __init__(self, log: RequestLog, repo: RequestRepository | None = None) -> None:
+    def __init__(
+        self, log: RequestLog, repo: RequestRepository | None = None, *, size: int | None = None
+    ) -> None:
         self._log = log
         self._repo = repo
         self._since = datetime.fromtimestamp(time.time(), UTC)
-        if repo is not None:
-            log.sink = self._write
+        self.book = RequestBook(size or log.size, log.pod, log.epoch)
+        log.sink = self._ingest
 
-    async def _write(self, records: list[Record]) -> None:
-        assert self._repo is not None
-        await self._repo.add_many([entry_of(r) for r in records])
+    async def _ingest(self, records: list[Record]) -> None:
+        """This pod's drained records (the proxy's flusher calls it)."""
+        kept = self.book.add_local(records)
+        if self._repo is not None:
+            await self._repo.add_many([entry_of(r) for r in kept])
+
+    async def accept(self, pod: str, epoch: str, rows: list[list[Any]]) -> int:
+        """A peer's records as the collector pulled them; how many were new."""
+        kept = self.book.accept(pod, epoch, rows)
+        if kept and self._repo is not None:
+            await self._repo.add_many([entry_of(r) for r in kept])
+        return len(kept)
+
+    async def pull_answer(
+        self, epoch: str, seq: int, in_flight: dict[str, int]
+    ) -> dict[str, object]:
+        """What this pod answers a peer's collector: its own records after ``seq``
+        (all it keeps when ``epoch`` is not its own), its usage counters and in-flight."""
+        await self._log.flush()
+        rows = self.book.local_since(epoch, seq, MAX_PULL)
+        return {
+            "epoch": self.book.epoch,
+            "records": rows,
+            "more": len(rows) >= MAX_PULL,
+            "usage": [list(r) for r in usage_rows()],
+            "inFlight": in_flight,
+        }
+
+    async def flush(self) -> None:
+        """This pod's requests noted so far, into the book (and the table)."""
+        await self._log.flush()
 
     def info(self) -> RequestLogInfo:
         repo = self._repo
         return RequestLogInfo(
-            size=self._log.size,
+            size=self.book.size,
             retention=repo is not None,
             max_rows=repo.max_rows if repo is not None else None,
+            pods=self.book.pods(),
         )
 
     async def list(self, query: RequestQuery, limit: int) -> list[RequestEntry]:
-        """Newest first: from the database when retention is on, else from the ring."""
+        """Newest first (in the order they reached this pod): from the database when
+        retention is on, else from the book."""
+        await self._log.flush()
         if self._repo is not None:
-            await self._log.flush()
             return await self._repo.list(query, limit)
-        return [entry_of(r) for r in self._log.records(query, limit)]
+        return [entry_of(r) for r in self.book.records(query, limit)]
 
-    def usage(self) -> UsageReport:
+    def usage(self, pod: str | None = None) -> UsageReport:
+        """Counters of every pod (since each started), or of ``pod`` only."""
         self._log.drain()
+        own = self.book.pod
+        parts: list[UsageRows] = []
+        if pod is None or pod == own or own is None:
+            parts.append(usage_rows())
+        if own is not None and pod != own:
+            parts.append(self.book.peer_usage(pod))
         rows = [
             UsageRow(key_id=k, model=m, requests=n, prompt_tokens=p, completion_tokens=c)
-            for k, m, n, p, c in usage_rows()
+            for k, m, n, p, c in merge_usage(*parts)
         ]
         return UsageReport(
             since=self._since,

@@ -122,3 +122,16 @@ class ProxyTraffic:
     def forget(self, instance_id: str) -> None:
         self._table.remove(instance_id)
         self._inflight.ending(instance_id, None)
+
+
+def in_flight_by_model(table: RoutingTable, inflight: Inflight) -> dict[str, int]:
+    """Requests in flight on this pod's own instances, per served name.
+
+    Counted where the engine runs: a request relayed to another pod is that pod's
+    (its hop registers it there), so summing the pods counts each request once."""
+    out: dict[str, int] = {}
+    for view in table.instances():
+        n = inflight.count(view.instance_id)
+        if n:
+            out[view.served_name] = out.get(view.served_name, 0) + n
+    return out

@@ -10,8 +10,10 @@ its API key instead of the client's, its name for the model, and a ``Via``
 naming this server process: a request that comes back with it and would go to
 an external server again is in a loop, and is answered 508 ``forwarding_loop``.
 
-The relay (asgirelay.py) calls these only for such endpoints, so a request for
-a local engine pays nothing for them.
+``outgoing`` is the one choice between the three (a local engine, another pod,
+an external server): the express path (express.py) and the handler
+(asgirelay.py) both call it, so they cannot send a request differently. A
+request for a local engine pays one branch for it.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from typing import Final
 import orjson
 
 from sardeenz.proxy.intake import with_model
-from sardeenz.proxy.routing import ExternalTarget
-from sardeenz.proxy.wire import ErrorReply, replace_authorization
+from sardeenz.proxy.routing import Endpoint, ExternalTarget
+from sardeenz.proxy.wire import ErrorReply, header, replace_authorization
 
 NODE_MARK: Final = b"sardeenz-" + secrets.token_hex(8).encode()
 """This server process in a ``Via`` header (RFC 9110 7.6.3): random, so that two
@@ -89,3 +91,40 @@ def for_external(
 def external_headers(block: bytes, ext: ExternalTarget) -> bytes:
     """A request header block as it goes to an external server: its key, our ``Via``."""
     return replace_authorization(block, ext.auth) + _VIA_LINE
+
+
+def outgoing(
+    ep: Endpoint,
+    hook: RemoteHeaders | None,
+    client_headers: list[tuple[bytes, bytes]],
+    method: bytes,
+    target: bytes,
+    block: bytes,
+    body: bytes,
+) -> tuple[bytes, bytes, bytes] | None:
+    """(target, header block, body) that send this request to ``ep``.
+
+    ``block``: the request's header lines as relayed to an engine. None when ``ep``
+    is another pod's proxy and the request must not go there (it already made its
+    hop, or this node is not in a cluster): the caller serves it locally or refuses.
+    """
+    ext = ep.external
+    if ext is not None:
+        return for_external(ext, target, block, body)
+    if ep.local:
+        return target, block, body
+    extra = (
+        hook(client_headers, method, target, body, ep.pod_id or "") if hook is not None else None
+    )
+    if extra is None:
+        return None
+    return target, block + extra, body
+
+
+def entered_here(hop: bytes | None, client_headers: list[tuple[bytes, bytes]]) -> bool:
+    """Did the client send this request to this pod (not another pod, forwarding it)?
+
+    ``hop``: the cluster's hop header name (None: a single node, where every request
+    entered here). The request log records a request on the pod it entered only.
+    """
+    return hop is None or header(client_headers, hop) is None

@@ -33,10 +33,13 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sardeenz.proxy.metrics import REGISTRY
+from sardeenz.proxy.routing import Endpoint
 from sardeenz.store.requests import RequestQuery, status_matches
 from sardeenz.tasks import stop_task
 
 log = logging.getLogger(__name__)
+
+_time = time.time
 
 FLUSH_EVERY: Final = 1.0
 """Seconds between drains of the pending requests (and SQLite writes, when on)."""
@@ -57,7 +60,7 @@ Pending = tuple[
     str,  # the metrics label of the model (a served name, or _unknown)
     str | None,  # the model the client asked for, when no served name was found
     str | None,  # the instance it went to
-    str | None,  # the peer it was relayed to (None: this node)
+    str | None,  # the pod it was relayed to (None: this node)
     int,  # status (499: the client left first)
     float,  # latency, seconds
     float,  # time to first body byte, seconds (0: none sent)
@@ -127,6 +130,10 @@ class Record:
     key_id: str | None
     prompt_tokens: int | None
     completion_tokens: int | None
+    entry_pod: str | None = None
+    """The pod the client sent it to (``pod`` ran it); set by the request book."""
+    seq: int = 0
+    """Its number on the pod it entered (``id`` is the reading pod's number)."""
 
 
 def matches(query: RequestQuery, r: Record) -> bool:
@@ -134,6 +141,10 @@ def matches(query: RequestQuery, r: Record) -> bool:
     if query.model is not None and r.model != query.model:
         return False
     if query.key is not None and r.key_id != query.key:
+        return False
+    if query.pod is not None and r.pod != query.pod:
+        return False
+    if query.entry_pod is not None and r.entry_pod != query.entry_pod:
         return False
     if query.since is not None and r.at < query.since:
         return False
@@ -199,11 +210,14 @@ class RequestLog:
     def __init__(self, size: int = 1000, pod: str | None = None) -> None:
         self._pending: list[Any] = []
         self.note: Callable[[Pending], None] = self._pending.extend
-        """Record a finished request: the one call the hot path makes."""
+        """Queue one ``Pending`` tuple as it is (``finished`` builds it from what the relay
+        holds; tests and benchmarks/request_log.py feed tuples directly)."""
         self._ring: deque[Entry] = deque(maxlen=max(1, size))
         self._drained = 0
         """Requests drained so far: the id of the newest entry in the ring."""
-        self._prefix = f"{int(time.time()):x}-"
+        self.epoch = f"{int(time.time()):x}"
+        """This run of the process: the request ids' prefix, and the collector's epoch."""
+        self._prefix = f"{self.epoch}-"
         self.pod = pod
         self.sink: Sink | None = None
         """Retention (store/requests.py): gets each drained batch, from the flusher."""
@@ -213,6 +227,45 @@ class RequestLog:
     @property
     def size(self) -> int:
         return self._ring.maxlen or 0
+
+    def finished(
+        self,
+        model: str,
+        asked: str | None,
+        ep: Endpoint | None,
+        status: int,
+        latency: float,
+        ttfb: float,
+        stream: bool,
+        key: str | None,
+        last: bytes,
+        prev: bytes,
+    ) -> None:
+        """Record a finished request: the one call both relay paths make at a request's end.
+
+        ``model``: its metrics label; ``asked``: the name the client gave, when no
+        served name was found; ``ep``: where it went (None: answered before it had an
+        instance); ``ttfb``: seconds to the first body byte (0: none); ``last`` and
+        ``prev``: the last body bytes relayed and the ones before (``usage`` is there).
+        A request another pod forwarded here is not recorded: the pod it entered
+        records it (see ``entered_here``).
+        """
+        self._pending.extend(
+            (
+                _time(),
+                model,
+                asked,
+                ep.instance_id if ep is not None else None,
+                ep.pod_id if ep is not None else None,
+                status,
+                latency,
+                ttfb,
+                stream,
+                key,
+                last,
+                prev,
+            )
+        )
 
     # ------------------------------------------------------------------ drain
     def drain(self) -> None:
@@ -258,8 +311,11 @@ class RequestLog:
             request_id=f"{self._prefix}{n:x}",
             at=at,
             model=(asked or label)[:_MAX_MODEL],
-            instance_id=instance,
-            pod=peer or (self.pod if instance is not None else None),
+            # a remote endpoint's id is "<pod>/<instance>": the record keeps them apart
+            instance_id=instance[len(peer) + 1 :]
+            if peer and instance and instance.startswith(peer + "/")
+            else instance,
+            pod=peer or self.pod,
             status=status,
             latency=latency,
             ttft=ttfb if stream and ttfb > 0 else None,

@@ -18,7 +18,6 @@ from sardeenz.proxy.reqlog import RequestLog
 from sardeenz.security.auth import ApiKey
 
 _perf = time.perf_counter
-_time = time.time
 
 
 def allowed(key: ApiKey, model: str, demand: Demand | None) -> bool:
@@ -33,19 +32,15 @@ def note_refused(
     requests: RequestLog, t0: float, status: int, asked: str | None, key: ApiKey | None
 ) -> None:
     """A request answered before it had an instance (refused, or its client left)."""
-    requests.note(
-        (
-            _time(),
-            UNKNOWN_MODEL,
-            asked,
-            None,
-            None,
-            status,
-            _perf() - t0,
-            0.0,
-            False,
-            key.id if key is not None else None,
-            b"",
-            b"",
-        )
+    requests.finished(
+        UNKNOWN_MODEL,
+        asked,
+        None,
+        status,
+        _perf() - t0,
+        0.0,
+        False,
+        key.id if key is not None else None,
+        b"",
+        b"",
     )

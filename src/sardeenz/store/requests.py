@@ -27,7 +27,12 @@ class RequestEntry(CamelModel):
     at: datetime = Field(description="when the request ended")
     model: str = Field(description="the served model (or the name asked for, if refused)")
     instance_id: str | None = Field(None, description="the instance that answered")
-    pod: str | None = Field(None, description="the node that ran it (a peer's address)")
+    pod: str | None = Field(
+        None, description="the pod that ran it (refused: the pod that answered); null: single node"
+    )
+    entry_pod: str | None = Field(
+        None, description="the pod the client sent it to (differs from pod when forwarded)"
+    )
     status: int = Field(description="HTTP status sent (499: the client left first)")
     latency_ms: float
     ttft_ms: float | None = Field(None, description="streams: time to the first body byte")
@@ -44,6 +49,10 @@ class RequestQuery(CamelModel):
     status: str | None = None
     """An exact status (``"200"``), a class (``"5xx"``) or ``"error"`` (400 and up)."""
     key: str | None = None
+    pod: str | None = None
+    """The pod that ran it (refused requests: the pod that refused them)."""
+    entry_pod: str | None = None
+    """The pod the client sent it to."""
     since: float | None = None
     """Unix seconds: entries that ended at or after it."""
     before_id: int | None = None
@@ -72,6 +81,7 @@ def _row(entry: RequestEntry) -> dict[str, object]:
         "model": entry.model,
         "instance_id": entry.instance_id,
         "pod": entry.pod,
+        "entry_pod": entry.entry_pod,
         "status": entry.status,
         "latency": entry.latency_ms / 1000,
         "ttft": entry.ttft_ms / 1000 if entry.ttft_ms is not None else None,
@@ -107,6 +117,10 @@ class RequestRepository:
             stmt = stmt.where(c.model == query.model)
         if query.key is not None:
             stmt = stmt.where(c.key_id == query.key)
+        if query.pod is not None:
+            stmt = stmt.where(c.pod == query.pod)
+        if query.entry_pod is not None:
+            stmt = stmt.where(c.entry_pod == query.entry_pod)
         if query.since is not None:
             stmt = stmt.where(c.at >= query.since)
         if query.before_id is not None:
@@ -130,6 +144,7 @@ class RequestRepository:
                 model=row["model"],
                 instance_id=row["instance_id"],
                 pod=row["pod"],
+                entry_pod=row["entry_pod"],
                 status=row["status"],
                 latency_ms=row["latency"] * 1000,
                 ttft_ms=row["ttft"] * 1000 if row["ttft"] is not None else None,

@@ -95,5 +95,8 @@ PRESETS_PUSH = InternalRoute("POST", "/internal/presets/sync", fenced=True)
 # --- on-demand starts placed by the leader (cluster/ondemand.py)
 ONDEMAND_PLACE = InternalRoute("POST", "/internal/ondemand/place")
 
+# --- the cluster-wide request log, pulled by every pod (cluster/observe.py)
+REQUESTS_PULL = InternalRoute("POST", "/internal/requests/pull")
+
 INSTANCE_ACTIONS: Final = {"unload": UNLOAD, "sleep": SLEEP, "wake": WAKE}
 """The leader's orders on one instance, by the action's name."""

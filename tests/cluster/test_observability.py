@@ -1,0 +1,143 @@
+"""Cluster-wide request log, usage and charts, collected from every pod (3 real pods).
+
+Requests enter through each pod for a model that only pod-c runs (so pod-a's and
+pod-b's are forwarded to pod-c). Each appears once in every pod's
+``/api/v1/requests`` and usage, with the pod that ran it and the pod it entered;
+``pod`` / ``entryPod`` filter; a pod SIGKILLed keeps its collected records.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import httpx
+import pytest
+
+from testkit.cluster import Cluster
+
+MODEL = "observed-c"
+SENT = {"pod-a": 3, "pod-b": 4, "pod-c": 5}
+TOTAL = sum(SENT.values())
+
+
+def _poll(
+    what: str, get: Callable[[], Any], done: Callable[[Any], bool], timeout: float = 30
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, f"{what} not within {timeout}s: {value}"
+        time.sleep(0.3)
+
+
+def _requests(url: str, **params: str) -> list[dict[str, Any]]:
+    resp = httpx.get(f"{url}/api/v1/requests", params={"limit": "1000", **params}, timeout=5)
+    assert resp.status_code == 200, resp.text  # served by every pod, never a redirect
+    return [e for e in resp.json() if e["model"] == MODEL]
+
+
+def _usage(url: str, **params: str) -> int:
+    resp = httpx.get(f"{url}/api/v1/usage", params=params, timeout=5)
+    assert resp.status_code == 200, resp.text
+    return sum(r["requests"] for r in resp.json()["byModel"] if r["model"] == MODEL)
+
+
+@pytest.fixture(scope="module")
+def sent(cluster3: Cluster) -> Cluster:
+    cluster3.wait_one_leader()
+    cluster3.load_on("pod-c", MODEL)
+    for pod, n in SENT.items():
+        url = cluster3.pods[pod].url
+        _poll(f"{MODEL} routable on {pod}", partial(_listed, url), bool)
+        for _ in range(n):
+            resp = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+                timeout=30,
+            )
+            assert resp.status_code == 200, resp.text
+    return cluster3
+
+
+def _listed(url: str) -> bool:
+    models = httpx.get(f"{url}/v1/models", timeout=5).json()["data"]
+    return any(m["id"] == MODEL for m in models)
+
+
+def test_each_request_appears_once_on_every_pod_with_its_pods(sent: Cluster) -> None:
+    for name, pod in sent.pods.items():
+        entries = _poll(
+            f"{TOTAL} records on {name}",
+            partial(_requests, pod.url),
+            lambda e: len(e) >= TOTAL,
+        )
+        assert len(entries) == TOTAL, entries  # once each: the forwarded hop is not counted
+        assert {e["pod"] for e in entries} == {"pod-c"}
+        assert Counter(e["entryPod"] for e in entries) == SENT
+        assert len({(e["entryPod"], e["requestId"]) for e in entries}) == TOTAL
+        assert {e["instanceId"] for e in entries} == {sent.instances("pod-c")[0]["id"]}
+        assert all(e["status"] == 200 and e["completionTokens"] for e in entries)
+        assert _poll(f"usage on {name}", partial(_usage, pod.url), lambda n: n >= TOTAL) == TOTAL
+
+
+def test_filters_show_one_pods_view(sent: Cluster) -> None:
+    url = sent.pods["pod-a"].url
+    _poll("every record", lambda: _requests(url), lambda e: len(e) >= TOTAL)
+    assert len(_requests(url, pod="pod-c")) == TOTAL
+    assert _requests(url, pod="pod-a") == []
+    for pod, n in SENT.items():
+        assert len(_requests(url, entryPod=pod)) == n
+        assert _usage(url, pod=pod) == n
+
+
+def test_charts_count_every_pods_requests_once(sent: Cluster) -> None:
+    url = sent.pods["pod-a"].url
+
+    def counted() -> tuple[int, int]:
+        report = httpx.get(f"{url}/api/v1/metrics/history", timeout=5).json()
+        cluster = sum(
+            m["requests"] for s in report["samples"] for m in s["models"] if m["model"] == MODEL
+        )
+        on_c = httpx.get(f"{url}/api/v1/metrics/history", params={"pod": "pod-c"}, timeout=5).json()
+        per_pod = sum(
+            m["requests"] for s in on_c["samples"] for m in s["models"] if m["model"] == MODEL
+        )
+        return cluster, per_pod
+
+    assert _poll("the charts' counts", counted, lambda c: c[0] >= TOTAL) == (TOTAL, TOTAL)
+    gpus_of = {
+        g["pod"]
+        for s in httpx.get(f"{url}/api/v1/metrics/history", timeout=5).json()["samples"][-1:]
+        for g in s["gpus"]
+    }
+    status = httpx.get(f"{url}/api/cluster/status", timeout=5).json()
+    with_gpus = {p["id"] for p in status["pods"] if p["gpus"]}
+    assert gpus_of == with_gpus
+
+
+def test_a_killed_pod_keeps_its_collected_history(sent: Cluster) -> None:
+    survivor = sent.pods["pod-a"].url
+    _poll("every record", lambda: _requests(survivor), lambda e: len(e) >= TOTAL)
+    sent.pods["pod-b"].stop(signal.SIGKILL)
+    sent.wait(
+        lambda st: all(
+            p["state"] == "unavailable"
+            for s in st.values()
+            for p in s["pods"]
+            if p["id"] == "pod-b"
+        ),
+        20,
+        "pod-b unavailable",
+    )
+    for name in ("pod-a", "pod-c"):
+        url = sent.pods[name].url
+        assert len(_requests(url, entryPod="pod-b")) == SENT["pod-b"]
+        assert _usage(url) == TOTAL
+        assert _usage(url, pod="pod-b") == SENT["pod-b"]
