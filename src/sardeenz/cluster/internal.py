@@ -15,7 +15,9 @@ election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``,
 (the leader's merged set, fenced; cluster/profile_sync.py), ``GET|POST
 presets/sync`` (this pod's presets; the leader's whole set, fenced;
 cluster/preset_service.py), ``POST ondemand/place`` (a pod asks the leader to
-place a catalog model's on-demand start; cluster/ondemand.py).
+place a catalog model's on-demand start; cluster/ondemand.py), ``GET
+instances/{id}[/logs|/metrics|/events]`` (another pod's locator reads this pod's
+instance; cluster/instance_routes.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.cluster import handover
+from sardeenz.cluster.instance_routes import InstanceRoutes
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.peers import Heartbeat
@@ -51,6 +54,7 @@ class _Vote(BaseModel):
 class _Order(BaseModel):
     term: int = Field(ge=0)
     level: int = Field(1, ge=1, le=2)
+    force: bool = False
 
 
 class _HandoverOrder(BaseModel):
@@ -113,11 +117,13 @@ class InternalApi:
         profile_sync: ProfileSync | None = None,
         presets: PresetService | None = None,
         starts: ClusterStarts | None = None,
+        instances: InstanceRoutes | None = None,
     ) -> None:
         self._m = manager
         self._profiles = profile_sync
         self._presets = presets
         self._starts = starts
+        self._instances = instances
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -133,7 +139,16 @@ class InternalApi:
                     exc.message,
                 )
                 raise _Reply(401, exc.message, exc.code) from None
-            status, data = await self._dispatch(scope["method"], scope["path"], body)
+            if self._instances is not None and self._instances.owns(scope["path"]):
+                if self._instances.opens_stream(scope["method"], scope["path"]):
+                    items = self._instances.stream_of(scope["path"], scope["query_string"])
+                    await self._instances.send_stream(items, receive, send)
+                    return
+                status, data = await self._instances.reply(
+                    scope["method"], scope["path"], scope["query_string"]
+                )
+            else:
+                status, data = await self._dispatch(scope["method"], scope["path"], body)
         except _Reply as r:
             if r.status == 499:
                 return
@@ -183,7 +198,7 @@ class InternalApi:
                 if action == "unload":
                     inst = await sup.unload(iid)
                 elif action == "sleep":
-                    inst = await sup.sleep(iid, order.level)
+                    inst = await sup.sleep(iid, order.level, order.force)
                 else:
                     inst = await sup.wake(iid)
                 return 200, inst.model_dump(mode="json")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
+from sardeenz.cluster.instance_routes import InstanceRoutes
 from sardeenz.cluster.internal import InternalApi
+from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.preset_service import PresetService
@@ -21,8 +23,10 @@ def install_cluster(
     profile_sync: ProfileSync | None = None,
     presets: PresetService | None = None,
     starts: ClusterStarts | None = None,
+    locator: InstanceLocator | None = None,
 ) -> None:
-    gateway.internal = InternalApi(manager, profile_sync, presets, starts)
+    routes = InstanceRoutes(locator) if locator is not None else None
+    gateway.internal = InternalApi(manager, profile_sync, presets, starts, routes)
     gateway.trusted_forward = trusted_forward(manager)
     gateway.redirect = leader_redirect(manager)
     proxy.remote_headers = remote_headers(manager)
