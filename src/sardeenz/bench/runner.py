@@ -363,8 +363,11 @@ class BenchmarkRunner:
         instances = [await self._instance(spec.instance_id, spec) for spec in body.scenarios]
         # After the lookups (which may ask other pods) and before any other await, so that
         # two runs started together cannot both pass:
-        if self._active:
-            running = next(iter(self._active))
+        # A run whose end is recorded in memory (``finished``) sends no more load, though
+        # it may still be writing its last rows: a client that saw it end may start the next.
+        running_ids = [rid for rid, a in self._active.items() if not a.finished]
+        if running_ids:
+            running = running_ids[0]
             raise Conflict(
                 f"benchmark run {running} is in progress; cancel it or wait for it to finish "
                 "(runs on one node would measure each other)",
