@@ -9,6 +9,9 @@ compared with the one the instance's own pod gives as the entry.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -217,3 +220,27 @@ def test_details_carry_the_pod_and_match_its_own_view(ns: Namespace) -> None:
             own["port"],
             own["modelPath"],
         )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sardeenz.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+@pytest.mark.parametrize("entry", PODS, ids=lambda p: f"via-{p}")
+def test_cli_lists_every_pod_and_shows_any_instance_log(ns: Namespace, entry: str) -> None:
+    listed = _cli("models", "ls", "--url", ns.url(entry))
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split("\t")[:2] == ["ID", "POD"]
+    pod_of = {r.split("\t")[0]: r.split("\t")[1] for r in rows}
+    for owner in PODS:
+        assert pod_of[ns.instance[owner]] == owner
+        logs = _cli("models", "logs", f"ns-{owner}", "--url", ns.url(entry), "-n", "50")
+        assert logs.returncode == 0, logs.stderr
+        assert logs.stdout.strip(), f"no log line of ns-{owner} through {entry}"

@@ -1,6 +1,6 @@
 import { Card, CardBody, CardTitle, Flex, FlexItem, Gallery, PageSection } from '@patternfly/react-core';
 import { useEffect } from 'react';
-import { useGpus, useInstances } from '../api/queries';
+import { useClustered, useGpus, useInstances } from '../api/queries';
 import type { InstanceStatus } from '../api/types';
 import { useCanMutate } from '../auth/AuthContext';
 import { ButtonLink } from '../components/ButtonLink';
@@ -31,6 +31,7 @@ function GpuCard() {
 }
 
 export function DashboardPage() {
+  const cluster = useClustered();
   const instances = useInstances();
   const canMutate = useCanMutate();
   const ready = instances.isSuccess;
@@ -92,7 +93,13 @@ export function DashboardPage() {
                 Load one from the Models page; it appears here as it starts.
               </Empty>
             )}
-            {instances.data && instances.data.length > 0 && <InstanceTable instances={instances.data} />}
+            {instances.data && instances.data.length > 0 && (
+              <InstanceTable
+                instances={instances.data}
+                // The pod's own instances may come without podId (its event stream): they are its.
+                podOf={cluster && ((inst) => inst.podId ?? cluster.podId ?? '—')}
+              />
+            )}
           </CardBody>
         </Card>
       </PageSection>

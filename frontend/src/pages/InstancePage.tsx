@@ -130,6 +130,7 @@ export default function InstancePage() {
               <Terms
                 items={[
                   ['ID', <span className="sz-mono">{inst.id}</span>],
+                  ['Pod', <span data-testid="instance-pod">{inst.podId ?? 'this node'}</span>],
                   ['Model path', <span className="sz-wrap-anywhere">{inst.modelPath}</span>],
                   ['Engine', inst.engine],
                   ['GPU(s)', gpuText(inst)],
