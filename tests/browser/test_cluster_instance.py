@@ -1,7 +1,7 @@
 """A follower's instance, opened from the leader's dashboard in real Chromium.
 
 pod-b runs the instance; the browser is on pod-a (the leader). The Models and Dashboard
-tables name the pod, the instance page shows it (details and metrics come from pod-b
+tables name the pod, the instance page shows it (details and traffic come from pod-b
 through the leader's locator), and its Logs page shows the replayed log and then a
 live line, relayed from pod-b as it is written.
 """
@@ -71,6 +71,8 @@ def test_a_followers_instance_shows_its_pod_details_and_live_log(
     expect(page).to_have_url(f"{cluster.pods['pod-a'].url}/models/{iid}")
     expect(page.get_by_role("heading", level=1)).to_have_text("far-model")
     expect(page.get_by_test_id("instance-pod")).to_have_text("pod-b")
+    # Its ResourceMetrics, measured on pod-b (the leader's locator asks it).
+    expect(page.get_by_test_id("instance-traffic")).to_contain_text("Requests answered")
 
     page.get_by_role("link", name="Logs").first.click()
     expect(page).to_have_url(f"{cluster.pods['pod-a'].url}/logs/{iid}")
