@@ -4,9 +4,10 @@ The test plays the kubelet (tests/kube/pods.py). In order, on one cluster: one l
 through the ``sardeenz-leader`` Lease and the same term everywhere; a model loaded on pod B
 answers through pod A's ``/v1``, and its details, log and events from every pod; deleting
 pod B's Pod object takes its routes at once (its process keeps running and heartbeating:
-only the watch removes it), and recreating it brings them back; the leader stopped (SIGTERM: it releases the Lease) and then killed (SIGKILL: the
-Lease expires) hands the Lease over, times printed; no orphan engine at the end. Then a
-Role missing one rule (leases update, pods watch) gives a clear warning, not a crash.
+only the watch removes it), and recreating it brings them back; the leader stopped
+(SIGTERM: it releases the Lease) and then killed (SIGKILL: the Lease expires) hands the
+Lease over, times printed; no orphan engine at the end. Then a Role missing one rule
+(leases update, pods watch) gives a clear warning, not a crash.
 """
 
 from __future__ import annotations
