@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from sardeenz.errors import NotFound
 from sardeenz.events import (
     CatalogEvent,
     Event,
@@ -81,15 +82,20 @@ def open_instance_stream(
 ) -> AsyncIterator[SseItem]:
     """The stream of one local instance; raises 404 ``instance_not_found`` now, not later.
 
-    The subscription is taken before the backlog is read, so no line falls between the
-    replayed lines and the live ones. The stream ends after ``removed``.
+    The subscription is taken when the stream starts (a stream never started holds
+    none), before the backlog is read, so no line falls between the replayed lines and
+    the live ones. The stream ends after ``removed``.
     """
-    current = supervisor.get(instance_id)
-    sub = bus.subscribe(instance_id)
-    backlog = supervisor.log_lines(instance_id) if replay else []
+    supervisor.get(instance_id)
 
     async def stream() -> AsyncIterator[SseItem]:
+        sub = bus.subscribe(instance_id)
         try:
+            try:
+                current = supervisor.get(instance_id)
+                backlog = supervisor.log_lines(instance_id) if replay else []
+            except NotFound:
+                return  # removed between the request and the first read
             for line in backlog:
                 data = {"instanceId": instance_id, "line": line, "replayed": True}
                 yield {"event": "log", "data": orjson.dumps(data).decode()}
