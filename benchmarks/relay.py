@@ -1,7 +1,7 @@
 """Relayed instance streams: the latency a relay adds per event, remote vs local.
 
 A 2-pod static cluster of real `sardeenz serve` processes on loopback
-(tests/cluster/harness.py), one sim engine on each pod. The client follows both
+(testkit/cluster.py), one sim engine on each pod. The client follows both
 instances' SSE streams (``/api/v1/models/instances/{id}/events``) on the leader,
 pod-a, at the same time: pod-a's own instance is the local stream, pod-b's is
 relayed from pod-b (cluster/instance_relay.py). Completions sent to both engines
@@ -32,7 +32,7 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.cluster.harness import Cluster
+from testkit.cluster import Cluster
 
 GAUGE = re.compile(r"^sardeenz_cluster_relayed_streams (\S+)$", re.M)
 

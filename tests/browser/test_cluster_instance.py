@@ -15,8 +15,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from testkit.cluster import Cluster
 from tests.browser.conftest import Session, open_session
-from tests.cluster.harness import Cluster
 
 pytestmark = pytest.mark.browser
 

@@ -20,7 +20,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.cluster.harness import Cluster
+from testkit.cluster import Cluster
 
 # The first test also pays for the cluster and its three loads.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -48,7 +48,7 @@ class Namespace:
         }
         resp = httpx.post(f"{self.leader}/api/v1/models/load", json=body, timeout=30)
         assert resp.status_code == 202, resp.text
-        iid: str = resp.json()["id"]
+        iid = str(resp.json()["id"])
         self.wait_listed(iid, "active")
         return iid
 

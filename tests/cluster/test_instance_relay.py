@@ -20,7 +20,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.cluster.harness import Cluster
+from testkit.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -30,6 +30,8 @@ import httpx
 import orjson
 
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.routes import InternalRoute
 from sardeenz.errors import SardeenzError, Unavailable
 from sardeenz.runtime.event_stream import SseItem
 
@@ -74,8 +76,9 @@ def _refusal(pod_id: str, status: int, body: bytes) -> SardeenzError:
 
 
 class PodReads:
-    """Signed GETs to other pods, on one pooled client of its own (streams hold theirs
-    open for as long as a client follows, so they never hold up heartbeats)."""
+    """Signed reads from other pods: JSON through the pod client; streams on a pooled
+    client of their own (they stay open as long as a client follows, so they never hold
+    up heartbeats or orders)."""
 
     def __init__(self, manager: ClusterManager) -> None:
         self._m = manager
@@ -95,34 +98,20 @@ class PodReads:
         if client is not None:
             await client.aclose()
 
-    def _request(self, pod_id: str, path: str) -> httpx.Request:
+    async def get(self, pod_id: str, route: InternalRoute, **params: str) -> dict[str, Any]:
+        """The pod's JSON answer; its refusal re-raised as it was; 503 if it is silent."""
+        return await self._m.client_for(pod_id).call(pod_id, route, None, timeout=None, **params)
+
+    async def stream(self, pod_id: str, instance_id: str, replay: bool) -> AsyncIterator[SseItem]:
+        """Open the pod's stream (its refusal, e.g. 404, is raised here, before any event)
+        and return the relaying generator (module docstring: how it ends)."""
         peer = self._m.peers.get(pod_id)
         signer = self._m.signer
         if peer is None or signer is None:
             raise Unavailable(f"pod {pod_id} is not known here", code="pod_unavailable")
-        headers = signer.headers("GET", path, b"")
-        return self._http().build_request("GET", peer.address.url + path, headers=headers)
-
-    async def get(self, pod_id: str, path: str) -> dict[str, Any]:
-        """The pod's JSON answer; its refusal re-raised as it was; 503 if it is silent."""
-        request = self._request(pod_id, path)
-        try:
-            resp = await self._http().send(request)
-        except httpx.HTTPError as exc:
-            raise Unavailable(
-                f"pod {pod_id} did not answer: {exc!r}", code="pod_unavailable", podId=pod_id
-            ) from exc
-        if resp.status_code != 200:
-            raise _refusal(pod_id, resp.status_code, resp.content)
-        data = orjson.loads(resp.content)
-        if not isinstance(data, dict):
-            raise Unavailable(f"pod {pod_id} answered no object", code="pod_unavailable")
-        return data
-
-    async def stream(self, pod_id: str, instance_id: str, path: str) -> AsyncIterator[SseItem]:
-        """Open the pod's stream (its refusal, e.g. 404, is raised here, before any event)
-        and return the relaying generator (module docstring: how it ends)."""
-        request = self._request(pod_id, path)
+        path = routes.INSTANCE_EVENTS.path(instance_id=instance_id, replay=str(int(replay)))
+        headers = signer.headers("GET", path, b"", target=pod_id)
+        request = self._http().build_request("GET", peer.address.url + path, headers=headers)
         request.extensions["timeout"] = httpx.Timeout(
             max(5.0, self._m.settings.cluster_request_timeout_seconds),
             read=read_timeout(self._m),

@@ -1,10 +1,10 @@
-"""``GET /internal/instances/{id}[/logs|/metrics|/events]``: this pod's instances, read by
-another pod's locator (cluster/locator.py, cluster/instance_relay.py).
+"""``GET /internal/instances/{id}[/logs/{lines}|/metrics|/events/{replay}]``: this pod's
+instances, read by another pod's locator (cluster/locator.py, cluster/instance_relay.py).
 
 Reads, not leader orders: any pod may ask (also while no leader is known), so these are
-not fenced by term; the signature was checked before the request reached here
-(cluster/internal.py). Each answer is the one this pod's own API gives for the instance:
-the same objects, the same refusals (404 ``instance_not_found``).
+not fenced by term; the router checked the signature (cluster/transport/server.py).
+Each answer is the one this pod's own API gives for the instance: the same objects, the
+same refusals (404 ``instance_not_found``).
 
 ``/events`` streams NDJSON, one ``{"event", "data"}`` SSE item a line, a blank line
 every ``KEEPALIVE_SECONDS`` while idle (so the relaying pod can tell a quiet instance
@@ -19,7 +19,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote
 
 import orjson
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -27,17 +26,16 @@ from prometheus_client.registry import Collector
 
 from sardeenz.asgi import Receive, Send
 from sardeenz.cluster.instance_relay import KEEPALIVE_SECONDS
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.server import Handler, InternalRequest, Streamed
 from sardeenz.errors import InvalidRequest
 from sardeenz.proxy.metrics import REGISTRY
-from sardeenz.proxy.wire import api_error
 from sardeenz.runtime.event_stream import SseItem
 
 if TYPE_CHECKING:
     from sardeenz.cluster.locator import InstanceLocator
 
 log = logging.getLogger(__name__)
-
-PREFIX = "/internal/instances/"
 
 
 class _OpenStreams(Collector):
@@ -58,8 +56,7 @@ OPEN_STREAMS = _OpenStreams()
 REGISTRY.register(OPEN_STREAMS)
 
 
-def _lines(query: dict[str, list[str]]) -> int:
-    raw = (query.get("lines") or ["200"])[0]
+def _lines(raw: str) -> int:
     try:
         n = int(raw)
     except ValueError:
@@ -70,45 +67,37 @@ def _lines(query: dict[str, list[str]]) -> int:
 
 
 class InstanceRoutes:
-    """The owning pod's side; ``handle`` answers one signed, already-read request."""
+    """The owning pod's side: handlers of the ``routes.INSTANCE*`` routes."""
 
     def __init__(self, locator: InstanceLocator) -> None:
         self._locator = locator
 
-    @staticmethod
-    def owns(path: str) -> bool:
-        return path.startswith(PREFIX)
+    def instance(self, request: InternalRequest) -> dict[str, Any]:
+        return self._locator.local_instance(request.params["instance_id"]).model_dump(mode="json")
 
-    async def reply(self, method: str, path: str, query_string: bytes) -> tuple[int, Any]:
-        """The JSON routes: (status, body). Raises SardeenzError for the caller to shape."""
-        iid, rest = self._split(path)
-        query = parse_qs(query_string.decode("latin-1"))
-        if method != "GET":
-            return 405, api_error(f"{method} not allowed here", "method_not_allowed")
-        loc = self._locator
-        if rest == "":
-            return 200, loc.local_instance(iid).model_dump(mode="json")
-        if rest == "logs":
-            return 200, {"instanceId": iid, "lines": loc.local_logs(iid, _lines(query))}
-        if rest == "metrics":
-            loc.local_instance(iid)  # 404 first
-            return 200, (await loc.local_metrics(iid)).model_dump(mode="json")
-        return 404, api_error(f"no internal route GET {path[:100]}", "not_found")
+    def logs(self, request: InternalRequest) -> dict[str, Any]:
+        iid = request.params["instance_id"]
+        lines = self._locator.local_logs(iid, _lines(request.params["lines"]))
+        return {"instanceId": iid, "lines": lines}
 
-    def opens_stream(self, method: str, path: str) -> bool:
-        return method == "GET" and self._split(path)[1] == "events"
+    async def metrics(self, request: InternalRequest) -> dict[str, Any]:
+        iid = request.params["instance_id"]
+        self._locator.local_instance(iid)  # 404 first
+        return (await self._locator.local_metrics(iid)).model_dump(mode="json")
 
-    def stream_of(self, path: str, query_string: bytes) -> AsyncIterator[SseItem]:
-        """The local stream to send (404 raised before the response starts)."""
-        iid, _ = self._split(path)
-        replay = parse_qs(query_string.decode("latin-1")).get("replay", ["0"])[0] in ("1", "true")
-        return self._locator.local_events(iid, replay)
+    def events(self, request: InternalRequest) -> Streamed:
+        """The local stream (404 raised now, before the response starts), sent as NDJSON."""
+        replay = request.params["replay"] in ("1", "true")
+        items = self._locator.local_events(request.params["instance_id"], replay)
+        return Streamed(lambda receive, send: self.send_stream(items, receive, send))
 
-    @staticmethod
-    def _split(path: str) -> tuple[str, str]:
-        tail = path[len(PREFIX) :].rstrip("/")
-        iid, _, rest = tail.partition("/")
-        return unquote(iid), rest
+    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
+        return [
+            (routes.INSTANCE, self.instance),
+            (routes.INSTANCE_LOGS, self.logs),
+            (routes.INSTANCE_METRICS, self.metrics),
+            (routes.INSTANCE_EVENTS, self.events),
+        ]
 
     @staticmethod
     async def send_stream(items: AsyncIterator[SseItem], receive: Receive, send: Send) -> None:

@@ -24,13 +24,13 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from urllib.parse import quote
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.instance_relay import PodReads
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.transport import routes
 from sardeenz.domain import ModelInstance
-from sardeenz.errors import NotFound, Unavailable
+from sardeenz.errors import NotFound, SardeenzError, Unavailable
 from sardeenz.events import EventBus
 from sardeenz.gpu.inventory import GpuInventory
 from sardeenz.runtime.event_stream import SseItem, open_instance_stream
@@ -43,11 +43,6 @@ LocalMetrics = Callable[[str], Awaitable[ResourceMetrics]]
 """This pod's ``ResourceMetrics`` of one of its instances (services.py measures them)."""
 
 ACTIONS = ("unload", "sleep", "wake")
-
-
-def instance_path(instance_id: str, rest: str = "") -> str:
-    """``/internal/instances/{id}[/rest]`` with the id quoted as one path segment."""
-    return f"/internal/instances/{quote(instance_id, safe='')}{rest}"
 
 
 class InstanceLocator:
@@ -110,8 +105,8 @@ class InstanceLocator:
 
         async def has(pod: str) -> bool:
             try:
-                await self.reads.get(pod, instance_path(instance_id))
-            except (NotFound, Unavailable):
+                await self.reads.get(pod, routes.INSTANCE, instance_id=instance_id)
+            except SardeenzError:
                 return False
             return True
 
@@ -139,7 +134,7 @@ class InstanceLocator:
         owner = await self.where(instance_id)
         if owner is None:
             return self.local_instance(instance_id)
-        data = await self.reads.get(owner, instance_path(instance_id))
+        data = await self.reads.get(owner, routes.INSTANCE, instance_id=instance_id)
         return ModelInstance.model_validate(data)
 
     async def logs(self, instance_id: str, lines: int) -> list[str]:
@@ -147,7 +142,9 @@ class InstanceLocator:
         owner = await self.where(instance_id)
         if owner is None:
             return self.local_logs(instance_id, lines)
-        data = await self.reads.get(owner, instance_path(instance_id, f"/logs?lines={lines}"))
+        data = await self.reads.get(
+            owner, routes.INSTANCE_LOGS, instance_id=instance_id, lines=str(lines)
+        )
         found = data.get("lines")
         return [str(x) for x in found] if isinstance(found, list) else []
 
@@ -156,7 +153,7 @@ class InstanceLocator:
         owner = await self.where(instance_id)
         if owner is None:
             return await self.local_metrics(instance_id)
-        data = await self.reads.get(owner, instance_path(instance_id, "/metrics"))
+        data = await self.reads.get(owner, routes.INSTANCE_METRICS, instance_id=instance_id)
         return ResourceMetrics.model_validate(data)
 
     async def events(self, instance_id: str, replay: bool) -> AsyncIterator[SseItem]:
@@ -164,8 +161,7 @@ class InstanceLocator:
         owner = await self.where(instance_id)
         if owner is None:
             return self.local_events(instance_id, replay)
-        path = instance_path(instance_id, f"/events?replay={int(replay)}")
-        return await self.reads.stream(owner, instance_id, path)
+        return await self.reads.stream(owner, instance_id, replay)
 
     async def gpu(self, instance: ModelInstance, index: int) -> tuple[str, int] | None:
         """(name, total bytes) of GPU ``index`` of the instance's pod (its last heartbeat
@@ -209,5 +205,6 @@ class InstanceLocator:
             me = self._me()
             return inst if me is None else inst.model_copy(update={"pod_id": me})
         payload: dict[str, Any] = {"level": level, "force": force}
-        data = await self._m.order(owner, f"/internal/models/{instance_id}/{action}", payload)
+        route = routes.INSTANCE_ACTIONS[action]
+        data = await self._m.client_for(owner).call(owner, route, payload, instance_id=instance_id)
         return ModelInstance.model_validate({**data, "podId": owner})
