@@ -100,7 +100,20 @@ class PodReads:
 
     async def get(self, pod_id: str, route: InternalRoute, **params: str) -> dict[str, Any]:
         """The pod's JSON answer; its refusal re-raised as it was; 503 if it is silent."""
-        return await self._m.client_for(pod_id).call(pod_id, route, None, timeout=None, **params)
+        return await self.call(pod_id, route, None, **params)
+
+    async def call(
+        self, pod_id: str, route: InternalRoute, payload: dict[str, Any] | None, **params: str
+    ) -> dict[str, Any]:
+        """``route`` on ``pod_id`` through the pod client; a 503 names the pod (``podId``)."""
+        try:
+            return await self._m.client_for(pod_id).call(
+                pod_id, route, payload, timeout=None, **params
+            )
+        except SardeenzError as exc:
+            if exc.status == 503 and "podId" not in exc.extra:
+                raise Unavailable(exc.message, code=exc.code, podId=pod_id) from exc
+            raise
 
     async def stream(self, pod_id: str, instance_id: str, replay: bool) -> AsyncIterator[SseItem]:
         """Open the pod's stream (its refusal, e.g. 404, is raised here, before any event)

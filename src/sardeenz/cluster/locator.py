@@ -206,5 +206,5 @@ class InstanceLocator:
             return inst if me is None else inst.model_copy(update={"pod_id": me})
         payload: dict[str, Any] = {"level": level, "force": force}
         route = routes.INSTANCE_ACTIONS[action]
-        data = await self._m.client_for(owner).call(owner, route, payload, instance_id=instance_id)
+        data = await self.reads.call(owner, route, payload, instance_id=instance_id)
         return ModelInstance.model_validate({**data, "podId": owner})
