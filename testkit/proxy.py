@@ -81,6 +81,7 @@ class ThreadedProxyServer:
     async def _serve(self) -> None:
         self.table = RoutingTable()
         self.proxy = InferenceProxy(self.settings, self.table)
+        self.proxy.verify_direct = False  # engines we did not start: no process to check
         gateway = build_gateway(self.proxy, self.settings)
         config = uvicorn.Config(
             gateway,

@@ -120,6 +120,7 @@ def build_services(settings: Settings) -> Services:
     external = ExternalServers(settings, catalog, table)
     ondemand.external = external
     catalog.external_state = external.catalog_state
+    catalog.external_refusal = external.refusal
     proxy = InferenceProxy(settings, table)
     proxy.demand = ondemand
     proxy.requests.pod = identity_of(settings).pod_id
@@ -307,7 +308,7 @@ def create_app(settings: Settings) -> Gateway:
         services.proxy,
         services.auth,
         services.api_keys,
-        settings.api_max_body_bytes,
+        settings,
         services.audit,
     )
     gateway.api = app

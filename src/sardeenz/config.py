@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
@@ -21,6 +22,7 @@ from pydantic_settings import (
     InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 DEMO_SIM_GPUS = "NVIDIA L4:24GiB,Tesla T4:16GiB"
@@ -38,6 +40,42 @@ SIZE_FORMS = "sizes: 24GiB, 24GB, 512MiB, 1TiB; G, M and T mean GiB, MiB and TiB
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message says which and why."""
+
+
+BLANK_SECRET = "only whitespace: that is no secret; generate one with 'openssl rand -hex 32'"
+
+
+def is_blank_secret(secret: str) -> bool:
+    """Set, but nothing but whitespace: it would turn authentication on and protect nothing."""
+    return bool(secret) and not secret.strip()
+
+
+def database_url_problem(url: str) -> str | None:
+    """Why ``DATABASE_URL`` cannot be used, or None. Never repeats the URL: it may hold a
+    password. The dialect and its driver are loaded here (what SQLAlchemy does when the
+    engine is made), so an unknown kind or a driver that is not installed is one line at
+    start-up, not a traceback."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "not a database URL; e.g. sqlite+aiosqlite:////var/lib/sardeenz/sardeenz.db"
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        return f"unknown database kind {parsed.drivername!r}; use sqlite+aiosqlite://..."
+    if not dialect.is_async:
+        return (
+            f"{parsed.drivername!r} is not an asyncio driver; use e.g. sqlite+aiosqlite:// "
+            "or postgresql+asyncpg://"
+        )
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        return f"the driver of {parsed.drivername!r} is not installed ({exc.name or exc})"
+    return None
 
 
 def parse_size(text: str) -> int:
@@ -254,6 +292,24 @@ class Settings(BaseSettings):
     """Time a client has to send a complete request head, from the connection's opening
     or the first byte of the next request; the connection is closed when it passes
     (slow-header, slowloris). Idle keep-alive connections keep their own timeout."""
+    body_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_BODY_TIMEOUT_SECONDS", "body_timeout_seconds"),
+    )
+    """Time a client has to send a request's whole body once its head is in, on every
+    path: past it the request is answered 408 (or, once an answer started, cut) and the
+    connection closed, so a slow upload cannot hold a connection and its buffers."""
+    unverified_body_bytes: int = Field(
+        32 * 2**20,  # security/unverified.py DEFAULT_LIMIT
+        ge=64 * 1024,
+        le=2**34,
+        validation_alias=_env("SARDEENZ_UNVERIFIED_BODY_BYTES", "unverified_body_bytes"),
+    )
+    """Bytes of request bodies held, all connections together, before their sender is
+    verified (the cluster's signed requests: the signature covers the body, so it is read
+    first). A request that would go past it is answered 503 without being read."""
 
     # --- on-demand models (docs/catalog.md) -----------------------------------
     catalog: dict[str, Any] = Field(
@@ -303,6 +359,20 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_EXTERNAL_CHECK_SECONDS", "external_check_seconds"),
     )
     """Period of the health check of catalog entries with ``engine: external``."""
+    external_key_envs: str = Field(
+        "*",
+        min_length=1,
+        validation_alias=_env("SARDEENZ_EXTERNAL_KEY_ENVS", "external_key_envs"),
+    )
+    """Environment variables an external entry's ``apiKeyEnv`` may name: comma-separated
+    shell patterns (``OPENAI_*,BIG_SERVER_KEY``). Whatever it says, Sardeenz's own
+    variables (``SARDEENZ_*``, ``CLUSTER_*``, ``DATABASE_URL``) are never sent out."""
+    external_key_dir: Path | None = Field(
+        None,
+        validation_alias=_env("SARDEENZ_EXTERNAL_KEY_DIR", "external_key_dir"),
+    )
+    """The directory an external entry's ``apiKeyFile`` must be in (after symlinks are
+    resolved). Unset: ``apiKeyFile`` is refused, so no entry can send a file out."""
     ondemand_warmup_timeout_seconds: float = Field(
         60.0,
         gt=0,
@@ -493,6 +563,11 @@ class Settings(BaseSettings):
     jwt_audience: str | None = Field(
         None, validation_alias=_env("SARDEENZ_JWT_AUDIENCE", "jwt_audience")
     )
+    metrics_public: bool = Field(
+        True, validation_alias=_env("SARDEENZ_METRICS_PUBLIC", "metrics_public")
+    )
+    """``/metrics`` open to anyone (Prometheus' custom); false: it requires the
+    ``admin-readonly`` role like ``/api/v1/metrics`` (it names models and API key ids)."""
     jwt_roles_claim: str = Field(
         "roles", validation_alias=_env("SARDEENZ_JWT_ROLES_CLAIM", "jwt_roles_claim")
     )
@@ -526,7 +601,10 @@ class Settings(BaseSettings):
     def _check_jwt_secret(cls, v: SecretStr | None) -> SecretStr | None:
         # RFC 7518 3.2: an HS256 key must be at least as long as the hash (256 bits). A short
         # secret is brute-forced offline from any one token, and would still count as "auth
-        # configured" for the non-loopback bind check.
+        # configured" for the non-loopback bind check. So would 32 spaces (a template's
+        # placeholder, a variable expanded to nothing but padding): no secret at all.
+        if v is not None and is_blank_secret(v.get_secret_value()):
+            raise ValueError(BLANK_SECRET)
         if v is not None and 0 < len(v.get_secret_value().encode()) < MIN_HS256_SECRET_BYTES:
             raise ValueError(
                 f"{len(v.get_secret_value().encode())} bytes is too short: an HS256 secret needs "
@@ -534,6 +612,30 @@ class Settings(BaseSettings):
                 "'openssl rand -hex 32'"
             )
         return v
+
+    @field_validator("jwt_jwks_url", "oidc_issuer")
+    @classmethod
+    def _check_http_url(cls, v: str | None) -> str | None:
+        # Checked here, not when the first token arrives: PyJWKClient refuses anything but
+        # http(s) only once it is built, which was a traceback at start-up.
+        if v is None or not v.strip():
+            return None
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be an http(s) URL with a host, e.g. https://sso.example.com/realms/x"
+            )
+        return v.strip()
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        problem = database_url_problem(v.strip())
+        if problem is not None:
+            raise ValueError(problem)
+        return v.strip()
 
     @field_validator("sim_gpus")
     @classmethod
@@ -651,7 +753,28 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             yaml_source = InitSettingsSource(settings_cls, init_kwargs=yaml_data)
             return (init_settings, env_settings, yaml_source)
 
-    return _Layered(**flags)
+    try:
+        return _Layered(**flags)
+    except SettingsError as exc:  # a JSON-valued variable (SARDEENZ_CATALOG) that is not JSON
+        raise ConfigError(_settings_error_line(exc)) from None
+
+
+def setting_name(field: str) -> str:
+    """The environment variable an operator sets for ``field`` (``catalog`` ->
+    ``SARDEENZ_CATALOG``): what a refusal names."""
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return field
+
+
+def _settings_error_line(exc: SettingsError) -> str:
+    found = re.search(r'field "(\w+)"', str(exc))
+    name = setting_name(found.group(1)) if found else "a setting"
+    cause = exc.__cause__
+    why = f": {cause}" if isinstance(cause, ValueError) else ""
+    return f"{name} is not valid JSON{why}"
 
 
 def _read_yaml(config_file: Path) -> dict[str, Any]:

@@ -91,6 +91,18 @@ def _dashboard_file(request: Request, file: Path, cache: str) -> FileResponse:
     return FileResponse(best[2], headers=headers, media_type=media_type)
 
 
+def _existing_file(root: Path, path: str) -> Path | None:
+    """The build's file at ``path``, or None: also for a name the file system refuses
+    (too long: ENAMETOOLONG, a NUL byte), which is no file of the build either."""
+    if not path:
+        return None
+    try:
+        file = (root / path).resolve()
+        return file if file.is_file() and file.is_relative_to(root) else None
+    except (OSError, ValueError):
+        return None
+
+
 def mount_dashboard(app: FastAPI, web_dir: Path) -> None:
     """Serve the dashboard at ``/`` with client-side routing.
 
@@ -106,8 +118,8 @@ def mount_dashboard(app: FastAPI, web_dir: Path) -> None:
         index = root / "index.html"
         if not index.is_file():
             return HTMLResponse(_NO_BUILD_PAGE)
-        file = (root / path).resolve()
-        if path and file.is_file() and file.is_relative_to(root):
+        file = _existing_file(root, path)
+        if file is not None:
             immutable = file.parent == root / "assets"
             cache = "public, max-age=31536000, immutable" if immutable else "no-cache"
             return _dashboard_file(request, file, cache)

@@ -7,6 +7,12 @@ same proxy after an admin check. ``/metrics`` is rendered here. Everything
 else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
 ``/api`` so an admin endpoint cannot be fed an unbounded body either.
 
+No body is read before its sender is authenticated: ``/v1`` keys and ``/api``
+tokens are checked from the headers first (the fast lane asks ``_admit_v1``
+before it buffers a body), a refusal closes the connection without reading
+the body, and the cluster's signed requests, which can only be verified with
+their body, are read under one node-wide budget (security/unverified.py).
+
 ``sardeenz serve`` puts FastAPI behind it; the proxy without a supervisor
 (proxy/standalone.py) puts a bare 404 app there and no audit trail, so both
 dispatch with this one class.
@@ -16,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final, Literal
 
 from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.errors import PayloadTooLarge, SardeenzError
 from sardeenz.proxy.express import ExpressRelay
-from sardeenz.proxy.fastlane import fast_lane_protocol
+from sardeenz.proxy.fastlane import HAND_OVER, Refusal, fast_lane_protocol
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.headguard import HeadLimits, guarded_protocol
 from sardeenz.proxy.metrics import render_metrics
@@ -34,9 +40,11 @@ from sardeenz.proxy.wire import (
     header,
     send_json,
 )
+from sardeenz.safetext import first_unsafe
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
 from sardeenz.security.policy import WWW_AUTHENTICATE
+from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.telemetry.admin import STATS as ADMIN_API
 
 TrustedForward = Callable[[Scope, Receive, Send, ASGIApp], Awaitable[None]]
@@ -49,14 +57,17 @@ class Gateway:
         proxy: InferenceProxy,
         auth: Authenticator,
         api_keys: ApiKeys,
-        api_max_body_bytes: int,
+        settings: Settings,
         audit: AuditTrail | None,
     ) -> None:
         self._api = api
         self._proxy = proxy
         self._auth = auth
         self._keys = api_keys
-        self._api_limit = api_max_body_bytes
+        self._api_limit = settings.api_max_body_bytes
+        self._metrics_public = settings.metrics_public
+        self.unverified = UnverifiedBodies(settings.unverified_body_bytes)
+        """Bodies read before their signature is checked (cluster mode), all together."""
         # No audit trail: the standalone proxy, which has no database.
         self._admin = audit.wrap(self._limited) if audit is not None else self._limited
         self._admin = ADMIN_API.wrap(self._admin)  # count + latency by route template
@@ -87,7 +98,23 @@ class Gateway:
             max_body_bytes=settings.proxy_max_body_bytes,
             express=ExpressRelay(self._proxy, self._keys),
             limits=limits,
+            admission=self._admit_v1,
         )
+
+    def _admit_v1(
+        self, headers: list[tuple[bytes, bytes]]
+    ) -> Refusal | Literal["hand over"] | None:
+        """The fast lane asks before it buffers a ``/v1`` body: the key, from the headers.
+
+        A request another pod forwarded (a cluster signature instead of a key) goes to
+        uvicorn's protocol, where ``trusted_forward`` reads it under the budget of
+        unverified bytes.
+        """
+        if not self._keys.enabled or self._keys.identify(header(headers, b"authorization")):
+            return None
+        if self.trusted_forward is not None and header(headers, b"x-cluster-signature"):
+            return HAND_OVER
+        return Refusal(401, INVALID_API_KEY, ((b"www-authenticate", b"Bearer"),))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,13 +135,20 @@ class Gateway:
                 ):
                     await self.trusted_forward(scope, receive, send, self._proxy.handle_v1)
                     return
-                await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
+                await send_json(send, 401, INVALID_API_KEY, [_WWW_BEARER, _CLOSE])
                 return
             await self._proxy.handle_v1(scope, receive, send)
+        elif (bad := first_unsafe(path)) is not None:
+            # No route, file or name here has one, and a NUL reached the dashboard's file
+            # lookup as a 500 ("embedded null byte"): refused before anything looks it up.
+            await _api_error(
+                send, 400, f"the request path contains a control character ({bad})", "invalid_path"
+            )
         elif path.startswith("/api/direct/"):
             await self._direct(scope, receive, send)
         elif path == "/metrics" or path == "/api/v1/metrics":
-            if path != "/metrics" and not await self._authorize(scope, send, Role.READONLY):
+            guarded = path != "/metrics" or not self._metrics_public
+            if guarded and not await self._authorize(scope, send, Role.READONLY):
                 return
             if self.before_scrape is not None:
                 await self.before_scrape()
@@ -153,24 +187,38 @@ class Gateway:
         await self._proxy.handle_direct(scope, receive, send, port, rest)
 
     async def _authorize(self, scope: Scope, send: Send, role: Role) -> bool:
+        """Authenticate from the headers, before any body byte is read.
+
+        A refusal closes the connection (the body, if any, is never read).
+        """
         auth = header(scope["headers"], b"authorization")
         try:
             principal = await self._auth.authenticate(auth.decode("latin-1") if auth else None)
         except SardeenzError as exc:
-            await _api_error(send, exc.status, exc.message, exc.code)
+            await _api_error(send, exc.status, exc.message, exc.code, close=True)
             return False
         scope.setdefault("state", {})["principal"] = principal  # for the audit trail
         if not principal.allows(role):
-            await _api_error(send, 403, f"role {role.value!r} required", "forbidden")
+            await _api_error(send, 403, f"role {role.value!r} required", "forbidden", close=True)
             return False
         return True
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """FastAPI with a request-body limit: declared length first, then counted."""
-        declared = header(scope["headers"], b"content-length")
+        """FastAPI with a request-body limit: declared length first, then counted.
+
+        A request with a body is authenticated here first: FastAPI reads a route's
+        body before its dependencies (the role check) run, so without this an
+        anonymous client could make the node read and hold any body up to the limit.
+        Every ``/api`` route that takes a body requires a role (security/policy.py).
+        """
+        headers = scope["headers"]
+        declared = header(headers, b"content-length")
         length = ascii_int(declared) if declared is not None else None
         if length is not None and length > self._api_limit:
-            await _api_error(send, 413, self._too_large_message(), "payload_too_large")
+            await _api_error(send, 413, self._too_large_message(), "payload_too_large", close=True)
+            return
+        has_body = bool(length) or header(headers, b"transfer-encoding") is not None
+        if has_body and not await self._authorize(scope, send, Role.READONLY):
             return
         seen = 0
         started = False
@@ -211,6 +259,15 @@ class Gateway:
         return f"request body larger than {self._api_limit} bytes (SARDEENZ_API_MAX_BODY_BYTES)"
 
 
-async def _api_error(send: Send, status: int, detail: str, code: str) -> None:
-    extra = [(b"www-authenticate", WWW_AUTHENTICATE.encode())] if status == 401 else None
+_CLOSE: Final = (b"connection", b"close")
+_WWW_BEARER: Final = (b"www-authenticate", b"Bearer")
+
+
+async def _api_error(
+    send: Send, status: int, detail: str, code: str, *, close: bool = False
+) -> None:
+    """``{detail, code}``; ``close`` when the request's body is left unread."""
+    extra = [(b"www-authenticate", WWW_AUTHENTICATE.encode())] if status == 401 else []
+    if close:
+        extra.append(_CLOSE)
     await send_json(send, status, api_error(detail, code), extra)

@@ -18,15 +18,27 @@ from __future__ import annotations
 import logging
 import re
 
-__all__ = ["UNSAFE_CHARS", "OneLineFormatter", "escape_unsafe", "first_unsafe"]
+__all__ = [
+    "TEXT_WHITESPACE",
+    "UNSAFE_CHARS",
+    "OneLineFormatter",
+    "escape_unsafe",
+    "first_unsafe",
+]
 
 UNSAFE_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+TEXT_WHITESPACE = "\t\n\r"
+"""What free text (a prompt, comments) may hold of ``UNSAFE_CHARS``: its own line breaks
+and tabs, never an escape sequence or a terminal control."""
 
 
-def first_unsafe(text: str) -> str | None:
-    """The first unsafe character of ``text`` (as an escape, for messages), or None."""
-    match = UNSAFE_CHARS.search(text)
-    return None if match is None else _escape_char(match)
+def first_unsafe(text: str, allowed: str = "") -> str | None:
+    """The first unsafe character of ``text`` not in ``allowed`` (as an escape, for
+    messages), or None. ``allowed``: e.g. a prompt's line breaks and tabs."""
+    for match in UNSAFE_CHARS.finditer(text):
+        if match.group() not in allowed:
+            return _escape_char(match)
+    return None
 
 
 def _escape_char(match: re.Match[str]) -> str:

@@ -79,6 +79,7 @@ catalog:
         "UPSTREAM_KEY_FOR_TEST": UPSTREAM_KEY,
         "SARDEENZ_API_KEYS": CLIENT_KEY,
         "SARDEENZ_EXTERNAL_CHECK_SECONDS": "0.3",
+        "SARDEENZ_EXTERNAL_KEY_DIR": str(tmp),  # apiKeyFile only from there
     }
     return module_server_factory(args=["--config", str(config)], extra_env=env).start()
 

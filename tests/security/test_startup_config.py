@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from testkit.ports import free_port
+
 
 def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sardeenz.cli", "serve", "--data-dir", str(tmp_path / "data")],
-        env={**os.environ, **env},
+        env={**os.environ, "SARDEENZ_PORT": str(free_port()), **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -72,3 +75,81 @@ def test_a_simulated_gpu_without_unit_is_one_line_with_the_accepted_forms(
     for noise in ("Value error", "pydantic", "validation error", "Traceback", "input_value"):
         assert noise not in done.stderr
     assert not (tmp_path / "data").exists()
+
+
+def _one_clean_line(done: subprocess.CompletedProcess[str], code: int) -> str:
+    """The refusal: exit ``code``, exactly one stderr line, no traceback, nothing on stdout."""
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert lines[0].startswith("sardeenz: ")
+    return lines[0]
+
+
+# (environment, the setting the line names, a phrase that says what is wrong). Each was a
+# traceback of 58-85 lines with exit 1, or (the JWKS URL) a traceback with exit 3.
+BAD_SETTINGS = [
+    ({"SARDEENZ_CATALOG": "{nope"}, "SARDEENZ_CATALOG", "is not valid JSON"),
+    ({"SARDEENZ_API_KEYS_FILE": "/nonexistent/keys"}, "SARDEENZ_API_KEYS_FILE", "cannot read"),
+    ({"SARDEENZ_API_KEYS_FILE": "{malformed}"}, "SARDEENZ_API_KEYS_FILE", "SHA-256"),
+    ({"SARDEENZ_API_KEYS_FILE": "{empty}"}, "SARDEENZ_API_KEYS_FILE", "holds no key"),
+    ({"SARDEENZ_RUNTIME_DIR": "/proc/nope"}, "SARDEENZ_RUNTIME_DIR", "cannot create"),
+    ({"DATABASE_URL": "nope://x"}, "DATABASE_URL", "unknown database kind 'nope'"),
+    ({"DATABASE_URL": "not a url"}, "DATABASE_URL", "not a database URL"),
+    ({"DATABASE_URL": "sqlite:///x.db"}, "DATABASE_URL", "not an asyncio driver"),
+    ({"SARDEENZ_JWT_JWKS_URL": "not a url"}, "SARDEENZ_JWT_JWKS_URL", "http(s) URL"),
+    ({"SARDEENZ_OIDC_ISSUER": "ftp://sso"}, "SARDEENZ_OIDC_ISSUER", "http(s) URL"),
+    ({"SARDEENZ_API_KEYS": " , "}, "SARDEENZ_API_KEYS", "holds no key"),
+]
+
+
+@pytest.mark.parametrize(("env", "setting", "why"), BAD_SETTINGS, ids=lambda v: str(v)[:40])
+def test_a_setting_services_check_is_one_line_and_exit_2(
+    tmp_path: Path, env: dict[str, str], setting: str, why: str
+) -> None:
+    files = {"{malformed}": "zz not-a-digest\n", "{empty}": "# no keys yet\n"}
+    for name, value in env.items():
+        if value in files:
+            path = tmp_path / "keys.txt"
+            path.write_text(files[value])
+            env = {**env, name: str(path)}
+    line = _one_clean_line(_serve(tmp_path, **env), 2)
+    assert line.startswith("sardeenz: invalid configuration: ")
+    assert setting in line
+    assert why in line
+    assert not (tmp_path / "data").exists()  # refused before touching the disk
+
+
+def test_a_refusal_prints_text_as_it_is_not_rich_markup(tmp_path: Path) -> None:
+    # ':b:' is a Rich emoji code and '[red]' markup: the operator's own text comes back.
+    done = _serve(tmp_path, CLUSTER_PEERS="a:b:c,[red]x", CLUSTER_SECRET="s" * 32)
+    line = _one_clean_line(done, 2)
+    assert "'a:b:c'" in line
+    assert "\U0001f171" not in line  # the emoji 🅱
+
+
+@pytest.mark.parametrize("name", ["SARDEENZ_JWT_SECRET", "CLUSTER_SECRET"])
+def test_a_secret_of_spaces_is_refused(tmp_path: Path, name: str) -> None:
+    # 32 spaces passed the length check and turned authentication on with no secret.
+    env = {name: " " * 32}
+    if name == "CLUSTER_SECRET":
+        env["CLUSTER_PEERS"] = "127.0.0.1:1"
+    line = _one_clean_line(_serve(tmp_path, **env), 2)
+    assert name in line
+    assert "only whitespace" in line
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_port_in_use_is_its_own_exit_code_and_touches_nothing(tmp_path: Path) -> None:
+    # It was exit 3 (the storage code) after the database had been migrated and the
+    # engines of the data dir re-adopted, then stopped: now 5, before any of it.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _serve(tmp_path, SARDEENZ_PORT=str(port))
+    line = _one_clean_line(done, 5)
+    assert f"cannot listen on 127.0.0.1:{port}" in line
+    assert f"pid {os.getpid()}" in line  # who holds it
+    assert not (tmp_path / "data" / "sardeenz.db").exists()  # no migration, no re-adoption

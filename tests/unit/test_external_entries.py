@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sardeenz.catalog.external import KeyUnavailable, read_key
+from sardeenz.catalog.keys import KeySources, KeyUnavailable, read_key
 from sardeenz.catalog.validation import EntryInvalid, check_entry, parse_external_url
 from sardeenz.domain import EngineKind
 from sardeenz.proxy.routing import ExternalTarget
@@ -75,22 +75,73 @@ def test_the_key_comes_from_the_variable_or_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("EXT_KEY_FOR_TEST", "sk-from-env")
+    sources = KeySources(key_dir=tmp_path)
     env = CatalogEntry.model_validate(entry(apiKeyEnv="EXT_KEY_FOR_TEST"))
-    assert asyncio.run(read_key(env)) == "sk-from-env"
+    assert asyncio.run(read_key(env, sources)) == "sk-from-env"
     key_file = tmp_path / "key"
     key_file.write_text("sk-from-file\n")
     from_file = CatalogEntry.model_validate(entry(apiKeyFile=str(key_file)))
-    assert asyncio.run(read_key(from_file)) == "sk-from-file"
+    assert asyncio.run(read_key(from_file, sources)) == "sk-from-file"
     key_file.write_text("sk-rotated\n")  # read at every check: a rotated key is used
-    assert asyncio.run(read_key(from_file)) == "sk-rotated"
-    assert asyncio.run(read_key(CatalogEntry.model_validate(entry()))) is None
+    assert asyncio.run(read_key(from_file, sources)) == "sk-rotated"
+    assert asyncio.run(read_key(CatalogEntry.model_validate(entry()), sources)) is None
     monkeypatch.delenv("EXT_KEY_FOR_TEST")
     with pytest.raises(KeyUnavailable, match="EXT_KEY_FOR_TEST is not set"):
-        asyncio.run(read_key(env))
+        asyncio.run(read_key(env, sources))
     key_file.write_text("sk-a\r\nx-injected: 1\n")
     with pytest.raises(KeyUnavailable, match="characters a header cannot carry") as caught:
-        asyncio.run(read_key(from_file))
+        asyncio.run(read_key(from_file, sources))
     assert "sk-a" not in str(caught.value)
     key_file.unlink()
     with pytest.raises(KeyUnavailable, match="apiKeyFile: cannot read"):
-        asyncio.run(read_key(from_file))
+        asyncio.run(read_key(from_file, sources))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["SARDEENZ_JWT_SECRET", "SARDEENZ_API_KEYS", "CLUSTER_SECRET", "DATABASE_URL", "sardeenz_x"],
+)
+def test_an_entry_cannot_name_sardeenzs_own_variables(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, "the-node-secret")
+    ext = CatalogEntry.model_validate(entry(apiKeyEnv=name))
+    with pytest.raises(KeyUnavailable, match="Sardeenz's own variables") as caught:
+        asyncio.run(read_key(ext, KeySources()))
+    assert "the-node-secret" not in str(caught.value)
+
+
+def test_the_allow_list_limits_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_KEY_A", "sk-a")
+    monkeypatch.setenv("HOME_TOKEN", "sk-b")
+    sources = KeySources(env_patterns=("OPENAI_*",))
+    ok = CatalogEntry.model_validate(entry(apiKeyEnv="OPENAI_KEY_A"))
+    assert asyncio.run(read_key(ok, sources)) == "sk-a"
+    other = CatalogEntry.model_validate(entry(apiKeyEnv="HOME_TOKEN"))
+    with pytest.raises(KeyUnavailable, match="SARDEENZ_EXTERNAL_KEY_ENVS"):
+        asyncio.run(read_key(other, sources))
+
+
+def test_a_key_file_must_be_inside_the_key_directory(tmp_path: Path) -> None:
+    keys, outside = tmp_path / "keys", tmp_path / "outside"
+    keys.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("node-secret\n")
+    (keys / "link").symlink_to(outside / "secret")
+    (keys / "good").write_text("sk-good\n")
+    for path, allowed in (
+        (keys / "good", True),
+        (outside / "secret", False),
+        (keys / "link", False),  # a symlink out of the directory
+        (keys / ".." / "outside" / "secret", False),
+    ):
+        ext = CatalogEntry.model_validate(entry(apiKeyFile=str(path)))
+        if allowed:
+            assert asyncio.run(read_key(ext, KeySources(key_dir=keys))) == "sk-good"
+            continue
+        with pytest.raises(KeyUnavailable, match="inside SARDEENZ_EXTERNAL_KEY_DIR"):
+            asyncio.run(read_key(ext, KeySources(key_dir=keys)))
+    # No directory configured: no file at all.
+    ext = CatalogEntry.model_validate(entry(apiKeyFile=str(keys / "good")))
+    with pytest.raises(KeyUnavailable, match="set SARDEENZ_EXTERNAL_KEY_DIR"):
+        asyncio.run(read_key(ext, KeySources()))

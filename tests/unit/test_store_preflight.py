@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,3 +140,54 @@ def test_a_data_dir_below_a_file_is_one_clear_line(tmp_path: Path) -> None:
         preflight(blocker / "data", f"sqlite+aiosqlite:///{blocker / 'data' / 's.db'}")
     assert str(blocker / "data") in str(refused.value)
     assert "not writable" in str(refused.value)
+
+
+def checkpointed(tmp_path: Path) -> Path:
+    """A database of several pages, checkpointed, with new rows in its WAL after."""
+    db = tmp_path / "node" / "sardeenz.db"
+    db.parent.mkdir()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE audit (id INTEGER PRIMARY KEY, what TEXT)")
+    conn.executemany("INSERT INTO audit (what) VALUES (?)", [("x" * 500,)] * 50)
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    live = tmp_path / "live"
+    live.mkdir()
+    conn.execute("INSERT INTO audit (what) VALUES ('after')")
+    conn.commit()
+    shutil.copy(db, live / db.name)  # as a SIGKILL leaves them: database and WAL
+    shutil.copy(wal_of(db), live / wal_of(db).name)
+    conn.close()
+    shutil.copy(live / db.name, db)
+    shutil.copy(live / wal_of(db).name, wal_of(db))
+    return db
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda db: db.unlink(), "is missing but its write-ahead log"),
+        (lambda db: db.write_bytes(b""), "is empty (0 bytes) but its write-ahead log"),
+        (lambda db: db.write_bytes(db.read_bytes()[:4096]), "shorter than the"),
+    ],
+    ids=["moved-aside", "truncated-to-zero", "cut-short"],
+)
+def test_a_database_lost_beside_its_wal_is_refused_and_left_alone(
+    tmp_path: Path, damage: Any, said: str
+) -> None:
+    db = checkpointed(tmp_path)
+    damage(db)
+    before = {p.name: p.read_bytes() for p in db.parent.iterdir()}
+    with pytest.raises(StorageError, match="nothing was changed") as refused:
+        check_sqlite(db)
+    assert said in str(refused.value)
+    assert {p.name: p.read_bytes() for p in db.parent.iterdir()} == before
+
+
+def test_an_empty_database_without_a_wal_is_a_new_one(tmp_path: Path) -> None:
+    db = tmp_path / "sardeenz.db"
+    db.write_bytes(b"")
+    assert check_sqlite(db) == []
+    wal_of(db).write_bytes(b"")  # an empty WAL holds nothing to lose either
+    assert check_sqlite(db) == []

@@ -106,6 +106,21 @@ def test_http_tools_protocol_has_what_the_head_guard_overrides() -> None:
     )
 
 
+def test_request_response_cycle_has_what_the_body_timeout_uses() -> None:
+    """proxy/headguard.py's body timeout answers 408 unless the response started, then
+    tells the app its client is gone (``disconnected`` + ``message_event``)."""
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    init = inspect.getsource(RequestResponseCycle.__init__)
+    for name in ("response_started", "disconnected", "message_event"):
+        assert f"self.{name} =" in init, changed(f"RequestResponseCycle.{name} is gone")
+    receive = inspect.getsource(RequestResponseCycle.receive)
+    for needed in ("self.disconnected", "http.disconnect"):
+        assert needed in receive, changed(
+            "RequestResponseCycle.receive no longer returns http.disconnect once disconnected"
+        )
+
+
 async def _app(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":

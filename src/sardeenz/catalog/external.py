@@ -9,7 +9,8 @@ endpoints of their own source (``RoutingTable.set_remote``), so requests reach t
 through the same proxy paths, express included, with the same metrics.
 
 The API key is read from the entry's ``apiKeyEnv`` / ``apiKeyFile`` at every check
-(a rotated key is picked up), kept only in the endpoint's ``ExternalTarget`` (whose
+(a rotated key is picked up; catalog/keys.py says which variables and files may
+be named), kept only in the endpoint's ``ExternalTarget`` (whose
 repr hides it) and sent only to that server: never in the catalog, a response or a
 log line.
 """
@@ -18,16 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import math
-import os
+import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import cast
 
 import httpx
+import psutil
 
+from sardeenz.catalog.keys import KeySources, KeyUnavailable, read_key
 from sardeenz.catalog.models import CatalogState
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.validation import ExternalUrl, is_external, parse_external_url
@@ -44,10 +47,6 @@ SOURCE = "catalog:external"
 _PROBE_TIMEOUT = 3.0
 
 
-class KeyUnavailable(Exception):
-    """The entry's API key cannot be read; the message names the variable or file."""
-
-
 @dataclass(slots=True)
 class _Server:
     name: str
@@ -60,32 +59,6 @@ class _Server:
     since: int = field(default_factory=lambda: int(time.time()))
 
 
-async def read_key(entry: CatalogEntry) -> str | None:
-    """The entry's API key, or None when it has none; ``KeyUnavailable`` says why not."""
-    if entry.api_key_env is not None:
-        key = os.environ.get(entry.api_key_env)
-        if not key:
-            raise KeyUnavailable(f"apiKeyEnv: environment variable {entry.api_key_env} is not set")
-        where = f"apiKeyEnv: {entry.api_key_env}"
-    elif entry.api_key_file is not None:
-        path = Path(entry.api_key_file)
-        try:
-            key = (await asyncio.to_thread(path.read_text, "utf-8")).strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KeyUnavailable(
-                f"apiKeyFile: cannot read {entry.api_key_file}: {type(exc).__name__}"
-            ) from None
-        if not key:
-            raise KeyUnavailable(f"apiKeyFile: {entry.api_key_file} is empty")
-        where = f"apiKeyFile: {entry.api_key_file}"
-    else:
-        return None
-    if not key.isprintable() or not key.isascii():
-        # It goes into a header line: a CR/LF would be header injection.
-        raise KeyUnavailable(f"{where}: the key has characters a header cannot carry")
-    return key
-
-
 class ExternalServers:
     """Health checks and routes the catalog's external servers; owns one task."""
 
@@ -93,6 +66,8 @@ class ExternalServers:
         self._catalog = catalog
         self._table = table
         self._interval = settings.external_check_seconds
+        self._key_sources = KeySources.from_settings(settings)
+        self._host, self._port = settings.host, settings.port
         self._servers: dict[str, _Server] = {}
         self._published: list[Endpoint] = []
         self._kick = asyncio.Event()
@@ -121,6 +96,37 @@ class ExternalServers:
             self._published = []
             self._table.set_remote(SOURCE, [])
 
+    # -------------------------------------------------------------- checks
+    async def refusal(self, entry: CatalogEntry) -> str | None:
+        """Why an external entry may not be stored (``PUT``), or None.
+
+        What can be known before a request: its key source (catalog/keys.py) and a
+        ``url`` that is this server's own address and port, which would send every
+        request back here (the ``Via`` check of proxy/remote.py catches loops through
+        other servers, at request time).
+        """
+        why = self._key_sources.refusal(entry)
+        if why is not None or entry.url is None:
+            return why
+        url = parse_external_url(entry.url)
+        if url.port == self._port and await self._is_own_address(url.host):
+            return (
+                f"url: {url.base} is this server's own address: requests for the entry "
+                "would come back here (a forwarding loop)"
+            )
+        return None
+
+    async def _is_own_address(self, host: str) -> bool:
+        """Does ``host`` reach this server's listening socket (at our port)?"""
+        own = await _addresses(self._host)
+        wildcard = any(a.is_unspecified for a in own)
+        for addr in await _addresses(host):
+            if addr.is_unspecified or addr in own:
+                return True
+            if wildcard and (addr.is_loopback or addr in await _interface_addresses()):
+                return True
+        return False
+
     # ----------------------------------------------------------------- reads
     def manages(self, name: str) -> bool:
         entry = self._catalog.entry(name)
@@ -146,7 +152,11 @@ class ExternalServers:
         check if it has had none, then route or answer 503 with the reason."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 2 * _PROBE_TIMEOUT + 1
-        while (server := self._servers.get(name)) is None or server.state == "starting":
+        while (server := self._servers.get(name)) is None or (
+            # "active" is set during a round, published to the table at its end
+            server.state == "starting"
+            or (server.state == "active" and not self._published_as(name))
+        ):
             remaining = deadline - loop.time()
             if remaining <= 0 or self._task is None:
                 break
@@ -166,6 +176,9 @@ class ExternalServers:
             "model_unreachable",
             headers=[(b"retry-after", str(max(1, math.ceil(self._interval))).encode())],
         )
+
+    def _published_as(self, name: str) -> bool:
+        return any(ep.served_name == name for ep in self._published)
 
     # ------------------------------------------------------------- the loop
     async def _run(self) -> None:
@@ -205,7 +218,7 @@ class ExternalServers:
 
     async def _check(self, server: _Server) -> None:
         try:
-            key = await read_key(server.entry)
+            key = await read_key(server.entry, self._key_sources)
         except KeyUnavailable as exc:
             self._set(server, "failed", str(exc), None)
             return
@@ -264,3 +277,39 @@ class ExternalServers:
                 log.warning("external server %s is %s: %s", server.name, state, error)
             self.version += 1
         server.state, server.error, server.endpoint = state, error, ep
+
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+async def _addresses(host: str) -> set[Address]:
+    """The IP addresses ``host`` resolves to (empty when it does not, within 2 s)."""
+    with contextlib.suppress(ValueError):
+        return {ipaddress.ip_address(host.strip("[]"))}
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), _PROBE_TIMEOUT
+        )
+    except (OSError, TimeoutError):
+        return set()
+    found: set[Address] = set()
+    for info in infos:
+        with contextlib.suppress(ValueError):
+            found.add(ipaddress.ip_address(str(info[4][0]).split("%")[0]))
+    return found
+
+
+async def _interface_addresses() -> set[Address]:
+    """Every address of this host's interfaces (a wildcard bind listens on them all)."""
+
+    def read() -> set[Address]:
+        found: set[Address] = set()
+        for addrs in psutil.net_if_addrs().values():
+            for a in addrs:
+                if a.family in (socket.AF_INET, socket.AF_INET6):
+                    with contextlib.suppress(ValueError):
+                        found.add(ipaddress.ip_address(a.address.split("%")[0]))
+        return found
+
+    return await asyncio.to_thread(read)

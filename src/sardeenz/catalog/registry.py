@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sardeenz.catalog.models import CatalogModel, CatalogSource, CatalogState
-from sardeenz.catalog.validation import EntryInvalid, check_catalog, check_entry, check_name
+from sardeenz.catalog.validation import (
+    EntryInvalid,
+    check_catalog,
+    check_entry,
+    check_name,
+    is_external,
+)
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.errors import Conflict, InvalidRequest, NotFound
 from sardeenz.proxy.demand import model_state
@@ -66,6 +72,9 @@ class Catalog:
         """Bumped on every change (``GET /v1/models`` caches on it)."""
         self.external_state: Callable[[str], tuple[CatalogState, str | None] | None] | None = None
         """Set by the app: the health of ``engine: external`` entries (catalog/external.py)."""
+        self.external_refusal: Callable[[CatalogEntry], Awaitable[str | None]] | None = None
+        """Set by the app: why an external entry may not be stored (its key source, a url
+        that is this server's own; catalog/external.py), checked on ``put``."""
 
     async def start(self) -> None:
         """Read the stored API entries and build the view; log every bad entry once."""
@@ -124,6 +133,10 @@ class Catalog:
             checked = check_entry(name, entry, self._default_engine)
         except EntryInvalid as exc:
             raise InvalidRequest(str(exc), code="invalid_catalog_entry") from None
+        if is_external(checked) and self.external_refusal is not None:
+            why = await self.external_refusal(checked)
+            if why is not None:
+                raise InvalidRequest(f"catalog entry {name!r}: {why}", code="invalid_catalog_entry")
         for n in (name, *checked.aliases):
             owner = self._names.get(n)
             if owner is not None and owner != name:

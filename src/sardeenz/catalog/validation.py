@@ -18,6 +18,9 @@ from pydantic import ValidationError
 
 from sardeenz.domain import EngineKind, LoadRequest
 from sardeenz.engines import get_adapter
+from sardeenz.errors import InvalidRequest
+from sardeenz.runtime.names import check_load_names, name_problem
+from sardeenz.safetext import TEXT_WHITESPACE, first_unsafe
 from sardeenz.store.records import CatalogEntry
 
 MAX_NAME = 512
@@ -44,6 +47,9 @@ def check_name(name: object) -> str:
             f"catalog entry {name[:80]!r}: the name must have no surrounding spaces and "
             f"at most {MAX_NAME} characters"
         )
+    problem = name_problem(name, argv=True)  # it is a served model name, as a load's
+    if problem is not None:
+        raise EntryInvalid(f"catalog entry {name[:80]!r}: the name {problem}")
     return name
 
 
@@ -127,6 +133,9 @@ def _check_external(where: str, entry: CatalogEntry) -> None:
         raise EntryInvalid(f"{where}: apiKeyFile: must name a file")
     if not entry.model_path.strip() or len(entry.model_path) > MAX_NAME:
         raise EntryInvalid(f"{where}: modelPath: the server's model name (1-{MAX_NAME} chars)")
+    problem = name_problem(entry.model_path, argv=True)
+    if problem is not None:
+        raise EntryInvalid(f"{where}: modelPath {problem}")
     defaults = CatalogEntry(model_path="x")
     for field, alias in _NOT_FOR_EXTERNAL:
         if getattr(entry, field) != getattr(defaults, field):
@@ -155,8 +164,11 @@ def _check_load(where: str, name: str, entry: CatalogEntry, default_engine: Engi
     """The entry's load fields, checked as the load request it stands for."""
     try:
         req = load_request(name, entry)
+        check_load_names(req)
     except ValidationError as exc:
         raise EntryInvalid(f"{where}: {_describe(exc)}") from None
+    except InvalidRequest as exc:
+        raise EntryInvalid(f"{where}: {exc.message}") from None
     try:
         get_adapter(req.engine or default_engine).validate_args(list(req.extra_args))
     except ValueError as exc:
@@ -167,6 +179,9 @@ def _check_load(where: str, name: str, entry: CatalogEntry, default_engine: Engi
         raise EntryInvalid(f"{where}: warmup: needs sleepLevel 1 or 2 (it runs after a wake)")
     if entry.warmup_prompt is not None and not entry.warmup:
         raise EntryInvalid(f"{where}: warmupPrompt: needs warmup: true")
+    bad = first_unsafe(entry.warmup_prompt or "", allowed=TEXT_WHITESPACE)
+    if bad is not None:
+        raise EntryInvalid(f"{where}: warmupPrompt contains a control character ({bad})")
 
 
 def check_entry(name: object, data: object, default_engine: EngineKind) -> CatalogEntry:
@@ -190,6 +205,9 @@ def check_entry(name: object, data: object, default_engine: EngineKind) -> Catal
                 raise EntryInvalid(f"{where}: {alias}: only for engine external")
         _check_load(where, checked_name, entry, default_engine)
     for alias in entry.aliases:
+        problem = name_problem(alias, argv=True)
+        if problem is not None:
+            raise EntryInvalid(f"{where}: aliases: {alias[:80]!r} {problem}")
         try:
             check_name(alias)
         except EntryInvalid:

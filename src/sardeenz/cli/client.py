@@ -16,12 +16,14 @@ import httpx
 import typer
 from rich.console import Console
 
+from sardeenz.safetext import escape_unsafe
+
 __all__ = ["DEFAULT_URL", "Api", "TokenOpt", "UrlOpt", "die", "err", "normalize_url"]
 
 DEFAULT_URL = "http://127.0.0.1:3000"
 
 # soft_wrap: a long error stays one line in a pipe or log (rich would cut it at 80).
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 UrlOpt = Annotated[
     str,
@@ -40,8 +42,10 @@ EXIT_USAGE = 2
 
 
 def die(message: str, code: int = 1) -> NoReturn:
-    """Print ``message`` (no markup interpretation of its content) on stderr and exit."""
-    err.print(message, markup=False, soft_wrap=True, style="red")
+    """Print ``message`` on stderr and exit: no markup or emoji codes, and no control
+    character of its content (a name the server stored) reaches the terminal."""
+    shown = "\n".join(escape_unsafe(line) for line in message.split("\n"))
+    err.print(shown, markup=False, soft_wrap=True, style="red")
     raise typer.Exit(code)
 
 

@@ -23,9 +23,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sardeenz.safetext import escape_unsafe
+
 __all__ = ["Cell", "Col", "JsonOpt", "console", "emit", "emit_json", "is_terminal", "table"]
 
-console = Console(highlight=False)
+console = Console(highlight=False, emoji=False)
+"""No emoji codes: a name such as ``a:b:c`` is printed as it is, not as ``a🅱c``."""
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the server's JSON instead.")]
 
@@ -78,15 +81,18 @@ def emit(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]])
 
 
 def _text(cell: Cell) -> str:
-    return cell if isinstance(cell, str) else cell[0]
+    """The cell as printed: stored text (a profile's name, a model path) may hold an ESC
+    or a BEL; escaped, it cannot drive the terminal of whoever lists it."""
+    return escape_unsafe(cell if isinstance(cell, str) else cell[0])
 
 
 def _rich(cell: Cell) -> Text:
     if isinstance(cell, str):
-        return Text(cell)
-    return Text(cell[0], style=cell[1])
+        return Text(_text(cell))
+    return Text(_text(cell), style=cell[1])
 
 
 def _plain(cell: Cell) -> str:
     # A tab or newline inside a cell would shift every later column of the line.
-    return " ".join(_text(cell).split()) or "-"
+    raw = cell if isinstance(cell, str) else cell[0]
+    return escape_unsafe(" ".join(raw.split())) or "-"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -15,12 +16,23 @@ from rich.console import Console
 from sardeenz import __version__
 from sardeenz.cluster.identity import check_cluster_settings
 from sardeenz.config import ConfigError, Settings, load_settings
+from sardeenz.exitcodes import (
+    EXIT_ADDRESS_IN_USE,
+    EXIT_CONFIG,
+    EXIT_DATA_DIR_IN_USE,
+    EXIT_STARTUP_FAILED,
+    EXIT_STORAGE,
+)
 from sardeenz.logsetup import configure_logging
+from sardeenz.safetext import escape_unsafe
 
-__all__ = ["config_error_line", "demo_settings", "serve", "sim_engine", "version"]
+if TYPE_CHECKING:
+    from sardeenz.gateway import Gateway
+
+__all__ = ["config_error_line", "demo_settings", "refuse", "serve", "sim_engine", "version"]
 
 DEMO_SUBDIR = "demo"
-err = Console(stderr=True)
+err = Console(stderr=True, markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
 def _is_loopback(host: str) -> bool:
@@ -70,26 +82,78 @@ def serve(
             insecure=insecure,
             log_level=log_level,
         )
-        check_cluster_settings(settings)
+        _check_settings(settings)
     except (ConfigError, ValidationError) as exc:
-        err.print(
-            f"[red]sardeenz: invalid configuration:[/red] {config_error_line(exc)}",
-            soft_wrap=True,
-            highlight=False,
-        )
-        raise typer.Exit(2) from exc
+        refuse(f"invalid configuration: {config_error_line(exc)}", EXIT_CONFIG)
     if settings.demo:
         settings = demo_settings(settings)
+    if not _is_loopback(settings.host) and not settings.auth_enabled and not settings.insecure:
+        refuse(
+            f"refusing to bind {settings.host}: no authentication is configured. Set "
+            "SARDEENZ_JWT_SECRET, SARDEENZ_JWT_JWKS_URL or SARDEENZ_OIDC_ISSUER, bind "
+            "127.0.0.1, or pass --insecure to accept the risk",
+            EXIT_CONFIG,
+        )
     _configure_logging(settings)
-    log = logging.getLogger("sardeenz")
-    from sardeenz.store.preflight import EXIT_STORAGE, StorageError, preflight
+    # The data dir's lock before anything reads it (database, engines to re-adopt), then
+    # the port, then the disk checks (whose write test may checkpoint the WAL): each
+    # refusal has touched nothing.
+    from sardeenz.cli.listeners import AddressUnavailable, bind_listeners
+    from sardeenz.store.dirlock import DataDirInUse, DataDirLock
+    from sardeenz.store.preflight import StorageError, preflight
 
     try:
-        for warning in preflight(settings.data_dir, settings.effective_database_url):
-            log.warning("%s", warning)
+        lock = DataDirLock.acquire(settings.data_dir)
+    except DataDirInUse as exc:
+        refuse(str(exc), EXIT_DATA_DIR_IN_USE)
     except StorageError as exc:
-        err.print(f"sardeenz: {exc}", soft_wrap=True, highlight=False, markup=False, style="red")
-        raise typer.Exit(EXIT_STORAGE) from None
+        refuse(str(exc), EXIT_STORAGE)
+    try:
+        listeners = bind_listeners(settings.host, settings.port)
+    except AddressUnavailable as exc:
+        refuse(str(exc), EXIT_ADDRESS_IN_USE)
+    try:
+        warnings = preflight(settings.data_dir, settings.effective_database_url)
+    except StorageError as exc:
+        refuse(str(exc), EXIT_STORAGE)
+    _log_start(settings, warnings, listeners)
+    from sardeenz.app import create_app
+
+    try:
+        gateway = create_app(settings)
+    except ConfigError as exc:  # a setting only its service can check (a keys file, ...)
+        for sock in listeners:
+            sock.close()
+        refuse(f"invalid configuration: {exc}", EXIT_CONFIG)
+    try:
+        _run_server(settings, gateway, listeners)
+    finally:
+        lock.release()
+
+
+def _check_settings(settings: Settings) -> None:
+    """What the settings cannot say of themselves, checked before anything starts (or
+    logs): the cluster settings together, the API keys file, the port-claim dir. The
+    services check them again when they are built; here a bad one is one line."""
+    from sardeenz.runtime.ports import prepare_lock_dir
+    from sardeenz.security.auth import ApiKeys
+
+    check_cluster_settings(settings)
+    ApiKeys.from_settings(settings)
+    prepare_lock_dir(settings.port_lock_dir, must_own=settings.runtime_dir is None)
+
+
+def refuse(line: str, code: int) -> NoReturn:
+    """Stop the start with one line on stderr: no markup, no emoji codes (``a:b:c`` is no
+    ``:b:`` emoji), control characters escaped, never wrapped."""
+    err.print(f"sardeenz: {escape_unsafe(line)}", style="red")
+    raise typer.Exit(code)
+
+
+def _log_start(settings: Settings, warnings: list[str], listeners: list[socket.socket]) -> None:
+    log = logging.getLogger("sardeenz")
+    for warning in warnings:
+        log.warning("%s", warning)
     if settings.demo:
         gpus = ", ".join(g.name for g in settings.effective_sim_gpus)
         log.warning(
@@ -100,14 +164,6 @@ def serve(
         )
     elif settings.effective_sim_gpus:
         log.warning("simulated GPUs in use: %s", settings.sim_gpus)
-    if not _is_loopback(settings.host) and not settings.auth_enabled and not settings.insecure:
-        err.print(
-            f"[red]sardeenz: refusing to bind {settings.host}: "
-            "no authentication is configured.[/red]\n"
-            "Set SARDEENZ_JWT_SECRET, SARDEENZ_JWT_JWKS_URL or SARDEENZ_OIDC_ISSUER, "
-            "bind 127.0.0.1, or pass --insecure to accept the risk."
-        )
-        raise typer.Exit(2)
     if settings.auth_enabled:
         log.info("admin API authentication: on (roles claim %r)", settings.jwt_roles_claim)
     elif not _is_loopback(settings.host):
@@ -117,7 +173,9 @@ def serve(
             "no authentication configured: bound to %s only; every local caller is admin",
             settings.host,
         )
-    _run_server(settings)
+    for sock in listeners:  # uvicorn says nothing of sockets it is given
+        address, port = sock.getsockname()[:2]
+        log.info("listening on http://%s:%d", f"[{address}]" if ":" in address else address, port)
 
 
 def demo_settings(settings: Settings) -> Settings:
@@ -147,13 +205,10 @@ def _configure_logging(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
 
 
-def _run_server(settings: Settings) -> None:
+def _run_server(settings: Settings, gateway: Gateway, listeners: list[socket.socket]) -> None:
     import uvicorn
 
-    from sardeenz.app import create_app
-
-    gateway = create_app(settings)
-    uvicorn.run(
+    config = uvicorn.Config(
         gateway,
         host=settings.host,
         port=settings.port,
@@ -169,6 +224,17 @@ def _run_server(settings: Settings) -> None:
         timeout_graceful_shutdown=5,
         log_config=None,
     )
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=listeners)
+    except SystemExit:
+        if server.started:
+            raise
+        # uvicorn exits 3 when the application's start-up fails; 3 is the storage code
+        # here, and this is no foreseen refusal: the traceback is in the log above.
+        refuse("start-up failed; the cause is logged above", EXIT_STARTUP_FAILED)
+    except KeyboardInterrupt:
+        pass
 
 
 def sim_engine(ctx: typer.Context) -> None:

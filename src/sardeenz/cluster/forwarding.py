@@ -9,7 +9,9 @@ already carries the hop header is never forwarded again (one hop at most).
 Receiving pod (the gateway, only when the client's API key check failed):
 a request whose cluster signature is valid was authenticated where it
 entered the cluster, so it is served without the client's key; a replay or a
-bad signature gets the same 401 as a bad key.
+bad signature gets the same 401 as a bad key. The signature's headers are
+checked before the body is read, and the body counts against the node-wide
+budget of unverified bytes until the signature is checked (security/unverified.py).
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from collections.abc import Awaitable, Callable
 from sardeenz.asgi import Message, Receive, Scope, Send
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.transport.routes import HOP_HEADER
-from sardeenz.cluster.transport.server import BodyError, read_body, verify
+from sardeenz.cluster.transport.server import BodyError, read_verified
 from sardeenz.proxy.remote import RemoteHeaders
-from sardeenz.proxy.wire import INVALID_API_KEY, header, send_json
+from sardeenz.proxy.wire import INVALID_API_KEY, header, openai_error, send_json
 from sardeenz.security.cluster_hmac import ANY_TARGET, ClusterAuthError
+from sardeenz.security.unverified import UnverifiedBodies
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+_REFUSED = [(b"connection", b"close")]
+"""A refusal may leave the body unread: the connection is not reused."""
 
 
 def remote_headers(manager: ClusterManager) -> RemoteHeaders:
@@ -47,7 +52,7 @@ def remote_headers(manager: ClusterManager) -> RemoteHeaders:
 
 
 def trusted_forward(
-    manager: ClusterManager,
+    manager: ClusterManager, unverified: UnverifiedBodies
 ) -> Callable[[Scope, Receive, Send, Handler], Awaitable[None]]:
     """The gateway's hook for a /v1 request with a cluster signature and no valid API key."""
     verifier = manager.verifier
@@ -55,11 +60,20 @@ def trusted_forward(
 
     async def run(scope: Scope, receive: Receive, send: Send, handler: Handler) -> None:
         try:
-            body = await read_body(receive, manager.settings.proxy_max_body_bytes)
-            if verify(verifier, scope, body) == ANY_TARGET:  # only a ping may be for anyone
+            body, signed_for = await read_verified(
+                verifier, scope, receive, unverified, manager.settings.proxy_max_body_bytes
+            )
+            if signed_for == ANY_TARGET:  # only a ping may be for anyone
                 raise ClusterAuthError("a forwarded request must name this pod", "wrong_target")
-        except (ClusterAuthError, BodyError):
-            await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
+        except ClusterAuthError:
+            await send_json(
+                send, 401, INVALID_API_KEY, [*_REFUSED, (b"www-authenticate", b"Bearer")]
+            )
+            return
+        except BodyError as exc:
+            if exc.status != 499:
+                reply = openai_error(exc.detail, "invalid_request_error", exc.code)
+                await send_json(send, exc.status, reply, _REFUSED)
             return
         replayed = False
 

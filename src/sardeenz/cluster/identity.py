@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sardeenz.config import ConfigError, Settings
+from sardeenz.config import BLANK_SECRET, ConfigError, Settings, is_blank_secret
+from sardeenz.proxy.wire import ascii_int
 from sardeenz.security.cluster_hmac import MIN_SECRET_BYTES
 
 
@@ -62,9 +63,10 @@ def parse_peers(text: str) -> list[PeerAddress]:
             host, sep, port = raw[1:].partition("]:")
         else:
             host, sep, port = raw.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        number = ascii_int(port)
+        if not sep or not host or number is None or not 0 < number < 65536:
             raise ConfigError(f"CLUSTER_PEERS entry {raw!r} must look like host:port")
-        peer = PeerAddress(host, int(port))
+        peer = PeerAddress(host, number)
         if peer not in out:
             out.append(peer)
     return out
@@ -142,6 +144,8 @@ def check_cluster_settings(settings: Settings, environ: Mapping[str, str] | None
         ("CLUSTER_SECRET", secret),
         ("CLUSTER_SECRET_PREVIOUS", settings.cluster_secret_previous.get_secret_value().encode()),
     ):
+        if is_blank_secret(value.decode("utf-8", "replace")):
+            raise ConfigError(f"{name} is {BLANK_SECRET}")
         if value and len(value) < MIN_SECRET_BYTES:
             raise ConfigError(
                 f"{name} is {len(value)} bytes: at least {MIN_SECRET_BYTES} are needed "

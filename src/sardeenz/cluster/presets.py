@@ -33,6 +33,8 @@ from sardeenz.domain import (
     LoadRequest,
     StrictCamelModel,
 )
+from sardeenz.errors import InvalidRequest
+from sardeenz.runtime.names import check_load_names
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """Preset names: what fits a URL segment and a log line without escaping."""
@@ -88,8 +90,11 @@ class PresetBody(StrictCamelModel):
                     "one entry per model, with `replicas` for more than one"
                 )
             seen.add(m.served_model_name)
-        for m in self.models:
-            m.load_request()  # the same checks as a load (flag-like paths, bad args, ...)
+        for i, m in enumerate(self.models):
+            try:  # the same checks as a load: field limits, then the names as the load does
+                check_load_names(m.load_request())
+            except InvalidRequest as exc:
+                raise ValueError(f"models[{i}].{exc.message}") from None
         return self
 
 

@@ -43,6 +43,7 @@ from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.leader_loop import LeaderLoop
 from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.errors import SardeenzError
+from sardeenz.proxy.wire import ascii_int
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.records import MemoryProfile
 
@@ -278,4 +279,5 @@ def _older(version: str, state: _PodSync) -> bool:
         return False
     token, _, n = version.rpartition(":")
     mine, _, m = state.version.rpartition(":")
-    return token == mine and n.isdigit() and m.isdigit() and int(n) < int(m)
+    theirs, ours = ascii_int(n), ascii_int(m)
+    return token == mine and theirs is not None and ours is not None and theirs < ours

@@ -23,6 +23,7 @@ from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import leader_redirect
 from sardeenz.cluster.transport.server import InternalRouter
 from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.security.unverified import UnverifiedBodies
 
 
 def internal_router(
@@ -30,11 +31,12 @@ def internal_router(
     profile_sync: ProfileSync,
     presets: PresetService,
     starts: ClusterStarts,
+    unverified: UnverifiedBodies,
     locator: InstanceLocator,
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
     assert manager.verifier is not None
-    router = InternalRouter(manager.verifier, manager)
+    router = InternalRouter(manager.verifier, manager, unverified)
     router.include(manager.internal_routes())
     router.include(InstanceOrders(manager.supervisor).internal_routes())
     router.include(handover.internal_routes(manager))
@@ -54,7 +56,9 @@ def install_cluster(
     starts: ClusterStarts,
     locator: InstanceLocator,
 ) -> None:
-    gateway.internal = internal_router(manager, profile_sync, presets, starts, locator)
-    gateway.trusted_forward = trusted_forward(manager)
+    gateway.internal = internal_router(
+        manager, profile_sync, presets, starts, gateway.unverified, locator
+    )
+    gateway.trusted_forward = trusted_forward(manager, gateway.unverified)
     gateway.redirect = leader_redirect(manager)
     proxy.remote_headers = remote_headers(manager)

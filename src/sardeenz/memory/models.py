@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from sardeenz.domain import CamelModel, GpuId, StrictCamelModel
+from sardeenz.safetext import TEXT_WHITESPACE, first_unsafe
 from sardeenz.store.records import MemoryProfile
 
 __all__ = [
@@ -62,6 +63,24 @@ class ProfileCreate(StrictCamelModel):
     gpu_total_memory_gib: Gib | None = None
     comments: str | None = Field(None, max_length=10_000)
     created_by: str | None = Field(None, max_length=256)
+
+    @field_validator("profile_name", "model_path", "gpu_name", "created_by")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        # Printed by `sardeenz profiles ls`, in logs and on the dashboard: an ESC or BEL
+        # stored here would drive the terminal of whoever lists profiles.
+        bad = first_unsafe(value) if value else None
+        if bad is not None:
+            raise ValueError(f"contains a control character ({bad})")
+        return value
+
+    @field_validator("comments")
+    @classmethod
+    def _free_text(cls, value: str | None) -> str | None:
+        bad = first_unsafe(value, allowed=TEXT_WHITESPACE) if value else None
+        if bad is not None:
+            raise ValueError(f"contains a control character ({bad}); line breaks and tabs only")
+        return value
 
 
 class FitRequest(StrictCamelModel):

@@ -49,7 +49,13 @@ from sardeenz.proxy.relay import (
     started,
     stream_end_on_failure,
 )
-from sardeenz.proxy.remote import RemoteHeaders, for_external, no_local_instance
+from sardeenz.proxy.remote import (
+    RemoteHeaders,
+    for_external,
+    forwarded_by_us,
+    forwarding_loop,
+    no_local_instance,
+)
 from sardeenz.proxy.reqlog import TAIL_BYTES, RequestLog
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, UpstreamClosed
@@ -295,6 +301,8 @@ class AsgiRelay:
                         ep.host, ep.port, method, target, sent_headers, body
                     )
                 else:
+                    if forwarded_by_us(scope["headers"]):
+                        return await forwarding_loop(model).send(send, openai)
                     resp = await client.request(
                         ep.host, ep.port, method, *for_external(ep.external, target, headers, body)
                     )

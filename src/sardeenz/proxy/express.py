@@ -54,13 +54,13 @@ from sardeenz.proxy.relay import (
     stream_end_on_failure,
     withdrawn,
 )
+from sardeenz.proxy.remote import external_headers, forwarded_by_us
 from sardeenz.proxy.reqlog import TAIL_BYTES
 from sardeenz.proxy.routing import Endpoint
 from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, UpstreamClosed
 from sardeenz.proxy.wire import (
     JSON_CT,
     header,
-    replace_authorization,
     request_header_block,
     response_headers,
 )
@@ -126,6 +126,8 @@ class ExpressRelay:
                 block += extra
             data = client.encode(ep.host, ep.port, b"POST", url, block, body)
         else:  # a catalog server we do not run: its key, its path, its model name
+            if forwarded_by_us(headers):
+                return None  # a loop: the handler answers it
             out_body = body
             if ext.model is not None:
                 payload["model"] = ext.model
@@ -133,7 +135,7 @@ class ExpressRelay:
                     out_body = orjson.dumps(payload)
                 except TypeError:  # an integer beyond 64 bits: the handler copes
                     return None
-            block = replace_authorization(request_header_block(headers, True), ext.auth)
+            block = external_headers(request_header_block(headers, True), ext)
             data = client.encode(ep.host, ep.port, b"POST", ext.path_prefix + url, block, out_body)
         exchange = _Exchange(
             lane,

@@ -21,6 +21,12 @@ and step aside for good. So the lane only has to be right for the narrow
 case it accepts, and uvicorn stays in charge of everything else, including
 the 413 for a body that is too large (it streams, the app refuses).
 
+Before it buffers a body, the lane asks ``admission`` (the gateway's API key
+check) with the request's headers: a refused request is answered at once and
+the connection closed, its body never read. A body must then arrive within
+``body_timeout`` seconds (408 ``body_timeout`` past it), like on the
+connections handed to uvicorn (headguard.py).
+
 It keeps the parts of uvicorn's contract that an operator relies on:
 keep-alive with the configured idle timeout, pipelined requests answered in
 order, ``Expect: 100-continue``, back-pressure both ways, the ``date`` and
@@ -36,7 +42,8 @@ import asyncio
 import http
 import logging
 import urllib.parse
-from typing import Any, Final, Protocol
+from collections.abc import Callable
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 import httptools
 from uvicorn.config import Config
@@ -44,6 +51,7 @@ from uvicorn.server import ServerState
 
 from sardeenz.asgi import ASGIApp, Message, Scope
 from sardeenz.proxy.headguard import (
+    BODY_TIMEOUT,
     GuardedHttpToolsProtocol,
     HeadLimits,
     guarded_protocol,
@@ -95,6 +103,23 @@ class Active(Protocol):
         """The client's socket buffer went over (True) or back under (False) its limit."""
 
 
+HAND_OVER: Final = "hand over"
+"""An admission verdict: let uvicorn's protocol (and the app) read this request."""
+
+
+class Refusal(NamedTuple):
+    """An admission verdict: answer this, close the connection, never read the body."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+Admission = Callable[[list[tuple[bytes, bytes]]], Refusal | Literal["hand over"] | None]
+"""Called with a ``/v1`` request's headers when a body is announced, before any of it
+is buffered: None to read it, a ``Refusal``, or ``HAND_OVER``."""
+
+
 class ExpressPath(Protocol):
     def begin(
         self,
@@ -113,6 +138,7 @@ def fast_lane_protocol(
     max_body_bytes: int,
     express: ExpressPath | None = None,
     limits: HeadLimits | None = None,
+    admission: Admission | None = None,
 ) -> type[asyncio.Protocol]:
     """The protocol class to pass as ``uvicorn.Config(http=...)``.
 
@@ -121,8 +147,10 @@ def fast_lane_protocol(
     ``max_body_bytes`` go to uvicorn too, so the app's own limit check sees
     them without the lane buffering them first. ``express``, if given, may
     take a POST before the app does (see proxy/express.py). ``limits``
-    bound request heads here and on the connections handed to uvicorn
-    (proxy/headguard.py).
+    bound request heads (and the time to send a body) here and on the
+    connections handed to uvicorn (proxy/headguard.py). ``admission``, if
+    given, sees the headers of a request with a body before the lane buffers
+    any of it (the gateway's API key check).
     """
     head = limits or HeadLimits(MAX_HEAD_BYTES, 100, 10.0)
 
@@ -132,9 +160,11 @@ def fast_lane_protocol(
         max_head = head.max_bytes
         max_fields = head.max_count
         head_timeout = head.timeout
+        body_timeout = head.body_timeout
         successor = guarded_protocol(head)
 
     _Lane.express = express
+    _Lane.admission = staticmethod(admission) if admission is not None else None
     return _Lane
 
 
@@ -146,8 +176,10 @@ class FastLaneProtocol(asyncio.Protocol):
     max_head: int
     max_fields: int
     head_timeout: float
+    body_timeout: float
     successor: type[GuardedHttpToolsProtocol]
     express: ExpressPath | None = None
+    admission: Admission | None = None
 
     def __init__(
         self,
@@ -184,6 +216,9 @@ class FastLaneProtocol(asyncio.Protocol):
         # timer checks it lazily, like the idle timer (see _head_timeout).
         self._head_since = 0.0
         self._head_timer: asyncio.TimerHandle | None = None
+        # The body being received must be complete by then (0: not waiting for one).
+        self._body_deadline = 0.0
+        self._body_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -210,6 +245,7 @@ class FastLaneProtocol(asyncio.Protocol):
         self._server_state.connections.discard(self)
         self._cancel_idle_timer()
         self._cancel_head_timer()
+        self._cancel_body_timer()
         self.transport = None
         cycle = self._cycle
         if cycle is not None:
@@ -297,12 +333,23 @@ class FastLaneProtocol(asyncio.Protocol):
                     or self._parser.get_http_version() != "1.1"
                 ):
                     return self._give_to_uvicorn()
+                if self._body_len and self.admission is not None:
+                    verdict = self.admission(self._headers)
+                    if verdict is not None:
+                        if verdict == HAND_OVER:
+                            return self._give_to_uvicorn()
+                        assert isinstance(verdict, Refusal)
+                        return self._refuse(verdict)
                 self._head_len = end + 4
                 if self._expect_continue and len(buf) < self._head_len + self._body_len:
                     transport.write(_CONTINUE)
             need = self._head_len + self._body_len
             if len(buf) < need:
+                if not self._body_deadline:
+                    self._await_body()
                 return  # the body is still arriving
+            if self._body_deadline:
+                self._body_deadline = 0.0
             body = bytes(buf[self._head_len : need]) if self._body_len else b""
             if body:
                 try:
@@ -423,6 +470,7 @@ class FastLaneProtocol(asyncio.Protocol):
         assert transport is not None
         self._cancel_idle_timer()
         self._cancel_head_timer()
+        self._cancel_body_timer()
         self._server_state.connections.discard(self)
         self.transport = None
         LANE.handed_over += 1
@@ -443,6 +491,20 @@ class FastLaneProtocol(asyncio.Protocol):
         data, self._buf = bytes(self._buf), bytearray()
         if data:
             successor.data_received(data)
+
+    def _refuse(self, refusal: Refusal) -> None:
+        """Answer a request the admission refused, without reading its body; close."""
+        transport = self.transport
+        if transport is not None:
+            head = [_status_line(refusal.status)]
+            head.append(
+                b"content-type: application/json\r\ncontent-length: %d\r\n" % len(refusal.body)
+            )
+            head.extend(name + b": " + value + b"\r\n" for name, value in refusal.headers)
+            head.append(b"connection: close\r\n\r\n")
+            transport.write(b"".join(head) + refusal.body)
+            transport.close()
+        self._buf.clear()
 
     def _too_large(self, message: str = "request headers too large") -> None:
         """431: the head is over the size or field limit (only /v1 heads reach here)."""
@@ -496,6 +558,32 @@ class FastLaneProtocol(asyncio.Protocol):
         self._head_since = since
         if self._head_timer is None and self.transport is not None:
             self._head_timer = self._loop.call_later(self.head_timeout, self._head_timeout)
+
+    # The body timeout: a body must be complete within ``body_timeout`` of its
+    # head. Armed only when a body is still arriving after a read.
+    def _await_body(self) -> None:
+        self._body_deadline = self._loop.time() + self.body_timeout
+        if self._body_timer is None and self.transport is not None:
+            self._body_timer = self._loop.call_later(self.body_timeout, self._body_timeout)
+
+    def _cancel_body_timer(self) -> None:
+        timer, self._body_timer = self._body_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        if self.transport is None or not self._body_deadline:
+            return
+        left = self._body_deadline - self._loop.time()
+        if left > 0.01:
+            self._body_timer = self._loop.call_later(left, self._body_timeout)
+        else:
+            self._reject(
+                408,
+                f"request body not received within {self.body_timeout:g} s",
+                BODY_TIMEOUT,
+            )
 
     def _cancel_head_timer(self) -> None:
         timer, self._head_timer = self._head_timer, None

@@ -34,10 +34,12 @@ when it ends.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus
 from sardeenz.proxy import metrics
 from sardeenz.proxy.asgirelay import AsgiRelay
 from sardeenz.proxy.intake import Disconnected, RequestReader, parse_json, with_model
@@ -47,7 +49,15 @@ from sardeenz.proxy.remote import RemoteHeaders as RemoteHeaders  # its old home
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import UpstreamClient
 from sardeenz.proxy.usage import allowed, note_refused
-from sardeenz.proxy.wire import API_KEY_SCOPE, ErrorReply, api_error, openai_error, send_json
+from sardeenz.proxy.wire import (
+    API_KEY_SCOPE,
+    ErrorReply,
+    api_error,
+    openai_error,
+    send_json,
+    without_credentials,
+)
+from sardeenz.runtime.identity import PortOwnership, engine_port_ownership
 from sardeenz.security.auth import ApiKey
 
 _perf = time.perf_counter
@@ -69,6 +79,9 @@ class InferenceProxy(AsgiRelay):
     def __init__(self, settings: Settings, table: RoutingTable) -> None:
         super().__init__(settings, table)
         self._reader = RequestReader(settings.proxy_max_body_bytes)
+        self.verify_direct = True
+        """Check an engine's process tree owns its port before a direct request; False
+        only in the standalone proxy, whose engines were started by someone else."""
         self._listing = ModelListing(table)
         table.add_listener(metrics.observe_instance)
         for inst in table.instances():
@@ -165,13 +178,43 @@ class InferenceProxy(AsgiRelay):
         )
 
     # ------------------------------------------------------ /api/direct/{port}
+    async def _engine_owns(self, port: int) -> ErrorReply | None:
+        """None when ``port`` is served by the process tree of its instance's engine.
+
+        The proxy routes only ``active`` instances, whose identity the runner checked
+        (runtime/identity.py); a direct request may target an instance in any status,
+        so it checks here, each time: after an engine failed, whatever process binds its
+        port next must not receive requests (nor, below, anyone's credentials).
+        """
+        views = [v for v in self._table.on_port(port) if v.status is not InstanceStatus.FAILED]
+        pids = [v.process_id for v in views if v.process_id is not None]
+        if not pids:
+            return ErrorReply(
+                502,
+                f"no running engine uses port {port} (its instance failed or has no process)",
+                "api_error",
+                "engine_not_running",
+            )
+        owner = await asyncio.to_thread(_ownership, port, pids)
+        if owner.foreign or not owner.own:
+            why = owner.describe_foreign() if owner.foreign else f"nothing listens on {port}"
+            return ErrorReply(
+                502,
+                f"port {port} is not served by its engine alone: {why}",
+                "api_error",
+                "engine_not_verified",
+            )
+        return None
+
     async def handle_direct(
         self, scope: Scope, receive: Receive, send: Send, port: int, path: str
     ) -> None:
         """ASGI handler for ``/api/direct/{port}/{path}``: any method, no routing.
 
-        Only ports of instances this node manages (any status) are reachable:
-        this is a debugging aid, not an open relay to arbitrary local ports.
+        Only ports of instances this node manages (any status but ``failed``) are
+        reachable, and only while the engine's own process tree listens there: this
+        is a debugging aid, not an open relay to arbitrary local ports. The caller's
+        ``Authorization`` and ``Cookie`` are never forwarded.
         """
         t0 = _perf()
         mm = metrics.for_model(DIRECT_MODEL)
@@ -181,8 +224,12 @@ class InferenceProxy(AsgiRelay):
                 send, 404, api_error(f"no instance on this node uses port {port}", "unknown_port")
             )
             return
+        refusal = await self._engine_owns(port) if self.verify_direct else None
+        if refusal is not None:
+            mm.count(await refusal.send(send, False))
+            return
         try:
-            headers = self._reader.headers(scope, json_default=False)
+            headers = without_credentials(self._reader.headers(scope, json_default=False))
             body = await self._reader.body(receive)
         except ErrorReply as r:
             mm.count(await r.send(send, False))
@@ -203,3 +250,10 @@ class InferenceProxy(AsgiRelay):
         await self._guarded(
             scope, receive, send, t0, mm, ep, None, url_path, body, headers, openai=False
         )
+
+
+def _ownership(port: int, pids: list[int]) -> PortOwnership:
+    """The port's listeners against the trees of every instance said to use it (blocks)."""
+    found = [engine_port_ownership(port, pid) for pid in pids]
+    good = next((o for o in found if o.served_by_own_tree), None)
+    return good if good is not None else found[0]

@@ -1,4 +1,4 @@
-"""Request-head limits on uvicorn's own HTTP protocol: size, field count, time.
+"""Request limits on uvicorn's own HTTP protocol: head size, field count, time; body time.
 
 Why: llhttp (under httptools) puts no bound on a request head. uvicorn's
 ``HttpToolsProtocol`` feeds the parser every byte it reads, and httptools
@@ -19,7 +19,10 @@ in front of its parser, all per connection and none per byte:
 * it counts header fields: more than ``max_count`` is a 431 too;
 * a head must be complete within ``timeout`` seconds of the connection's
   opening or of the first byte of the next request, or the connection is
-  closed (idle keep-alive connections keep uvicorn's own timeout).
+  closed (idle keep-alive connections keep uvicorn's own timeout);
+* a body must be complete within ``body_timeout`` seconds of its head: else
+  the request is answered 408 ``body_timeout`` (or cut, if its answer started)
+  and the connection closed, so a slow upload holds nothing for long.
 
 The 431 is in OpenAI's shape for a ``/v1/`` request and ``{detail, code}``
 elsewhere, like every other error of the node. The fast lane (fastlane.py)
@@ -43,6 +46,8 @@ from sardeenz.proxy.wire import api_error, openai_error
 
 HEADERS_TOO_LARGE: Final = "headers_too_large"
 """The error code of a 431, on every path."""
+BODY_TIMEOUT: Final = "body_timeout"
+"""The error code of a 408: the body did not arrive within ``body_timeout``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,8 @@ class HeadLimits:
     max_bytes: int
     max_count: int
     timeout: float
+    body_timeout: float = 30.0
+    """Time to send the whole body once the head is in (``SARDEENZ_BODY_TIMEOUT_SECONDS``)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HeadLimits:
@@ -59,6 +66,7 @@ class HeadLimits:
             max_bytes=settings.max_header_bytes,
             max_count=settings.max_header_count,
             timeout=settings.header_timeout_seconds,
+            body_timeout=settings.body_timeout_seconds,
         )
 
 
@@ -70,6 +78,20 @@ def too_large_reply(openai: bool, message: str = "request headers too large") ->
         body = api_error(message, HEADERS_TOO_LARGE)
     return (
         b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+        % len(body)
+    ) + body
+
+
+def body_timeout_reply(openai: bool, seconds: float) -> bytes:
+    """The complete 408 for a body not received in time; it closes the connection."""
+    message = f"request body not received within {seconds:g} s"
+    if openai:
+        body = openai_error(message, "invalid_request_error", BODY_TIMEOUT)
+    else:
+        body = api_error(message, BODY_TIMEOUT)
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\n"
         b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
         % len(body)
     ) + body
@@ -105,6 +127,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_since = 0.0  # 0: not waiting for a head
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused = False
+        self._body_expected = False  # the head being parsed announces a body
+        self._body_timer: asyncio.TimerHandle | None = None
 
     def start_head_clock(self, since: float) -> None:
         """The head wait started at ``since`` (the fast lane carries its clock over)."""
@@ -123,6 +147,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         timer, self._head_timer = self._head_timer, None
         if timer is not None:
             timer.cancel()
+        self._stop_body_clock()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -165,6 +190,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_count += 1
         if self._head_count <= self.limits.max_count:
+            lower = name.lower()
+            if (lower == b"content-length" and value.strip(b" \t0")) or (
+                lower == b"transfer-encoding"
+            ):
+                self._body_expected = True
             super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -177,9 +207,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # Stops the parser before uvicorn starts the request; it would answer
             # the parser error with a 400, which send_400_response now skips.
             raise _HeadRefused
+        if self._body_expected:
+            self._body_expected = False
+            self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timeout)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        self._stop_body_clock()
         super().on_message_complete()
         self._in_head = True  # the next request's head starts with the next byte
 
@@ -189,6 +223,28 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         url: bytes = getattr(self, "url", b"")
         self.transport.write(too_large_reply(url.startswith(b"/v1/"), message))
         self.transport.close()
+
+    def _stop_body_clock(self) -> None:
+        timer, self._body_timer = self._body_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _body_timeout(self) -> None:
+        """The body did not arrive in time: 408 if no answer started, and close."""
+        self._body_timer = None
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        self._refused = True  # feed the parser nothing more
+        if self.cycle is None or not self.cycle.response_started:
+            url: bytes = getattr(self, "url", b"")
+            transport.write(body_timeout_reply(url.startswith(b"/v1/"), self.limits.body_timeout))
+        if self.cycle is not None:
+            # The app sees the client gone: its receive() returns http.disconnect and
+            # whatever it sends now is dropped (nothing after the 408).
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        transport.close()
 
     def _head_timeout(self) -> None:
         self._head_timer = None

@@ -6,7 +6,9 @@ for another pod (cluster mode) goes to that pod's proxy, once, with the header
 lines ``RemoteHeaders`` gives (a hop marker and an HMAC; cluster/forwarding.py
 implements it); a request that already made its hop is served here or refused.
 A request for an external catalog server goes with that server's path prefix,
-its API key instead of the client's, and its name for the model.
+its API key instead of the client's, its name for the model, and a ``Via``
+naming this server process: a request that comes back with it and would go to
+an external server again is in a loop, and is answered 508 ``forwarding_loop``.
 
 The relay (asgirelay.py) calls these only for such endpoints, so a request for
 a local engine pays nothing for them.
@@ -15,13 +17,43 @@ a local engine pays nothing for them.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
+from typing import Final
 
 import orjson
 
 from sardeenz.proxy.intake import with_model
 from sardeenz.proxy.routing import ExternalTarget
 from sardeenz.proxy.wire import ErrorReply, replace_authorization
+
+NODE_MARK: Final = b"sardeenz-" + secrets.token_hex(8).encode()
+"""This server process in a ``Via`` header (RFC 9110 7.6.3): random, so that two
+servers on one host, or a restarted one, never take each other's requests for their own."""
+_VIA_LINE: Final = b"via: 1.1 " + NODE_MARK + b"\r\n"
+
+
+def forwarded_by_us(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Did this server already send this request to an external server?
+
+    Then sending it to an external server again is a loop: an entry whose url leads
+    back here, directly or through other servers that keep ``Via`` (another
+    Sardeenz does). Before this check one such request recursed into 1,000+ nested
+    requests and 1,046 open files before failing (issue 23).
+    """
+    return any(name == b"via" and NODE_MARK in value for name, value in headers)
+
+
+def forwarding_loop(model: str | None) -> ErrorReply:
+    """The answer to a request that would go round a loop of external servers."""
+    return ErrorReply(
+        508,
+        f"Model {model!r} is served by an external server that sends requests back to "
+        "this server (a forwarding loop): check the catalog entry's url",
+        "invalid_request_error",
+        "forwarding_loop",
+    )
+
 
 RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes, str], bytes | None]
 """Called with the client's headers, method, target, body and the receiving pod's id: the
@@ -51,4 +83,9 @@ def for_external(
         except orjson.JSONDecodeError:
             payload = json.loads(body)  # parsed once already: the stdlib accepted it
         body = with_model(payload, ext.model)
-    return ext.path_prefix + target, replace_authorization(headers, ext.auth), body
+    return ext.path_prefix + target, external_headers(headers, ext), body
+
+
+def external_headers(block: bytes, ext: ExternalTarget) -> bytes:
+    """A request header block as it goes to an external server: its key, our ``Via``."""
+    return replace_authorization(block, ext.auth) + _VIA_LINE

@@ -105,6 +105,8 @@ class InstanceView:
     max_model_len: int | None
     created: int
     model_path: str = ""
+    process_id: int | None = None
+    """The engine's main PID (``/api/direct`` checks the port is its tree's)."""
 
     @classmethod
     def of(cls, instance: ModelInstance) -> InstanceView:
@@ -117,6 +119,7 @@ class InstanceView:
             max_model_len=mm.max_model_len if mm is not None else None,
             created=int(instance.created_at.timestamp()),
             model_path=instance.model_path,
+            process_id=instance.process_id,
         )
 
 
@@ -261,6 +264,10 @@ class RoutingTable:
     def known_port(self, port: int) -> bool:
         """True if a local instance this node manages (any status) uses ``port``."""
         return port in self._ports
+
+    def on_port(self, port: int) -> list[InstanceView]:
+        """The local instances (any status) that use ``port``."""
+        return [self._instances[i] for i in sorted(self._ports.get(port, ()))]
 
     def pending(self, name: str) -> list[InstanceView]:
         """Instances of ``name`` that may become active without operator action.

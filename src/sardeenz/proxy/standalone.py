@@ -62,7 +62,7 @@ def build_gateway(proxy: InferenceProxy, settings: Settings) -> Gateway:
         proxy,
         Authenticator(no_admin_auth),
         ApiKeys.from_settings(settings),
-        settings.api_max_body_bytes,
+        settings,
         audit=None,
     )
 
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--route {route!r}: expected NAME=PORT")
         table.apply(make_instance(f"static-{i}", name, port))
     proxy = InferenceProxy(settings, table)
+    proxy.verify_direct = False  # engines we did not start: no process to check
     gateway = build_gateway(proxy, settings)
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.run(

@@ -187,6 +187,19 @@ def response_headers(
     return out, length, event_stream
 
 
+_CREDENTIALS: Final = (b"authorization:", b"cookie:")
+
+
+def without_credentials(block: bytes) -> bytes:
+    """A forwarded header block with the client's ``Authorization`` and ``Cookie`` lines
+    dropped: what ``/api/direct`` sends an engine (the admin's token is for Sardeenz)."""
+    return b"".join(
+        line
+        for line in block.splitlines(keepends=True)
+        if not line.lower().startswith(_CREDENTIALS)
+    )
+
+
 def replace_authorization(block: bytes, auth: bytes) -> bytes:
     """A forwarded header block for a server with its own key: the client's
     ``Authorization`` (its key for Sardeenz, not for that server) is dropped, and

@@ -13,10 +13,22 @@ with 400 and a code per field, rather than failing later inside the engine:
 
 from __future__ import annotations
 
+from sardeenz.domain import LoadRequest
 from sardeenz.errors import InvalidRequest
 from sardeenz.safetext import first_unsafe
 
-__all__ = ["check_names"]
+__all__ = ["check_load_names", "check_names", "name_problem"]
+
+
+def name_problem(value: str, *, argv: bool) -> str | None:
+    """Why ``value`` cannot be a model path or name, or None. ``argv``: the engine gets it
+    as a flag's value, so it must not look like a flag itself."""
+    bad = first_unsafe(value)
+    if bad is not None:
+        return f"contains a control character ({bad})"
+    if argv and value.startswith("-"):
+        return "must not start with '-': the engine would read it as a flag"
+    return None
 
 
 def check_names(model_path: str, served_model_name: str | None, display_name: str | None) -> None:
@@ -33,11 +45,17 @@ def check_names(model_path: str, served_model_name: str | None, display_name: st
     for field, value, code, is_argv in fields:
         if value is None:
             continue
-        bad = first_unsafe(value)
-        if bad is not None:
-            raise InvalidRequest(f"{field} contains a control character ({bad})", code=code)
-        if is_argv and value.startswith("-"):
-            raise InvalidRequest(
-                f"{field} must not start with '-': the engine would read it as a flag",
-                code=code,
-            )
+        problem = name_problem(value, argv=is_argv)
+        if problem is not None:
+            raise InvalidRequest(f"{field} {problem}", code=code)
+
+
+def check_load_names(req: LoadRequest) -> str:
+    """The names of a load request, checked as the load checks them: by the load itself,
+    and by what stores a load for later (catalog entries, presets), so what is stored is
+    what would load. Returns the stripped model path the engine gets."""
+    model_path = req.model_path.strip()
+    if not model_path:
+        raise InvalidRequest("modelPath must not be empty", code="invalid_model_path")
+    check_names(model_path, req.served_model_name, req.display_name)
+    return model_path

@@ -89,7 +89,8 @@ def prepare_lock_dir(path: Path, *, must_own: bool) -> Path:
         info = path.lstat()
     except OSError as exc:
         raise PortLockDirError(
-            f"cannot create the port lock dir {path}: {exc.strerror}; set SARDEENZ_RUNTIME_DIR"
+            f"SARDEENZ_RUNTIME_DIR: cannot create the port lock dir {path}: {exc.strerror}; "
+            "point it at a directory this user can write"
         ) from exc
     if not stat.S_ISDIR(info.st_mode):
         raise PortLockDirError(f"port lock dir {path} is not a directory (or is a symlink)")

@@ -51,7 +51,7 @@ from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import Admission, MemoryLedger
 from sardeenz.runtime import proctree
 from sardeenz.runtime.drain import NoTraffic, Traffic, drain_for_sleep, drain_for_unload
-from sardeenz.runtime.names import check_names
+from sardeenz.runtime.names import check_load_names
 from sardeenz.runtime.ports import PortAllocator, prepare_lock_dir
 from sardeenz.runtime.runner import (
     ENV_DATA_DIR,
@@ -178,10 +178,7 @@ class Supervisor:
     # --- load --------------------------------------------------------------------
     async def load(self, req: LoadRequest) -> ModelInstance:
         """Admit (the ledger), record, spawn: the instance answers ``starting``."""
-        model_path = req.model_path.strip()
-        if not model_path:
-            raise InvalidRequest("modelPath must not be empty", code="invalid_model_path")
-        check_names(model_path, req.served_model_name, req.display_name)
+        model_path = check_load_names(req)
         engine = req.engine or EngineKind(self.settings.effective_default_engine)
         adapter = self._adapters(engine)
         try:

@@ -26,7 +26,7 @@ import httpx
 import jwt
 from jwt import PyJWKClient
 
-from sardeenz.config import Settings
+from sardeenz.config import ConfigError, Settings
 from sardeenz.errors import SardeenzError
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,15 @@ LOCAL_ADMIN = Principal(subject="local", roles=frozenset({Role.ADMIN.value}), au
 
 
 def claim_at(claims: dict[str, Any], path: str) -> Any:
-    """``realm_access.roles`` -> claims["realm_access"]["roles"]; a literal key wins."""
-    if path in claims:
-        return claims[path]
+    """``realm_access.roles`` -> claims["realm_access"]["roles"]: one meaning per name.
+
+    Dots separate levels, and a top-level claim literally named ``realm_access.roles``
+    is never read (it used to grant the roles too: two claims, either one enough).
+    A name with ``://`` is a namespaced claim (``https://example.com/roles``, as
+    Auth0 writes them): read as one literal top-level key, never as a path.
+    """
+    if "://" in path:
+        return claims.get(path)
     node: Any = claims
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -130,7 +136,12 @@ class Authenticator:
                 # Keep running: tokens fail with a clear code until the issuer answers.
                 log.error("OIDC discovery at %s failed: %s", url, exc)
         if self._jwks_url:
-            self._jwks = PyJWKClient(self._jwks_url, cache_keys=True, lifespan=300, timeout=10)
+            try:
+                self._jwks = PyJWKClient(self._jwks_url, cache_keys=True, lifespan=300, timeout=10)
+            except jwt.PyJWKClientError as exc:
+                # A discovery document's jwks_uri (a configured URL is checked in Settings):
+                # tokens fail with a clear code, as when the issuer does not answer.
+                log.error("JWKS URL %r cannot be used: %s", self._jwks_url, exc)
 
     async def authenticate(self, authorization: str | None) -> Principal:
         if not self.enabled:
@@ -218,14 +229,35 @@ class ApiKeys:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ApiKeys:
+        """The keys of ``SARDEENZ_API_KEYS`` and ``SARDEENZ_API_KEYS_FILE``.
+
+        Raises ``ConfigError`` (one line naming the setting) for a file that cannot be read
+        or has a bad line, and for a ``SARDEENZ_API_KEYS`` that is set but holds no key:
+        either would otherwise leave ``/v1`` open while the operator believes it closed.
+        """
         keys: list[tuple[bytes, ApiKey]] = []
         if settings.api_keys:
             for key in settings.api_keys.get_secret_value().split(","):
                 if key.strip():
                     digest = hashlib.sha256(key.strip().encode()).digest()
                     keys.append((digest, ApiKey(id=f"key-{digest.hex()[:8]}")))
+            if not keys:
+                raise ConfigError("SARDEENZ_API_KEYS is set but holds no key (only spaces/commas)")
         if settings.api_keys_file:
-            keys += read_keys_file(settings.api_keys_file)
+            path = settings.api_keys_file
+            try:
+                from_file = read_keys_file(path)
+            except OSError as exc:
+                raise ConfigError(
+                    f"SARDEENZ_API_KEYS_FILE: cannot read {path}: {exc.strerror or exc}"
+                ) from None
+            except UnicodeDecodeError:
+                raise ConfigError(f"SARDEENZ_API_KEYS_FILE: {path} is not UTF-8 text") from None
+            except ValueError as exc:  # a bad line: the message names the file and line
+                raise ConfigError(f"SARDEENZ_API_KEYS_FILE: {exc}") from None
+            if not from_file:
+                raise ConfigError(f"SARDEENZ_API_KEYS_FILE: {path} holds no key")
+            keys += from_file
         return cls(keys)
 
     @property

@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from sardeenz.proxy.wire import ascii_int
+
 SIGNATURE_HEADER: Final = b"x-cluster-signature"
 TIMESTAMP_HEADER: Final = b"x-cluster-timestamp"
 TARGET_HEADER: Final = b"x-cluster-target"
@@ -45,6 +47,9 @@ ANY_TARGET: Final = "*"
 """Signed for whichever pod answers (only routes that allow it accept it)."""
 MAX_TARGET_CHARS: Final = 253
 REPLAY_WINDOW_SECONDS: Final = 30.0
+SIGNATURE_HEX_CHARS: Final = 64
+"""Length of the hex HMAC-SHA256 in ``X-Cluster-Signature``."""
+_HEX_DIGITS: Final = b"0123456789abcdef"
 MIN_SECRET_BYTES: Final = 32
 """RFC 2104 / RFC 7518 3.2: an HMAC-SHA256 key at least as long as the hash output."""
 
@@ -151,30 +156,7 @@ class Verifier:
     ) -> str:
         """Raise ``ClusterAuthError`` unless the request is authentic, fresh, new and for
         this pod; the target it was signed for (this pod's id, or ``*``)."""
-        if not timestamp or not sig or not target:
-            raise ClusterAuthError(
-                "missing X-Cluster-Signature, X-Cluster-Timestamp or X-Cluster-Target", "unsigned"
-            )
-        ts_text = timestamp.decode("latin-1") if isinstance(timestamp, bytes) else timestamp
-        sig_text = sig.decode("latin-1") if isinstance(sig, bytes) else sig
-        for_pod = target.decode("latin-1") if isinstance(target, bytes) else target
-        if not _valid_target(for_pod):
-            raise ClusterAuthError("X-Cluster-Target is not a pod id", "bad_target")
-        if for_pod not in (self._me, ANY_TARGET):
-            raise ClusterAuthError(
-                f"signed for {for_pod}, not for this pod ({self._me})", "wrong_target"
-            )
-        if not ts_text.isdigit() or len(ts_text) > 16:
-            raise ClusterAuthError("X-Cluster-Timestamp is not Unix milliseconds", "bad_timestamp")
-        now = self._clock()
-        self._forget(now)
-        sent = int(ts_text) / 1000.0
-        if abs(now - sent) > self._window:
-            raise ClusterAuthError(
-                f"X-Cluster-Timestamp is {now - sent:+.1f} s off (window {self._window:g} s)",
-                "stale_timestamp",
-            )
-        given = sig_text.strip().lower().encode("latin-1", "replace")
+        ts_text, sent, given, for_pod = self.check_headers(timestamp, sig, target)
         for secret in self._secrets:
             expected = signature(secret, method, path, ts_text, for_pod, body).encode()
             if hmac.compare_digest(expected, given):
@@ -190,6 +172,51 @@ class Verifier:
             _, old = heapq.heappop(self._heap)
             self._seen.pop(old, None)
         return for_pod
+
+    def check_headers(
+        self,
+        timestamp: bytes | str | None,
+        sig: bytes | str | None,
+        target: bytes | str | None,
+    ) -> tuple[str, float, bytes, str]:
+        """What can be checked before the body is read: the three headers there and well
+        formed, the target this pod, the timestamp within the window, the signature not
+        seen. (timestamp text, seconds, signature, target).
+
+        The receiving side calls this first, so an unsigned, misdirected, stale or
+        replayed request is refused without its body being read (the signature covers
+        the body).
+        """
+        if not timestamp or not sig or not target:
+            raise ClusterAuthError(
+                "missing X-Cluster-Signature, X-Cluster-Timestamp or X-Cluster-Target", "unsigned"
+            )
+        ts_text = timestamp.decode("latin-1") if isinstance(timestamp, bytes) else timestamp
+        sig_text = sig.decode("latin-1") if isinstance(sig, bytes) else sig
+        for_pod = target.decode("latin-1") if isinstance(target, bytes) else target
+        if not _valid_target(for_pod):
+            raise ClusterAuthError("X-Cluster-Target is not a pod id", "bad_target")
+        if for_pod not in (self._me, ANY_TARGET):
+            raise ClusterAuthError(
+                f"signed for {for_pod}, not for this pod ({self._me})", "wrong_target"
+            )
+        millis = ascii_int(ts_text) if len(ts_text) <= 16 else None
+        if millis is None:  # ``isdigit`` alone let '²' through to a crashing ``int()``
+            raise ClusterAuthError("X-Cluster-Timestamp is not Unix milliseconds", "bad_timestamp")
+        given = sig_text.strip().lower().encode("latin-1", "replace")
+        if len(given) != SIGNATURE_HEX_CHARS or given.strip(_HEX_DIGITS):
+            raise ClusterAuthError("X-Cluster-Signature is not a hex HMAC-SHA256", "bad_signature")
+        now = self._clock()
+        self._forget(now)
+        sent = millis / 1000.0
+        if abs(now - sent) > self._window:
+            raise ClusterAuthError(
+                f"X-Cluster-Timestamp is {now - sent:+.1f} s off (window {self._window:g} s)",
+                "stale_timestamp",
+            )
+        if given.decode() in self._seen:
+            raise ClusterAuthError("replayed request (signature already seen)", "replayed")
+        return ts_text, sent, given, for_pod
 
     def _forget(self, now: float) -> None:
         """Drop signatures whose timestamp has left the window: they fail that check now."""

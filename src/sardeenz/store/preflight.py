@@ -6,7 +6,9 @@ so a WAL whose header was damaged made the node start on an empty database: its
 profiles, benchmark runs and audit trail gone, and its registry empty, so every
 running engine looked unaccounted for. Here a WAL that would lose committed
 transactions stops the start with one line that names the file and what to do,
-and nothing is modified (the checks open the database read-only first).
+and nothing is modified (the checks open the database read-only first). So does a
+database file that is missing, empty or shorter than its header says while its WAL
+is still there: SQLite would take it for a new database and reset the WAL.
 
 The WAL format is SQLite's documented one (https://sqlite.org/fileformat2.html#walformat):
 a 32-byte header, then frames of a 24-byte header plus one page, each carrying the
@@ -27,13 +29,26 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from sardeenz.exitcodes import EXIT_STORAGE
+
+__all__ = [
+    "EXIT_STORAGE",
+    "StorageError",
+    "WalReport",
+    "check_data_dir",
+    "check_db_size",
+    "check_sqlite",
+    "check_wal",
+    "not_writable",
+    "preflight",
+    "sqlite_file",
+]
+
 WAL_MAGIC_LE = 0x377F0682
 WAL_MAGIC_BE = 0x377F0683
 WAL_VERSION = 3007000
 WAL_HEADER = 32
 FRAME_HEADER = 24
-EXIT_STORAGE = 3
-"""``sardeenz serve``'s exit code when the data dir or the database cannot be used."""
 
 
 class StorageError(Exception):
@@ -136,18 +151,67 @@ def check_data_dir(data_dir: Path) -> None:
             os.close(fd)
             probe.unlink(missing_ok=True)
     except OSError as exc:
+        raise not_writable(data_dir, exc) from exc
+
+
+def not_writable(data_dir: Path, exc: OSError) -> StorageError:
+    """The refusal for a data dir the server cannot create or write in."""
+    return StorageError(
+        f"the data dir {data_dir} is not writable ({exc.strerror or exc}); give the "
+        "server's user write access to it, or point SARDEENZ_DATA_DIR elsewhere"
+    )
+
+
+DB_HEADER = 100
+DB_MAGIC = b"SQLite format 3\x00"
+
+
+def check_db_size(db: Path, wal: Path) -> None:
+    """Refuse a database file that is missing, empty or cut short while its WAL is not.
+
+    Opened as it is, SQLite takes a missing or empty file for a new, empty database
+    and resets the WAL beside it: every transaction in it is lost, the node starts empty
+    and stops the running engines it no longer knows. (``truncate -s0 sardeenz.db``, or
+    the database moved or restored without its ``-wal``.) An empty file with no WAL is
+    a new database, as SQLite says.
+    """
+    wal_bytes = wal.stat().st_size if wal.exists() else 0
+    size = db.stat().st_size if db.exists() else None
+    if size is None or size == 0:
+        if wal_bytes:
+            state = "missing" if size is None else "empty (0 bytes)"
+            raise StorageError(
+                f"database {db} is {state} but its write-ahead log {wal.name} holds "
+                f"{wal_bytes} bytes: opening it would drop them; {_recovery(db)}"
+            )
+        return
+    with db.open("rb") as f:
+        header = f.read(DB_HEADER)
+    if len(header) < DB_HEADER or not header.startswith(DB_MAGIC):
+        return  # not SQLite's header at all: the integrity check names it
+    page_size = struct.unpack(">H", header[16:18])[0]
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter, pages = struct.unpack(">II", header[24:32])
+    valid_for = struct.unpack(">I", header[92:96])[0]
+    # The in-header size counts only when written by SQLite 3.7.0+ (valid-for == counter).
+    declared = page_size * pages if pages and valid_for == change_counter else 0
+    if size < declared:
         raise StorageError(
-            f"the data dir {data_dir} is not writable ({exc.strerror or exc}); give the "
-            "server's user write access to it, or point SARDEENZ_DATA_DIR elsewhere"
-        ) from exc
+            f"database {db} is {size} bytes, shorter than the {declared} its header "
+            f"declares (cut short); {_recovery(db)}"
+        )
 
 
 def check_sqlite(db: Path) -> list[str]:
     """Check a SQLite database before the server opens it; returns warnings to log."""
+    wal = db.with_name(db.name + "-wal")
+    try:
+        check_db_size(db, wal)
+    except OSError as exc:
+        raise StorageError(f"cannot read {db}: {exc.strerror or exc}") from exc
     if not db.exists():
         return []
     warnings: list[str] = []
-    wal = db.with_name(db.name + "-wal")
     try:
         if wal.exists():
             warnings += check_wal(wal).warnings

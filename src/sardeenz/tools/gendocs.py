@@ -185,6 +185,7 @@ MEANINGS: dict[str, str] = {
     "jwt_audience": "expected `aud` (checked only when set)",
     "jwt_roles_claim": (
         "claim holding roles: `roles`, `groups`, or a dotted path such as `realm_access.roles`"
+        " (dots are nesting only; a name with `://` is one namespaced claim)"
     ),
     "jwt_leeway_seconds": "clock skew allowed on `exp`/`iat`",
     "api_keys": (

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sardeenz.cluster.identity import PeerAddress
 from sardeenz.cluster.membership.kube_api import KubeApi, describe, status_code
+from sardeenz.proxy.wire import ascii_int
 
 if TYPE_CHECKING:
     from sardeenz.cluster.membership.service import Membership
@@ -58,8 +59,9 @@ def pod_address(pod: Mapping[str, Any], default_port: int) -> PeerAddress | None
 
 def _port(pod: Mapping[str, Any], default: int) -> int:
     annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get(PORT_ANNOTATION)
-    if isinstance(annotated, str) and annotated.isdigit() and 0 < int(annotated) < 65536:
-        return int(annotated)
+    number = ascii_int(annotated) if isinstance(annotated, str) else None
+    if number is not None and 0 < number < 65536:
+        return number
     for container in (pod.get("spec") or {}).get("containers") or []:
         for port in container.get("ports") or []:
             if port.get("name") == "http" and isinstance(port.get("containerPort"), int):

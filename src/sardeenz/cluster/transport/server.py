@@ -1,8 +1,10 @@
 """The receiving end of ``/internal/*``: signature first, then the route table.
 
 Nothing here answers without a valid signature (security/cluster_hmac.py):
-the body is read (bounded), the signature checked, and only then is the path
-even looked at, so an unsigned caller learns nothing (not even which paths
+the signature's headers are checked first (present, for this pod, fresh, not
+seen), then the body is read (bounded, and counted against the node-wide
+budget of unverified bytes, security/unverified.py), the signature checked,
+and only then is the path even looked at, so an unsigned caller learns nothing (not even which paths
 exist). Not part of FastAPI, so none of it is in the public OpenAPI document.
 
 Routes are :class:`~sardeenz.cluster.transport.routes.InternalRoute`
@@ -41,6 +43,7 @@ from sardeenz.security.cluster_hmac import (
     ClusterAuthError,
     Verifier,
 )
+from sardeenz.security.unverified import DEFAULT_LIMIT, BodyRefused, UnverifiedBodies
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,32 @@ async def read_body(receive: Receive, limit: int = MAX_BODY) -> bytes:
             return b"".join(chunks)
 
 
+async def read_verified(
+    verifier: Verifier,
+    scope: Scope,
+    receive: Receive,
+    unverified: UnverifiedBodies,
+    limit: int = MAX_BODY,
+) -> tuple[bytes, str]:
+    """The body of a signed request and the pod it was signed for, once verified.
+
+    The signature's headers are checked before a byte of the body is read (an
+    unsigned, misdirected, stale or replayed request costs nothing), the body is
+    read under the node-wide budget of unverified bytes (security/unverified.py),
+    and the signature checked over it. Raises ``ClusterAuthError`` or ``BodyError``.
+    """
+    headers = scope["headers"]
+    verifier.check_headers(
+        header(headers, TIMESTAMP_HEADER),
+        header(headers, SIGNATURE_HEADER),
+        header(headers, TARGET_HEADER),
+    )
+    try:
+        return await unverified.read(receive, limit, lambda body: verify(verifier, scope, body))
+    except BodyRefused as exc:
+        raise BodyError(exc.status, exc.detail, exc.code) from None
+
+
 def target_of(scope: Scope) -> str:
     """The request target as signed: raw path plus ``?query``."""
     raw: bytes = scope.get("raw_path") or scope["path"].encode()
@@ -156,9 +185,17 @@ class _Term(BaseModel):
 class InternalRouter:
     """The ``/internal/*`` ASGI app: verify, match a declared route, fence, run its handler."""
 
-    def __init__(self, verifier: Verifier, fencing: Fencing, max_body: int = MAX_BODY) -> None:
+    def __init__(
+        self,
+        verifier: Verifier,
+        fencing: Fencing,
+        unverified: UnverifiedBodies | None = None,
+        max_body: int = MAX_BODY,
+    ) -> None:
         self._verifier = verifier
         self._fencing = fencing
+        # The node's budget (gateway.unverified); one of its own when built alone.
+        self._unverified = unverified or UnverifiedBodies(DEFAULT_LIMIT)
         self._max_body = max_body
         self._routes: list[tuple[InternalRoute, Handler]] = []
 
@@ -179,9 +216,10 @@ class InternalRouter:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            body = await read_body(receive, self._max_body)
             try:
-                signed_for = verify(self._verifier, scope, body)
+                body, signed_for = await read_verified(
+                    self._verifier, scope, receive, self._unverified, self._max_body
+                )
             except ClusterAuthError as exc:
                 log.warning(
                     "cluster: refused %s %s from %s: %s",
@@ -211,7 +249,11 @@ class InternalRouter:
         except Exception:
             log.exception("internal route %s failed", scope["path"][:100])
             status, data = 500, {"detail": "internal error", "code": "internal_error"}
-        await send_json(send, status, data if isinstance(data, bytes) else orjson.dumps(data))
+        # A refusal may leave the body unread: the connection is not reused then.
+        extra = [(b"connection", b"close")] if status in (401, 413, 503) else None
+        await send_json(
+            send, status, data if isinstance(data, bytes) else orjson.dumps(data), extra
+        )
 
     async def _dispatch(
         self, method: str, path: str, body: bytes, signed_for: str
