@@ -8,6 +8,7 @@ else to the FastAPI app (``gateway.api``) with the admin API, docs and dashboard
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -41,6 +42,7 @@ from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.identity import identity_of
+from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.observe import RequestCollector
@@ -72,7 +74,7 @@ from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, W
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
-from sardeenz.services import Services
+from sardeenz.services import Services, measure_instance
 from sardeenz.store.audit import AuditRepository
 from sardeenz.store.benchmarks import BenchmarkRepository
 from sardeenz.store.catalog import CatalogRepository
@@ -161,6 +163,10 @@ def build_services(settings: Settings) -> Services:
         flights.update(requests.book.peer_in_flight())
         return flights
 
+    node = node_metrics.NodeSampler(inventory, supervisor, ledger)
+    locator = InstanceLocator(
+        cluster, supervisor, bus, inventory, functools.partial(measure_instance, node, proxy)
+    )
     return Services(
         settings=settings,
         bus=bus,
@@ -179,18 +185,19 @@ def build_services(settings: Settings) -> Services:
         api_keys=api_keys,
         audit=AuditTrail(AuditRepository(db), authenticator),
         requests=requests,
-        profiles=ProfileService(profiles, supervisor, inventory),
-        benchmarks=BenchmarkRunner(settings, supervisor, BenchmarkRepository(db), api_keys),
+        profiles=ProfileService(profiles, locator),
+        benchmarks=BenchmarkRunner(settings, locator, BenchmarkRepository(db), api_keys),
         catalog=catalog,
         ondemand=ondemand,
         reaper=reaper,
         warmup=warmup,
         cluster=cluster,
+        locator=locator,
         moves=MoveService(Pods(cluster), settings),
         placement=placement,
         presets=PresetService(cluster, PresetRepository(db), placement),
         profile_sync=ProfileSync(cluster, profiles),
-        node=node_metrics.NodeSampler(inventory, supervisor, ledger),
+        node=node,
         metrics_history=MetricsHistory(
             inventory, requests, all_in_flight, peer_gpus if cluster.active else None
         ),
@@ -282,6 +289,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.presets.stop()
             await services.collector.stop()
             await services.cluster.stop()
+            await services.locator.stop()
             if services.external is not None:
                 await services.external.stop()
             await services.supervisor.shutdown()
@@ -348,6 +356,7 @@ def create_app(settings: Settings) -> Gateway:
             services.presets,
             starts,
             services.collector,
+            services.locator,
         )
     return gateway
 

@@ -10,6 +10,7 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.observe import RequestCollector
@@ -20,6 +21,7 @@ from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, LoadRequest, ModelInstance
 from sardeenz.engines import get_adapter
 from sardeenz.engines.vllm_probe import VllmInstall, VllmProbe
+from sardeenz.errors import NotFound
 from sardeenz.events import EventBus
 from sardeenz.gpu.budget import GpuBudget, compute_budget
 from sardeenz.gpu.inventory import GpuInfo, GpuInventory
@@ -67,6 +69,8 @@ class Services:
     reaper: IdleReaper
     warmup: WarmUp
     cluster: ClusterManager
+    locator: InstanceLocator
+    """Where an instance lives; every action on one, here or on its pod (cluster/locator.py)."""
     moves: MoveService
     placement: ClusterPlacement
     """The leader's scheduler acting on loads without ``podId`` (cluster/placement.py)."""
@@ -88,7 +92,17 @@ class Services:
     async def load_model(self, req: LoadRequest) -> ModelInstance:
         """Load through the supervisor; the memory ledger admits it (the same verdict
         ``POST /api/memory/profiles/check`` answers, refused with 409
-        ``model_does_not_fit`` unless ``force``; an unknown verdict never blocks)."""
+        ``model_does_not_fit`` unless ``force``; an unknown verdict never blocks).
+
+        In a cluster the instance is created where ``podId`` says (the leader's fenced
+        order to that pod), or where the leader's scheduler places it; a single node
+        loads here."""
+        if req.pod_id is not None:
+            remote = await self.cluster.load_on(req.pod_id, req)
+        else:
+            remote = await self.placement.place(req)
+        if remote is not None:
+            return remote
         return await self.supervisor.load(req)
 
     async def vllm_install(self, refresh: bool = False) -> VllmInstall:
@@ -111,24 +125,39 @@ class Services:
             if refusal is not None:
                 raise refusal
 
-    async def resource_metrics(self, instance_id: str | None = None) -> list[ResourceMetrics]:
-        """The seed's ``ResourceMetrics`` of one instance (404 if unknown) or of all."""
-        if instance_id is not None:
-            self.supervisor.get(instance_id)  # instance_not_found before sampling
-        sample = await self.node.sample()
-        return [
-            resource_metrics(
-                inst,
-                sample.held.get(inst.id, {}),
-                sample.at,
-                proxy_metrics.peek(inst.served_model_name),
-                self.proxy.inflight.count(inst.id),
-            )
-            for inst in sample.instances
-            if instance_id is None or inst.id == instance_id
-        ]
+    async def resource_metrics(self) -> list[ResourceMetrics]:
+        """The seed's ``ResourceMetrics`` of every instance of this node."""
+        return await measure_resources(self.node, self.proxy)
 
     def gpu_budgets(self, gpus: list[GpuInfo]) -> list[GpuBudget]:
         """Per-GPU budget of a snapshot: model baselines, other processes, KV cache total."""
         sup = self.supervisor
         return compute_budget(gpus, sup.baselines_bytes(), instance_pids=sup.instance_pids())
+
+
+async def measure_resources(
+    node: NodeSampler, proxy: InferenceProxy, instance_id: str | None = None
+) -> list[ResourceMetrics]:
+    """The seed's ``ResourceMetrics`` of this node's instances (or of one), measured now."""
+    sample = await node.sample()
+    return [
+        resource_metrics(
+            inst,
+            sample.held.get(inst.id, {}),
+            sample.at,
+            proxy_metrics.peek(inst.served_model_name),
+            proxy.inflight.count(inst.id),
+        )
+        for inst in sample.instances
+        if instance_id is None or inst.id == instance_id
+    ]
+
+
+async def measure_instance(
+    node: NodeSampler, proxy: InferenceProxy, instance_id: str
+) -> ResourceMetrics:
+    """One instance of this node (404 ``instance_not_found`` when it has none such)."""
+    found = await measure_resources(node, proxy, instance_id)
+    if not found:
+        raise NotFound(f"no instance with id {instance_id!r}", code="instance_not_found")
+    return found[0]

@@ -2,11 +2,12 @@
 
 The test plays the kubelet (tests/kube/pods.py). In order, on one cluster: one leader
 through the ``sardeenz-leader`` Lease and the same term everywhere; a model loaded on pod B
-answers through pod A's ``/v1``; deleting pod B's Pod object takes its routes at once (its
-process keeps running and heartbeating: only the watch removes it), and recreating it brings
-them back; the leader stopped (SIGTERM: it releases the Lease) and then killed (SIGKILL: the
-Lease expires) hands the Lease over, times printed; no orphan engine at the end. Then a
-Role missing one rule (leases update, pods watch) gives a clear warning, not a crash.
+answers through pod A's ``/v1``, and its details, log and events from every pod; deleting
+pod B's Pod object takes its routes at once (its process keeps running and heartbeating:
+only the watch removes it), and recreating it brings them back; the leader stopped
+(SIGTERM: it releases the Lease) and then killed (SIGKILL: the Lease expires) hands the
+Lease over, times printed; no orphan engine at the end. Then a Role missing one rule
+(leases update, pods watch) gives a clear warning, not a crash.
 """
 
 from __future__ import annotations
@@ -110,6 +111,30 @@ def test_model_on_pod_b_answers_through_pod_a(pods: KubePods) -> None:
     )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert pods.instances("pod-a") == []  # served by pod B's engine
+
+
+def test_pod_bs_instance_answers_from_every_pod(pods: KubePods) -> None:
+    """One instance namespace in Kubernetes mode: details, log and event stream of pod B's
+    instance from every pod (followers redirect to the Lease holder, whose locator asks
+    pod B)."""
+    iid = next(i["id"] for i in pods.instances("pod-b") if i["servedModelName"] == "remote-b")
+    for name, pod in pods.pods.items():
+        with httpx.Client(base_url=pod.url, follow_redirects=True, timeout=30) as api:
+            deadline = time.monotonic() + 10  # the leader hears of it with pod B's heartbeat
+            details = api.get(f"/api/v1/models/{iid}")
+            while details.status_code == 404 and time.monotonic() < deadline:
+                time.sleep(0.1)
+                details = api.get(f"/api/v1/models/{iid}")
+            assert details.status_code == 200, f"via {name}: {details.text}"
+            assert (details.json()["podId"], details.json()["status"]) == ("pod-b", "active")
+            logs = api.get(f"/api/v1/models/{iid}/logs", params={"lines": 5})
+            assert logs.status_code == 200, f"via {name}: {logs.text}"
+            assert logs.json()["lines"], f"via {name}: no log line"
+            url = f"/api/v1/models/instances/{iid}/events"
+            with api.stream("GET", url, params={"replay": "true"}) as resp:
+                assert resp.status_code == 200
+                lines = resp.iter_lines()
+                assert any(line == "event: status" for line in lines), f"via {name}"
 
 
 def test_deleting_a_pod_object_removes_its_routes_at_once(pods: KubePods) -> None:

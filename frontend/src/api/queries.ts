@@ -21,6 +21,7 @@ import type {
   PresetModel,
   PresetPlan,
   ProfileCreate,
+  ResourceMetrics,
   ScheduleVerdict,
 } from './types';
 import { movePollInterval } from '../lib/moves';
@@ -97,6 +98,16 @@ export function useInstance(id: string) {
     queryKey: keys.instance(id),
     queryFn: () => api<ModelInstance>(`/api/v1/models/${encodeURIComponent(id)}`),
     refetchInterval: POLL_MS,
+  });
+}
+
+/** One instance's ResourceMetrics, from whichever pod runs it (the leader's locator asks). */
+export function useInstanceMetrics(id: string) {
+  return useQuery({
+    queryKey: [...keys.instance(id), 'metrics'] as const,
+    queryFn: () => api<ResourceMetrics>(`/api/v1/models/${encodeURIComponent(id)}/metrics`),
+    refetchInterval: POLL_MS,
+    retry: false,
   });
 }
 

@@ -492,3 +492,19 @@ export interface MoveCreate {
   targetPodId: string;
   gpuIds?: number[];
 }
+
+/** GET /api/v1/models/{id}/metrics: the seed's ResourceMetrics, measured now on the instance's pod. */
+export interface ResourceMetrics {
+  modelId: string;
+  servedModelName: string;
+  status: string;
+  timestamp: string;
+  /** GB (10^9 bytes), the seed's unit. */
+  gpuMemoryUsed: number;
+  gpuMemoryUsedBytes: number;
+  requestCount: number;
+  activeConnections: number;
+  /** ms, p50 (as the seed defines it); null before the first request. */
+  avgResponseTime: number | null;
+  p95ResponseTime: number | null;
+}

@@ -148,6 +148,7 @@ export function DashboardPage() {
             {instances.data && instances.data.length > 0 && (
               <InstanceTable
                 instances={instances.data}
+                // The pod's own instances may come without podId (its event stream): they are its.
                 podOf={cluster && ((inst) => inst.podId ?? cluster.podId ?? '—')}
               />
             )}

@@ -10,7 +10,7 @@ import {
 } from '@patternfly/react-core';
 import { useNavigate, useParams } from 'react-router';
 import { ApiError } from '../api/client';
-import { useInstance } from '../api/queries';
+import { useInstance, useInstanceMetrics } from '../api/queries';
 import type { ModelInstance } from '../api/types';
 import { useCanMutate } from '../auth/AuthContext';
 import { ButtonLink } from '../components/ButtonLink';
@@ -130,6 +130,7 @@ export default function InstancePage() {
               <Terms
                 items={[
                   ['ID', <span className="sz-mono">{inst.id}</span>],
+                  ['Pod', <span data-testid="instance-pod">{inst.podId ?? 'this node'}</span>],
                   ['Model path', <span className="sz-wrap-anywhere">{inst.modelPath}</span>],
                   ['Engine', inst.engine],
                   ['GPU(s)', gpuText(inst)],
@@ -162,8 +163,36 @@ export default function InstancePage() {
               </div>
             </CardBody>
           </Card>
+          <Card>
+            <CardTitle>Traffic</CardTitle>
+            <CardBody>
+              <TrafficTerms id={inst.id} />
+            </CardBody>
+          </Card>
         </Gallery>
       </PageSection>
     </>
+  );
+}
+
+/** The instance's ResourceMetrics, measured on its pod (any pod: the locator asks it). */
+function TrafficTerms({ id }: { id: string }) {
+  const metrics = useInstanceMetrics(id);
+  if (metrics.isPending) return <Loading what="its metrics" />;
+  if (metrics.isError) return <ErrorState what="its metrics" error={metrics.error} onRetry={() => void metrics.refetch()} />;
+  const m = metrics.data;
+  const ms = (v: number | null): string => (v == null ? '—' : `${formatNumber(v)} ms`);
+  return (
+    <div data-testid="instance-traffic">
+      <Terms
+        items={[
+          ['Requests answered', formatNumber(m.requestCount)],
+          ['In flight', formatNumber(m.activeConnections)],
+          ['Latency p50 / p95', `${ms(m.avgResponseTime)} / ${ms(m.p95ResponseTime)}`],
+          ['GPU memory used', formatBytes(m.gpuMemoryUsedBytes)],
+          ['Measured', formatTimestamp(m.timestamp)],
+        ]}
+      />
+    </div>
   );
 }

@@ -37,6 +37,8 @@ function LogStream({ instanceId }: { instanceId: string }) {
   const [follow, setFollow] = useState(true);
   const [filter, setFilter] = useState('');
   const [heldCount, setHeldCount] = useState(0);
+  /** Set when the instance's pod stopped answering (a relayed stream's last event). */
+  const [podGone, setPodGone] = useState<string | null>(null);
   const held = useRef<LogLine[]>([]);
   const pausedRef = useRef(paused);
   const counter = useRef(0);
@@ -69,10 +71,21 @@ function LogStream({ instanceId }: { instanceId: string }) {
         held.current = [];
         setHeldCount(0);
         setLines([]);
+        setPodGone(null);
       },
       onMessage: ({ event, data }) => {
-        const payload = JSON.parse(data) as { line?: string; status?: string; errorMessage?: string | null };
+        const payload = JSON.parse(data) as {
+          line?: string;
+          status?: string;
+          errorMessage?: string | null;
+          detail?: string;
+        };
         if (event === 'log' && payload.line !== undefined) push({ text: payload.line, kind: 'log' });
+        else if (event === 'unavailable') {
+          // The stream of an instance on another pod, relayed: that pod died or fell silent.
+          setPodGone(payload.detail ?? 'its pod stopped answering');
+          push({ text: `── ${payload.detail ?? 'its pod stopped answering'} ──`, kind: 'status' });
+        }
         else if (event === 'status' || event === 'removed') {
           const why = payload.errorMessage ? `: ${payload.errorMessage}` : '';
           push({ text: `── ${payload.status ?? event}${why} ──`, kind: 'status' });
@@ -106,7 +119,10 @@ function LogStream({ instanceId }: { instanceId: string }) {
       () => notify('danger', 'The browser refused the clipboard', 'Select the lines and copy them by hand.'),
     );
   };
-  const [stateText, stateColor] = STATE_LABEL[stream.state];
+  const [stateText, stateColor] =
+    podGone !== null && stream.state === 'ended'
+      ? (['ended: its pod stopped answering', 'red'] as const)
+      : STATE_LABEL[stream.state];
 
   return (
     <>

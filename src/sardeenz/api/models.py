@@ -5,21 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Query, Request
 from sse_starlette import EventSourceResponse
 from starlette.status import HTTP_202_ACCEPTED
 
 from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import LoadRequest, ModelInstance, SleepRequest
-from sardeenz.events import (
-    CatalogEvent,
-    Event,
-    LogEvent,
-    PhaseEvent,
-    RemovedEvent,
-    StatusEvent,
-)
+from sardeenz.events import LogEvent
+from sardeenz.runtime.event_stream import sse_item
 from sardeenz.security.policy import ADMIN, READONLY
 from sardeenz.telemetry.resources import ResourceMetrics
 
@@ -55,14 +48,6 @@ async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
     the leader's scheduler chooses the pod and GPUs (``SARDEENZ_SCHEDULER_STRATEGY``,
     constraints ``gpuType``, ``minVramGiB``, ``tensorParallelSize``).
     """
-    if body.pod_id is not None:
-        remote = await services.cluster.load_on(body.pod_id, body)
-        if remote is not None:
-            return remote
-    else:
-        placed = await services.placement.place(body)
-        if placed is not None:
-            return placed
     return await services.load_model(body)
 
 
@@ -77,10 +62,7 @@ async def unload_model(instance_id: str, services: ServicesDep) -> ModelInstance
     ``model_unloaded``; then SIGTERM, the grace again, SIGKILL. In a cluster, the
     leader sends this to the pod that runs the instance.
     """
-    remote = await services.cluster.act_on(instance_id, "unload")
-    if remote is not None:
-        return remote
-    return await services.supervisor.unload(instance_id)
+    return await services.locator.act(instance_id, "unload")
 
 
 @router.post(
@@ -107,10 +89,7 @@ async def sleep_model(
     """
     chosen = level if level is not None else (body.level if body is not None else 1)
     forced = force if force is not None else (body.force if body is not None else False)
-    remote = await services.cluster.act_on(instance_id, "sleep", chosen)
-    if remote is not None:
-        return remote
-    return await services.supervisor.sleep(instance_id, chosen, forced)
+    return await services.locator.act(instance_id, "sleep", chosen, forced)
 
 
 @router.post(
@@ -121,25 +100,22 @@ async def sleep_model(
 )
 async def wake_model(instance_id: str, services: ServicesDep) -> ModelInstance:
     """Wake a sleeping instance; returns once the engine reports it is awake."""
-    remote = await services.cluster.act_on(instance_id, "wake")
-    if remote is not None:
-        return remote
-    return await services.supervisor.wake(instance_id)
+    return await services.locator.act(instance_id, "wake")
 
 
 @router.get("", response_model=list[ModelInstance], dependencies=[READONLY])
 async def list_models(services: ServicesDep) -> list[ModelInstance]:
     """Every instance; in a cluster, every pod's, each with its ``podId`` (from the
     heartbeats this pod holds: followers redirect here to the leader)."""
-    return services.cluster.instances()
+    return services.locator.instances()
 
 
 @router.get(
     "/{instance_id}", response_model=ModelInstance, responses=ERRORS, dependencies=[READONLY]
 )
 async def get_model(instance_id: str, services: ServicesDep) -> ModelInstance:
-    """One instance."""
-    return services.supervisor.get(instance_id)
+    """One instance, as the pod that runs it sees it now (with its ``podId`` in a cluster)."""
+    return await services.locator.instance(instance_id)
 
 
 @router.get(
@@ -155,8 +131,7 @@ async def get_resource_metrics(instance_id: str, services: ServicesDep) -> Resou
     ``activeConnections`` are the instance's requests in flight; ``requestCount`` and the
     latencies (``avgResponseTime`` is the p50, as in the seed; ms) count its served name.
     """
-    (found,) = await services.resource_metrics(instance_id)
-    return found
+    return await services.locator.metrics(instance_id)
 
 
 @router.get("/{instance_id}/logs", responses=ERRORS, dependencies=[READONLY])
@@ -165,55 +140,8 @@ async def get_logs(
     services: ServicesDep,
     lines: Annotated[int, Query(ge=1, le=100_000)] = 200,
 ) -> dict[str, Any]:
-    """The last ``lines`` lines of the engine's log (from the ring buffer)."""
-    return {"instanceId": instance_id, "lines": services.supervisor.log_lines(instance_id, lines)}
-
-
-def _sse(event: Event) -> dict[str, str]:
-    if isinstance(event, LogEvent):
-        data: dict[str, Any] = {
-            "instanceId": event.instance_id,
-            "line": event.line,
-            "timestamp": event.at.isoformat(),
-        }
-        return {"event": "log", "data": orjson.dumps(data).decode()}
-    if isinstance(event, StatusEvent):
-        data = {
-            "instanceId": event.instance_id,
-            "status": event.instance.status.value,
-            "previous": event.previous.value if event.previous else None,
-            "errorMessage": event.instance.error_message,
-            "instance": event.instance.model_dump(mode="json"),
-            "timestamp": event.at.isoformat(),
-        }
-        return {"event": "status", "data": orjson.dumps(data).decode()}
-    if isinstance(event, PhaseEvent):
-        data = {
-            "instanceId": event.instance_id,
-            "status": event.instance.status.value,
-            "loadPhase": event.instance.load_phase,
-            "instance": event.instance.model_dump(mode="json"),
-            "timestamp": event.at.isoformat(),
-        }
-        return {"event": "phase", "data": orjson.dumps(data).decode()}
-    if isinstance(event, CatalogEvent):
-        data = {
-            "instanceId": event.instance_id,
-            "model": event.model,
-            "action": event.action,
-            "reason": event.reason,
-            "message": event.message,
-            **event.details,
-            "timestamp": event.at.isoformat(),
-        }
-        return {"event": "catalog", "data": orjson.dumps(data).decode()}
-    data = {
-        "instanceId": event.instance_id,
-        "status": "removed",
-        "instance": event.instance.model_dump(mode="json"),
-        "timestamp": event.at.isoformat(),
-    }
-    return {"event": "removed", "data": orjson.dumps(data).decode()}
+    """The last ``lines`` lines of the engine's log (from the ring buffer of its pod)."""
+    return {"instanceId": instance_id, "lines": await services.locator.logs(instance_id, lines)}
 
 
 @router.get(
@@ -231,32 +159,12 @@ async def instance_events(
     `loadPhase`) of one instance; `removed` ends it.
 
     With ``replay=true`` the buffered log lines are sent first. The subscription
-    is taken before the replay, so no line falls between the two.
+    is taken before the replay, so no line falls between the two. In a cluster, the
+    stream of another pod's instance is relayed from that pod; if that pod dies or falls
+    silent, a final `unavailable` event (``code`` pod_unavailable, ``podId``) ends it.
     """
-    supervisor = services.supervisor
-    current = supervisor.get(instance_id)  # 404 before the stream starts
-    sub = services.bus.subscribe(instance_id)
-    backlog = supervisor.log_lines(instance_id) if replay else []
-
-    async def stream() -> AsyncIterator[dict[str, str]]:
-        try:
-            for line in backlog:
-                yield {
-                    "event": "log",
-                    "data": orjson.dumps(
-                        {"instanceId": instance_id, "line": line, "replayed": True}
-                    ).decode(),
-                }
-            yield _sse(StatusEvent(current, None))
-            while True:
-                event = await sub.get()
-                yield _sse(event)
-                if isinstance(event, RemovedEvent):
-                    return
-        finally:
-            sub.close()
-
-    return EventSourceResponse(stream(), ping=15, send_timeout=30)
+    stream = await services.locator.events(instance_id, replay)  # 404 before it starts
+    return EventSourceResponse(stream, ping=15, send_timeout=30)
 
 
 events_router = APIRouter(prefix="/api/v1", tags=["models"])
@@ -285,7 +193,7 @@ async def all_events(services: ServicesDep, logs: bool = False) -> EventSourceRe
                 event = await sub.get()
                 if isinstance(event, LogEvent) and not logs:
                     continue
-                yield _sse(event)
+                yield sse_item(event)
         finally:
             sub.close()
 

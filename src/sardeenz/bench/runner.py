@@ -38,7 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sardeenz.bench.models import (
     MAX_RUN_CONCURRENCY,
@@ -50,7 +50,6 @@ from sardeenz.bench.stats import RequestSample, scenario_metrics
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, ModelInstance, utcnow
 from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError, Unavailable
-from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.auth import ApiKeys
 from sardeenz.store.benchmarks import BenchmarkRepository
 from sardeenz.store.records import (
@@ -248,19 +247,28 @@ def _self_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+class InstanceFinder(Protocol):
+    """Instances wherever they run (cluster/locator.py): a scenario may name an instance
+    on any pod of a cluster."""
+
+    async def instance(self, instance_id: str) -> ModelInstance: ...
+
+    def is_here(self, instance: ModelInstance) -> bool: ...
+
+
 class BenchmarkRunner:
     """The benchmark service: the API's entry point for runs (module docstring)."""
 
     def __init__(
         self,
         settings: Settings,
-        supervisor: Supervisor,
+        instances: InstanceFinder,
         repo: BenchmarkRepository,
         api_keys: ApiKeys | None = None,
     ) -> None:
         self.settings = settings
         self.repo = repo
-        self._supervisor = supervisor
+        self._instances = instances
         self._api_keys = api_keys
         self._active: dict[str, _Active] = {}
         self._hub = ProgressHub()
@@ -349,18 +357,23 @@ class BenchmarkRunner:
         """Validate, record (``pending``) and start a run; returns at once."""
         if self._stopping:
             raise Unavailable("the server is shutting down", code="shutting_down")
-        if self._active:
-            running = next(iter(self._active))
+        self._check_size(body)
+        proxy_headers = self._proxy_headers(body)
+        run_id = str(uuid.uuid4())
+        instances = [await self._instance(spec.instance_id, spec) for spec in body.scenarios]
+        # After the lookups (which may ask other pods) and before any other await, so that
+        # two runs started together cannot both pass:
+        # A run whose end is recorded in memory (``finished``) sends no more load, though
+        # it may still be writing its last rows: a client that saw it end may start the next.
+        running_ids = [rid for rid, a in self._active.items() if not a.finished]
+        if running_ids:
+            running = running_ids[0]
             raise Conflict(
                 f"benchmark run {running} is in progress; cancel it or wait for it to finish "
                 "(runs on one node would measure each other)",
                 code="benchmark_in_progress",
                 runId=running,
             )
-        self._check_size(body)
-        proxy_headers = self._proxy_headers(body)
-        run_id = str(uuid.uuid4())
-        instances = [self._instance(spec.instance_id, spec) for spec in body.scenarios]
         scenarios = [
             BenchmarkScenario(
                 id=str(uuid.uuid4()),
@@ -438,13 +451,21 @@ class BenchmarkRunner:
             raise InvalidRequest("apiKey is not a valid inference key", code="invalid_api_key")
         return {"Authorization": header}
 
-    def _instance(self, instance_id: str, spec: ScenarioSpec) -> ModelInstance:
-        inst = self._supervisor.get(instance_id)  # 404 instance_not_found
+    async def _instance(self, instance_id: str, spec: ScenarioSpec) -> ModelInstance:
+        inst = await self._instances.instance(instance_id)  # 404 instance_not_found
         if inst.status != InstanceStatus.ACTIVE:
             raise Conflict(
                 f"instance {instance_id} is {inst.status.value}; "
                 "benchmarks need an active instance",
                 code="instance_not_active",
+            )
+        if spec.routing_mode == RoutingMode.DIRECT and not self._instances.is_here(inst):
+            raise Conflict(
+                f"instance {instance_id} runs on pod {inst.pod_id}: routingMode direct reaches "
+                "only the engines of the pod that runs the benchmark (the leader); use "
+                "routingMode proxy (through the cluster's /v1)",
+                code="instance_not_local",
+                podId=inst.pod_id,
             )
         mml = inst.memory_metrics.max_model_len if inst.memory_metrics else None
         if mml is not None and spec.input_tokens + spec.output_tokens > mml:
@@ -623,7 +644,7 @@ class BenchmarkRunner:
 
         prog = active.progress[sc.id]
         try:
-            inst = self._supervisor.get(sc.instance_id)
+            inst = await self._instances.instance(sc.instance_id)
             if inst.status != InstanceStatus.ACTIVE:
                 raise ScenarioAborted(f"instance {inst.id} is {inst.status.value}")
             target, tokenize_url = self._target(active, sc, inst)

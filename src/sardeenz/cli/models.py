@@ -56,7 +56,7 @@ def is_health_poll(line: str) -> bool:
     return _HEALTH_ACCESS.search(line) is not None
 
 
-def _rows(items: list[dict[str, Any]]) -> list[list[Cell]]:
+def _rows(items: list[dict[str, Any]], pods: bool) -> list[list[Cell]]:
     rows: list[list[Cell]] = []
     for it in items:
         status = it["status"]
@@ -73,6 +73,8 @@ def _rows(items: list[dict[str, Any]]) -> list[list[Cell]]:
                 it.get("errorMessage") or "",
             ]
         )
+        if pods:
+            rows[-1].insert(1, it.get("podId") or "-")
     return rows
 
 
@@ -89,10 +91,14 @@ _COLS = (
 
 
 def _show(items: list[dict[str, Any]], as_json: bool, title: str = "Model instances") -> None:
+    """The table; with a POD column when the server is in a cluster (instances carry their
+    ``podId`` then)."""
     if as_json:
         emit_json(items)
-    else:
-        emit(title, _COLS, _rows(items))
+        return
+    pods = any(it.get("podId") for it in items)
+    cols = (_COLS[0], Col("POD"), *_COLS[1:]) if pods else _COLS
+    emit(title, cols, _rows(items, pods))
 
 
 @app.command("ls")

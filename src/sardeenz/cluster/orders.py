@@ -25,6 +25,7 @@ class _LoadOrder(BaseModel):
 
 class _ActionOrder(BaseModel):
     level: int = Field(1, ge=1, le=2)
+    force: bool = False
 
 
 class InstanceOrders:
@@ -41,8 +42,8 @@ class InstanceOrders:
         return instance.model_dump(mode="json")
 
     async def sleep(self, request: InternalRequest) -> dict[str, Any]:
-        level = request.parse(_ActionOrder).level
-        instance = await self._sup.sleep(request.params["instance_id"], level)
+        order = request.parse(_ActionOrder)
+        instance = await self._sup.sleep(request.params["instance_id"], order.level, order.force)
         return instance.model_dump(mode="json")
 
     async def wake(self, request: InternalRequest) -> dict[str, Any]:

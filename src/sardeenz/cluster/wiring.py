@@ -3,7 +3,8 @@
 The ``/internal`` router is built here from every part that serves internal
 routes: membership (ping, heartbeat, state, votes), the leader's orders on
 instances, a move's steps, profile sync, presets, on-demand placement and the
-request collector (cluster/observe.py).
+request collector (cluster/observe.py) and the locator's reads of this pod's
+instances.
 A feature with routes of its own adds its ``internal_routes()`` here.
 """
 
@@ -13,6 +14,8 @@ from typing import Any
 
 from sardeenz.cluster import handover
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
+from sardeenz.cluster.instance_routes import InstanceRoutes
+from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
@@ -33,6 +36,7 @@ def internal_router(
     starts: ClusterStarts,
     unverified: UnverifiedBodies,
     collector: RequestCollector,
+    locator: InstanceLocator,
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
     assert manager.verifier is not None
@@ -44,6 +48,7 @@ def internal_router(
     router.include(presets.internal_routes())
     router.include(starts.internal_routes())
     router.include(collector.internal_routes())
+    router.include(InstanceRoutes(locator).internal_routes())
     return router
 
 
@@ -55,9 +60,10 @@ def install_cluster(
     presets: PresetService,
     starts: ClusterStarts,
     collector: RequestCollector,
+    locator: InstanceLocator,
 ) -> None:
     gateway.internal = internal_router(
-        manager, profile_sync, presets, starts, gateway.unverified, collector
+        manager, profile_sync, presets, starts, gateway.unverified, collector, locator
     )
     gateway.trusted_forward = trusted_forward(manager, gateway.unverified)
     gateway.redirect = leader_redirect(manager)

@@ -12,18 +12,27 @@ whatever the parts do not explain is ``overheadMemoryGib``.
 from __future__ import annotations
 
 import uuid
-from typing import overload
+from typing import Protocol, overload
 
 from sardeenz.domain import InstanceStatus, ModelInstance, utcnow
 from sardeenz.errors import Conflict, InvalidRequest, NotFound
-from sardeenz.gpu.inventory import GpuInventory
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.estimate import GIB
 from sardeenz.memory.models import MemoryProfile, ProfileCreate
-from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.profiles import ProfileRepository
 
 _SERVING = (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
+
+
+class InstanceFinder(Protocol):
+    """Instances wherever they run (cluster/locator.py): a profile can be made from an
+    instance on any pod, with the GPU figures of that pod."""
+
+    async def instance(self, instance_id: str) -> ModelInstance: ...
+
+    def instances(self) -> list[ModelInstance]: ...
+
+    async def gpu(self, instance: ModelInstance, index: int) -> tuple[str, int] | None: ...
 
 
 def _round(x: float) -> float:
@@ -46,12 +55,9 @@ def _not_found(profile_id: str) -> NotFound:
 
 
 class ProfileService:
-    def __init__(
-        self, repo: ProfileRepository, supervisor: Supervisor, inventory: GpuInventory
-    ) -> None:
+    def __init__(self, repo: ProfileRepository, instances: InstanceFinder) -> None:
         self.repo = repo
-        self._supervisor = supervisor
-        self._inventory = inventory
+        self._instances = instances
 
     # --- queries ---------------------------------------------------------------------
     async def list_profiles(self, model_path: str | None = None) -> list[MemoryProfile]:
@@ -81,7 +87,7 @@ class ProfileService:
     async def create(self, body: ProfileCreate) -> MemoryProfile:
         has_figures = body.weights_memory_gib is not None or body.kv_cache_available_gib is not None
         if body.instance_id is not None:
-            inst = self._supervisor.get(body.instance_id)  # 404 instance_not_found
+            inst = await self._instances.instance(body.instance_id)  # 404 instance_not_found
             return await self.repo.create(await self._from_instance(inst, body))
         if body.model_path is not None and not has_figures:
             inst = self._serving_instance(body.model_path)
@@ -91,7 +97,7 @@ class ProfileService:
     def _serving_instance(self, model_path: str) -> ModelInstance:
         candidates = [
             i
-            for i in self._supervisor.list_instances()
+            for i in self._instances.instances()
             if model_path in (i.model_path, i.served_model_name)
             and i.status in _SERVING
             and i.memory_metrics is not None
@@ -170,9 +176,9 @@ class ProfileService:
             gpu_index = inst.gpu_ids[0]
         gpu_name, gpu_total = None, None
         if gpu_index is not None:
-            for gpu in await self._inventory.snapshot():
-                if gpu.index == gpu_index:
-                    gpu_name, gpu_total = gpu.name, gpu.total_bytes / GIB
+            figures = await self._instances.gpu(inst, gpu_index)
+            if figures is not None:
+                gpu_name, gpu_total = figures[0], figures[1] / GIB
         weights = _pick(body.weights_memory_gib, metrics.weights_memory_gib, 0.0)
         graphs = _pick(body.cuda_graphs_gib, metrics.cuda_graph_memory_gib, 0.0)
         kv = _pick(body.kv_cache_available_gib, metrics.kv_cache_available_gib, 0.0)

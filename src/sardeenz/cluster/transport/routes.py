@@ -98,5 +98,13 @@ ONDEMAND_PLACE = InternalRoute("POST", "/internal/ondemand/place")
 # --- the cluster-wide request log, pulled by every pod (cluster/observe.py)
 REQUESTS_PULL = InternalRoute("POST", "/internal/requests/pull")
 
+# --- reads of this pod's instances by another pod's locator (cluster/instance_routes.py):
+# not fenced (they change nothing; asked also while no leader is known)
+INSTANCE = InternalRoute("GET", "/internal/instances/{instance_id}")
+INSTANCE_LOGS = InternalRoute("GET", "/internal/instances/{instance_id}/logs/{lines}")
+INSTANCE_METRICS = InternalRoute("GET", "/internal/instances/{instance_id}/metrics")
+INSTANCE_EVENTS = InternalRoute("GET", "/internal/instances/{instance_id}/events/{replay}")
+"""NDJSON stream (``replay``: ``0`` or ``1``); its handler answers a ``Streamed``."""
+
 INSTANCE_ACTIONS: Final = {"unload": UNLOAD, "sleep": SLEEP, "wake": WAKE}
 """The leader's orders on one instance, by the action's name."""

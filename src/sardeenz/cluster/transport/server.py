@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -167,7 +167,15 @@ class InternalRequest:
 
 
 Handler = Callable[[InternalRequest], Any]
-"""``(request) -> JSON value``, or an awaitable of it."""
+"""``(request) -> JSON value``, or an awaitable of it, or a ``Streamed``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """A handler's answer that sends itself (a stream): given the connection's ``receive``
+    (to see the reader leave) and ``send``, it sends the whole response."""
+
+    run: Callable[[Receive, Send], Awaitable[None]]
 
 
 class _Term(BaseModel):
@@ -226,6 +234,9 @@ class InternalRouter:
             status, data = await self._dispatch(
                 scope["method"], raw.decode("latin-1"), body, signed_for
             )
+            if isinstance(data, Streamed):
+                await data.run(receive, send)
+                return
         except BodyError as r:
             if r.status == 499:
                 return

@@ -1,0 +1,60 @@
+import { describe, expect, it } from 'vitest';
+import { ApiError } from '../api/client';
+import { EMPTY_CATALOG_FORM, entryFromForm, formFromModel, idleCountdown, serverFieldErrors } from './catalogForm';
+const model = (over, entry = { modelPath: 'qwen' }) => ({
+    name: 'qwen-chat',
+    source: 'api',
+    state: 'active',
+    error: null,
+    overridesConfig: false,
+    instanceIds: ['i'],
+    entry,
+    idleSeconds: 40,
+    ...over,
+});
+describe('catalog form', () => {
+    it('round-trips an entry through the form', () => {
+        const m = model({}, { modelPath: 'qwen', engine: 'sim', aliases: ['a', 'b'], sleepLevel: 1, idleSleepSeconds: 60, pinned: true });
+        const { entry, errors } = entryFromForm(formFromModel(m));
+        expect(errors).toEqual({});
+        expect(entry).toMatchObject({ modelPath: 'qwen', engine: 'sim', aliases: ['a', 'b'], sleepLevel: 1, idleSleepSeconds: 60, pinned: true });
+    });
+    it('names each field the operator must fix', () => {
+        const { entry, errors } = entryFromForm({
+            ...EMPTY_CATALOG_FORM,
+            idleSleepSeconds: '30',
+            idleUnloadSeconds: '-1',
+            gpuIds: '0, x',
+            engine: 'external',
+        });
+        expect(entry).toBeNull();
+        expect(Object.keys(errors).sort()).toEqual(['gpuIds', 'idleSleepSeconds', 'idleUnloadSeconds', 'modelPath', 'name', 'url']);
+        expect(errors.idleSleepSeconds).toMatch(/sleep level/);
+    });
+    it("maps the server's refusals to fields", () => {
+        const e422 = new ApiError(422, 'validation_error', 'invalid request', {
+            errors: [
+                { field: 'idleSleepSeconds', message: 'Input should be greater than 0' },
+                { field: 'bogus', message: 'Extra inputs are not permitted' },
+            ],
+        });
+        expect(serverFieldErrors(e422)).toEqual({
+            fields: { idleSleepSeconds: 'Input should be greater than 0' },
+            general: 'bogus: Extra inputs are not permitted',
+        });
+        const e400 = new ApiError(400, 'invalid_catalog_entry', "catalog entry 'x': url: engine external needs the server's url");
+        expect(serverFieldErrors(e400)).toEqual({ fields: { url: "engine external needs the server's url" }, general: null });
+        expect(serverFieldErrors(new ApiError(500, 'internal', 'boom')).general).toBe('boom');
+    });
+});
+describe('idle countdown', () => {
+    it('counts down to sleep, then to unload; never for a pinned model', () => {
+        const entry = { modelPath: 'q', sleepLevel: 1, idleSleepSeconds: 60, idleUnloadSeconds: 300 };
+        expect(idleCountdown(model({}, entry))).toEqual({ action: 'sleep', seconds: 20 });
+        expect(idleCountdown(model({ state: 'sleeping', idleSeconds: 100 }, entry))).toEqual({ action: 'unload', seconds: 200 });
+        expect(idleCountdown(model({ idleSeconds: 500 }, { ...entry, sleepLevel: 0 }))).toEqual({ action: 'unload', seconds: 0 });
+        expect(idleCountdown(model({}, { ...entry, pinned: true }))).toBeNull();
+        expect(idleCountdown(model({ state: 'unloaded', idleSeconds: null }, entry))).toBeNull();
+        expect(idleCountdown(model({}, { modelPath: 'q' }))).toBeNull();
+    });
+});
