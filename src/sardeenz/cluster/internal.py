@@ -12,10 +12,11 @@ Routes: ``GET ping``, ``POST heartbeat``, ``GET state``, ``GET routes``, ``POST
 election/vote``, ``POST models/load``, ``POST models/{id}/unload|sleep|wake``,
 ``POST models/{id}/withdraw|restore|drain`` (a move's steps, cluster/handover.py),
 ``GET memory-profiles`` (this pod's profiles) and ``POST memory-profiles``
-(the leader's merged set, fenced; cluster/profile_sync.py), ``GET|POST
-presets/sync`` (this pod's presets; the leader's whole set, fenced;
-cluster/preset_service.py), ``POST ondemand/place`` (a pod asks the leader to
-place a catalog model's on-demand start; cluster/ondemand.py).
+(the leader's merged set, fenced; cluster/profile_sync.py), ``POST
+ondemand/place`` (a pod asks the leader to place a catalog model's on-demand
+start; cluster/ondemand.py), ``POST
+control/write|read`` (the replicated control state: a copy the leader sends, a
+new leader reading ours; both fenced; cluster/control_state.py).
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.cluster import handover
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.peers import Heartbeat
-from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.domain import LoadRequest
 from sardeenz.errors import SardeenzError
@@ -111,12 +112,12 @@ class InternalApi:
         self,
         manager: ClusterManager,
         profile_sync: ProfileSync | None = None,
-        presets: PresetService | None = None,
         starts: ClusterStarts | None = None,
+        control: ControlRegister | None = None,
     ) -> None:
         self._m = manager
+        self._control = control
         self._profiles = profile_sync
-        self._presets = presets
         self._starts = starts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -196,11 +197,11 @@ class InternalApi:
                 return await self._profiles.receive(body)
         if route == "ondemand/place" and method == "POST" and self._starts is not None:
             return await self._starts.receive(body)
-        if route == "presets/sync" and self._presets is not None:
-            if method == "POST":
-                return await self._presets.receive(body)
-            if method == "GET":
-                return 200, await self._presets.stored()
+        if route.startswith("control/") and method == "POST" and self._control is not None:
+            if route == "control/write":
+                return await self._control.receive_write(body)
+            if route == "control/read":
+                return await self._control.receive_read(body)
         return 404, api_error(f"no internal route {method} {path[:100]}", "not_found")
 
     async def _handover(self, iid: str, action: str, body: bytes) -> dict[str, Any]:

@@ -21,10 +21,24 @@ every pod's routing table holds at least one route to the model:
 A target that is refused or fails to start is unloaded and the move ends
 ``failed`` with the reason; the source was never touched. A failure while
 switching restores the source's advertisement and retires the target the
-same careful way. Moves live in the leader's memory (the last ``HISTORY``):
-if the leader dies mid-move the move is lost, both instances may keep running
-(the operator unloads one), and a withdrawn source is advertised again when
-its withdrawal expires (``withdrawSeconds`` after the withdraw).
+same careful way.
+
+The move record (phase, source, target) is the ``moves`` document of the
+replicated control state (cluster/control_state.py), written before each step
+it announces (write-ahead) and acknowledged by a majority of the pods, so a
+leader that dies mid-move leaves its successor the phase the move was in. The
+new leader, once it has adopted the control state, takes every unfinished
+move over (:meth:`MoveService.take_over`):
+
+* phase ``draining`` or ``unloading-source`` (every pod already routes to the
+  target, the source is held): the move is resumed, drain then unload;
+* earlier phases (the source was never held): the move is rolled back, the
+  source advertised again and the target (if one was started) retired the
+  careful way; it ends ``failed`` with code ``leader_changed``;
+* a source that is gone (it ran on the dead leader) keeps the target instead.
+
+The source serves throughout: nothing in either path stops it before every
+pod routes to the target.
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ import uuid
 from collections.abc import Awaitable, Coroutine
 from typing import TypeVar
 
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState, MoveStep
 from sardeenz.config import Settings
@@ -48,6 +63,10 @@ T = TypeVar("T")
 
 HISTORY = 100
 """Finished moves kept for ``GET /api/cluster/moves``."""
+JOURNALED_HISTORY = 20
+"""Finished moves kept in the replicated record (a new leader lists them too)."""
+KEY = "moves"
+"""The control-state document that holds the move records."""
 POLL = 0.1
 SETTLE = 1.0
 """Seconds a target is active before other pods may route to it. Measured
@@ -64,9 +83,11 @@ class MoveFailed(Exception):
 class MoveService:
     """The leader's moves: validation, the in-memory list, one owned task per move."""
 
-    def __init__(self, pods: Pods, settings: Settings) -> None:
+    def __init__(self, pods: Pods, settings: Settings, control: ControlRegister) -> None:
         self._pods = pods
         self._settings = settings
+        self._control = control
+        control.when_ready(self.take_over)
         self._moves: dict[str, Move] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         beat = settings.cluster_heartbeat_interval_seconds
@@ -156,13 +177,14 @@ class MoveService:
         )
         self._moves[move.id] = move
         self._forget_old()
+        try:  # acknowledged to the client only once a majority holds the record
+            await self._journal()
+        except SardeenzError:
+            self._moves.pop(move.id, None)
+            raise
         drain = req.drain_seconds
         drain_s = self._settings.stop_grace_seconds if drain is None else drain
-        task = asyncio.get_running_loop().create_task(
-            self._run(move, source, drain_s), name=f"sardeenz-move-{move.id}"
-        )
-        self._tasks[move.id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(move.id, None))
+        self._launch(move, self._run(move, source, drain_s))
         log.info(
             "move %s: %s (%s) from %s to %s%s",
             move.id,
@@ -173,6 +195,49 @@ class MoveService:
             f" GPUs {req.gpu_ids}" if req.gpu_ids is not None else "",
         )
         return move
+
+    def _launch(self, move: Move, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=f"sardeenz-move-{move.id}")
+        self._tasks[move.id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(move.id, None))
+
+    async def _journal(self) -> None:
+        """Write every unfinished move and the last finished ones as the cluster's record
+        (returns once a majority stored it; raises 503 otherwise)."""
+        if not self._control.replicated:
+            return
+
+        async def record(_: object) -> list[dict[str, object]]:
+            moves = self.list()  # taken under the register's lock: the newest of every move
+            kept = [m for m in moves if m.state not in FINISHED]
+            kept += [m for m in moves if m.state in FINISHED][:JOURNALED_HISTORY]
+            return [m.model_dump(mode="json", by_alias=True) for m in kept]
+
+        await self._control.update(KEY, record)
+
+    async def _mark(self, move: Move, state: MoveState) -> None:
+        """Record ``state`` before the step it announces (a new leader resumes from it)."""
+        move.state = state
+        try:
+            await self._journal()
+        except SardeenzError as exc:
+            raise MoveFailed(f"the move's record was not stored: {exc.message}", exc.code) from exc
+
+    async def take_over(self) -> None:
+        """This pod became a ready leader: adopt the recorded moves, finish the open ones."""
+        body = self._control.body(KEY, [])
+        for raw in body if isinstance(body, list) else []:
+            try:
+                move = Move.model_validate(raw)
+            except ValueError:
+                log.warning("move record unreadable, skipped: %.200s", raw)
+                continue
+            if move.id in self._tasks:  # ours still running (we led before and still do)
+                continue
+            self._moves[move.id] = move
+            if move.state not in FINISHED:
+                log.warning("move %s: taken over in state %s", move.id, move.state.value)
+                self._launch(move, self._recover(move))
 
     async def stop(self) -> None:
         """Shutdown: moves in progress end where they are (documented as a leader loss)."""
@@ -194,7 +259,7 @@ class MoveService:
         src_pod = move.source_pod_id
         try:
             target = await self._start_target(move, source)
-            move.state = MoveState.SWITCHING
+            await self._mark(move, MoveState.SWITCHING)
             try:
                 await self._wait_routes(move.target_pod_id, target.id, present=True)
             except MoveFailed:
@@ -213,7 +278,7 @@ class MoveService:
                 await self._restore(src_pod, source.id)
                 await self._rollback(move, target, routed=True)
                 raise
-            move.state = MoveState.DRAINING
+            await self._mark(move, MoveState.DRAINING)
             drained = self._pods.drain(src_pod, source.id, drain_s)
             in_flight, cut = await self._call(drained, "source_drain")
             self._step(
@@ -221,7 +286,7 @@ class MoveService:
                 "drain-end",
                 f"{in_flight} request(s) in flight at the start, {cut} cut after {drain_s:g}s",
             )
-            move.state = MoveState.UNLOADING_SOURCE
+            await self._mark(move, MoveState.UNLOADING_SOURCE)
             await self._call(self._pods.unload(src_pod, source.id), "source_unload")
             self._step(move, "source-gone")
             move.state = MoveState.DONE
@@ -235,9 +300,83 @@ class MoveService:
         finally:
             move.finished_at = utcnow()
             move.duration_seconds = round(time.monotonic() - t0, 3)
+            await self._journal_end(move)
+
+    async def _journal_end(self, move: Move) -> None:
+        """Record the end (best effort: a leader that lost its majority leaves the move
+        open in the record, and the next leader finishes it)."""
+        if not self._pods.leading():
+            return
+        try:
+            await self._journal()
+        except SardeenzError as exc:
+            log.warning("move %s: its end was not recorded: %s", move.id, exc)
+
+    async def _recover(self, move: Move) -> None:
+        """Finish a move a previous leader left open (the module docstring says how)."""
+        t0 = time.monotonic()
+        src_pod, src_id = move.source_pod_id, move.instance_id
+        try:
+            self._step(move, "taken-over", f"by pod {self._pods.me} in state {move.state.value}")
+            target = self._target_of(move)
+            source = self._pods.instance(src_pod, src_id)
+            if source is None:
+                if target is None:
+                    raise MoveFailed("source and target are both gone", "leader_changed")
+                await self._call(
+                    self._pods.restore(move.target_pod_id, target.id), "target_restore"
+                )
+                self._step(move, "target-kept", f"the source on pod {src_pod} is gone")
+                move.state = MoveState.DONE
+            elif move.state in (MoveState.DRAINING, MoveState.UNLOADING_SOURCE):
+                if move.state is MoveState.DRAINING:
+                    drain_s = self._settings.stop_grace_seconds
+                    drained = self._pods.drain(src_pod, src_id, drain_s)
+                    in_flight, cut = await self._call(drained, "source_drain")
+                    self._step(move, "drain-end", f"{in_flight} in flight, {cut} cut")
+                    await self._mark(move, MoveState.UNLOADING_SOURCE)
+                await self._call(self._pods.unload(src_pod, src_id), "source_unload")
+                self._step(move, "source-gone", "resumed by the new leader")
+                move.state = MoveState.DONE
+            else:
+                await self._restore(src_pod, src_id)
+                self._step(move, "source-restored", f"pod {src_pod} advertises {src_id}")
+                if target is not None:
+                    await self._rollback(move, target, routed=True)
+                raise MoveFailed(
+                    "the leader changed mid-move: rolled back (the source kept serving)",
+                    "leader_changed",
+                )
+        except MoveFailed as exc:
+            move.state, move.reason, move.code = MoveState.FAILED, exc.reason, exc.code
+            self._step(move, "failed", exc.reason)
+            log.warning("move %s failed: %s", move.id, exc.reason)
+        except Exception as exc:  # a bug must end the move visibly, not hang it
+            log.exception("move %s: take-over crashed", move.id)
+            move.state, move.reason, move.code = MoveState.FAILED, str(exc), "internal_error"
+        finally:
+            move.finished_at = utcnow()
+            move.duration_seconds = round(time.monotonic() - t0, 3)
+            await self._journal_end(move)
+
+    def _target_of(self, move: Move) -> ModelInstance | None:
+        """The move's target as the target pod now runs it. A target started just
+        before the old leader could record its id is found by what it is: the same
+        served model on the target pod, created after the move began."""
+        pod = move.target_pod_id
+        if move.target_instance_id is not None:
+            return self._pods.instance(pod, move.target_instance_id)
+        candidates = [
+            i
+            for i in self._pods.on(pod)
+            if i.served_model_name == move.model
+            and i.id != move.instance_id
+            and i.created_at >= move.created_at
+        ]
+        return candidates[0] if len(candidates) == 1 else None
 
     async def _start_target(self, move: Move, source: ModelInstance) -> ModelInstance:
-        move.state = MoveState.STARTING_TARGET
+        await self._mark(move, MoveState.STARTING_TARGET)
         req = LoadRequest(
             model_path=source.model_path,
             engine=source.engine,
@@ -253,6 +392,7 @@ class MoveService:
         move.target_instance_id = target.id
         move.target_gpu_ids = list(target.gpu_ids)
         self._step(move, "target-loading", f"instance {target.id} on pod {move.target_pod_id}")
+        await self._mark(move, MoveState.STARTING_TARGET)  # with the target's id
         # Not advertised to other pods until it has settled (SETTLE).
         hold = self._settings.ready_timeout_seconds + self.route_timeout * 2 + 60
         try:

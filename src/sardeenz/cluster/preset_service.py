@@ -1,11 +1,12 @@
 """Presets as a service: storage, distribution, apply, and the reconcile loop.
 
-* **Storage and distribution.** Every pod keeps the presets in SQLite. The
-  leader writes (the admin API reaches it through the followers' 307) and
-  pushes the whole set to every pod through ``/internal/presets/sync``, fenced
-  by its term; a pod that missed a push (down, partitioned, new) gets it on
-  the next reconcile tick, since the leader re-sends to every pod whose
-  acknowledged revision differs. So whichever pod leads next has them.
+* **Storage and distribution.** The presets are the ``presets`` document of
+  the replicated control state (cluster/control_state.py): the leader (the
+  admin API reaches it through the followers' 307) changes its table, then
+  writes the whole set, and a change is acknowledged once a majority of the
+  pods stored it (503 ``no_quorum`` otherwise). Every other pod replaces its
+  table with each copy it receives, and a new leader adopts the newest copy a
+  majority holds before it reconciles anything.
 * **Apply** (``POST .../{name}/apply``): plan, refuse the whole preset when a
   replica fits nowhere (409 ``preset_unschedulable``, nothing done), else mark
   it applied and run the steps in a task this service owns, whose progress is
@@ -25,16 +26,13 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from pydantic import BaseModel, Field, ValidationError
-
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.preset_plan import Placer, Plan, Step, make_plan
@@ -49,11 +47,8 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 TICK_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 120.0
-
-
-class _Sync(BaseModel):
-    term: int = Field(ge=0)
-    presets: list[dict[str, Any]] = Field(max_length=1024)
+KEY = "presets"
+"""The control-state document that holds the presets."""
 
 
 @dataclass
@@ -86,15 +81,22 @@ class ApplyRun:
 
 
 class PresetService:
-    def __init__(self, manager: ClusterManager, repo: PresetRepository, placer: Placer) -> None:
+    def __init__(
+        self,
+        manager: ClusterManager,
+        repo: PresetRepository,
+        placer: Placer,
+        control: ControlRegister,
+    ) -> None:
         self._m = manager
         self._repo = repo
+        self._control = control
+        control.subscribe(KEY, self._take)
+        control.seed(KEY, self._seed)
         self._placer = placer
         self._busy = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
-        self._acked: dict[str, str] = {}
-        self._revision = ""
         self._last_run: ApplyRun | None = None
         self._last_pass = 0.0
         self._members: frozenset[str] = frozenset()
@@ -126,7 +128,7 @@ class PresetService:
     async def put(self, name: str, body: PresetBody) -> dict[str, Any]:
         models = [m.model_dump(mode="json", by_alias=True) for m in body.models]
         row = await self._repo.put(name, models)
-        await self._push()
+        await self._publish()
         self.poke()
         return self._view(row)
 
@@ -138,7 +140,7 @@ class PresetService:
                 code="preset_apply_in_progress",
             )
         await self._repo.delete(name)
-        await self._push()
+        await self._publish()
         return self._view(row)
 
     async def plan(self, name: str) -> Plan:
@@ -169,7 +171,7 @@ class PresetService:
                     steps=[s.as_json() for s in plan.unschedulable],
                 )
             await self._repo.mark_applied(name)
-            await self._push()
+            await self._publish()
         except BaseException:
             self._busy.release()
             raise
@@ -296,11 +298,8 @@ class PresetService:
 
     async def _tick(self) -> None:
         m = self._m
-        if not m.is_leader():
-            self._acked.clear()
-            return
-        if m.active:
-            await self._push(only_stale=True)
+        if not m.is_leader() or not self._control.ready():
+            return  # a new leader first adopts the newest presets a majority holds
         members = self._available_pods()
         now = time.monotonic()
         due = now >= self._next_pass or members != self._members
@@ -365,47 +364,28 @@ class PresetService:
         left = [n for n in row.dropped if n in running]
         if left != row.dropped:
             await self._repo.set_dropped(name, left)
-            await self._push()
+            await self._publish()
 
     # ------------------------------------------------------------------ sync
-    async def _push(self, only_stale: bool = False) -> None:
-        """Send every pod the whole set (only those behind, when ``only_stale``)."""
-        m = self._m
-        if not m.active or not m.is_leader():
+    async def _publish(self) -> None:
+        """Write the whole set as the cluster's copy; returns once a majority stored it."""
+        if not self._m.active:
             return
-        rows = [r.as_json() for r in await self._repo.list_all()]
-        self._revision = hashlib.sha256(orjson.dumps(rows)).hexdigest()[:16]
-        now = m.now()
-        for peer in m.peers.all():
-            if m.detector.state(peer.pod_id, now) is PeerState.UNAVAILABLE:
-                continue
-            if only_stale and self._acked.get(peer.pod_id) == self._revision:
-                continue
-            try:
-                await m.order(peer.pod_id, "/internal/presets/sync", {"presets": rows})
-                self._acked[peer.pod_id] = self._revision
-            except SardeenzError as exc:
-                log.info("preset sync to %s failed (retried next tick): %s", peer.pod_id, exc)
 
-    async def stored(self) -> dict[str, Any]:
-        """``GET /internal/presets/sync``: this pod's own copy (what a sync left here)."""
-        return {"presets": [r.as_json() for r in await self._repo.list_all()]}
+        async def snapshot(_: Any) -> list[dict[str, Any]]:
+            return [r.as_json() for r in await self._repo.list_all()]
 
-    async def receive(self, body: bytes) -> tuple[int, dict[str, Any]]:
-        """``POST /internal/presets/sync``: the leader's whole set replaces ours."""
-        try:
-            sync = _Sync.model_validate_json(body)
-            rows = [PresetRow.from_json(r) for r in sync.presets]
-        except (ValidationError, KeyError, ValueError, TypeError) as exc:
-            return 400, {"detail": f"bad preset sync: {exc}"[:500], "code": "invalid_request"}
-        if not self._m.accepts_order(sync.term):
-            return 409, {
-                "detail": f"sync of term {sync.term} refused: this pod has seen term "
-                f"{self._m.leadership.term}",
-                "code": "stale_term",
-            }
+        await self._control.update(KEY, snapshot)
+
+    async def _take(self, body: Any) -> None:
+        """Another pod's copy (the leader's write, or what a new leader adopted)."""
+        rows = [PresetRow.from_json(r) for r in body] if isinstance(body, list) else []
         await self._repo.replace_all(rows)
-        return 200, {"presets": len(rows)}
+
+    async def _seed(self) -> Any:
+        """A cluster's first leader: the table an older version kept on every pod."""
+        rows = await self._repo.list_all()
+        return [r.as_json() for r in rows] or None
 
     # --------------------------------------------------------------- helpers
     async def _row(self, name: str) -> PresetRow:
