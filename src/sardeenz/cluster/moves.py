@@ -103,6 +103,12 @@ class MoveService:
 
     def get(self, move_id: str) -> Move:
         move = self._moves.get(move_id)
+        if move is None and self._control.replicated and not self._control.ready():
+            raise Unavailable(
+                "this leader has not yet read the moves' record from a majority of the pods; "
+                "retry shortly",
+                code="control_state_not_ready",
+            )
         if move is None:
             raise NotFound(f"no move {move_id!r} (moves live on the leader)", code="move_not_found")
         return move
