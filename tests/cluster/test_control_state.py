@@ -10,6 +10,7 @@ cluster's entry of the same name wins over its file entry on pod-c too.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -191,3 +192,36 @@ def test_the_control_state_survives_a_restart_of_every_pod_copy(cluster: Cluster
     [doc] = [d for d in after["documents"] if d["key"] == "catalog"]
     assert (doc["term"], doc["revision"]) >= (before["term"], before["revision"])
     assert doc["body"] == before["body"] or doc["revision"] > before["revision"]
+
+
+def test_without_a_majority_a_write_is_refused_with_no_quorum(cluster: Cluster) -> None:
+    leader, _ = cluster.wait_one_leader()
+    followers = [p for p in cluster.alive() if p != leader]
+    for pod in followers:  # alive but silent: the leader still leads for a moment
+        proc = cluster.pods[pod].proc
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        resp = httpx.put(
+            f"{cluster.pods[leader].url}/api/cluster/presets/unacked",
+            json={"models": [sim("y")]},
+            timeout=30,
+        )
+    finally:
+        for pod in followers:
+            proc = cluster.pods[pod].proc
+            assert proc is not None
+            proc.send_signal(signal.SIGCONT)
+    assert resp.status_code == 503, resp.text
+    assert resp.json()["code"] == "no_quorum"
+    assert "stored by 1 of the 2 pods" in resp.json()["detail"]
+    # A majority again: the same write is acknowledged (through any pod).
+    cluster.wait_one_leader(timeout=30)
+    again = httpx.put(
+        f"{cluster.pods['pod-c'].url}/api/cluster/presets/unacked",
+        json={"models": [sim("y")]},
+        follow_redirects=True,
+        timeout=30,
+    )
+    assert again.status_code == 200, again.text
+    wait_copies(cluster, "presets", lambda b: "unacked" in _names(b))

@@ -27,7 +27,7 @@ from typing import Any, Protocol, cast
 from sardeenz.catalog.models import CatalogModel, CatalogSource, CatalogState
 from sardeenz.catalog.validation import EntryInvalid, check_catalog, check_entry, check_name
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
-from sardeenz.errors import Conflict, InvalidRequest, NotFound
+from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
 from sardeenz.proxy.demand import model_state
 from sardeenz.store.records import CatalogEntry
 
@@ -156,7 +156,11 @@ class Catalog:
         if engine_check is not None:
             await engine_check(checked.engine)
         data = checked.model_dump(mode="json", exclude_defaults=True)
-        await self._repo.put(name, data)
+        try:
+            await self._repo.put(name, data)
+        except SardeenzError:  # not acknowledged (a cluster without a majority): show the store
+            await self.reload()
+            raise
         self._api_raw[name] = data
         self._rebuild()
         log.info("catalog: entry %s set through the API", name)
@@ -173,7 +177,11 @@ class Catalog:
                 )
             raise NotFound(f"no catalog entry named {name!r}", code="catalog_entry_not_found")
         removed = self.get_model(name)
-        await self._repo.delete(name)
+        try:
+            await self._repo.delete(name)
+        except SardeenzError:
+            await self.reload()
+            raise
         del self._api_raw[name]
         self._rebuild()
         log.info("catalog: entry %s deleted through the API", name)

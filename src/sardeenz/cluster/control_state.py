@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.2
 RESEND_ALL_SECONDS = 30.0
+RETRY_SECONDS = 1.0
 WRITE_PATH = "/internal/control/write"
 READ_PATH = "/internal/control/read"
 
@@ -83,6 +84,8 @@ class ControlRegister:
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
         self._acked: dict[str, dict[str, tuple[int, int]]] = {}
         self._resend_at = 0.0
+        self._failed_at: dict[str, float] = {}
+        """Pod -> when a send to it last failed: catch-up retries it after RETRY_SECONDS."""
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[bool]] = set()
         self.write_timeout = max(5.0, 4 * manager.settings.cluster_request_timeout_seconds)
@@ -245,8 +248,10 @@ class ControlRegister:
                 pod_id, WRITE_PATH, {"document": doc.as_json()}, timeout=self.write_timeout
             )
         except SardeenzError as exc:
+            self._failed_at[pod_id] = time.monotonic()
             log.info("control state: %s r%d to %s failed: %s", doc.key, doc.revision, pod_id, exc)
             return False
+        self._failed_at.pop(pod_id, None)
         stored = data.get("stored")
         if isinstance(stored, list) and len(stored) == 2:
             self._acked.setdefault(pod_id, {})[doc.key] = (int(stored[0]), int(stored[1]))
@@ -344,7 +349,10 @@ class ControlRegister:
             self._acked.clear()
         busy = {t.get_name() for t in self._sends}
         for pod in self._live_peers():
-            if f"control-{pod}" in busy:
+            if (
+                f"control-{pod}" in busy
+                or now - self._failed_at.get(pod, -RETRY_SECONDS) < RETRY_SECONDS
+            ):
                 continue
             acked = self._acked.get(pod, {})
             for doc in self._copies.values():
