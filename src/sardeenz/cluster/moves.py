@@ -21,7 +21,7 @@ every pod's routing table holds at least one route to the model:
 A target that is refused or fails to start is unloaded and the move ends
 ``failed`` with the reason; the source was never touched. A failure while
 switching restores the source's advertisement and retires the target the
-same careful way.
+same careful way (the steps themselves: cluster/move_steps.py).
 
 The move record (phase, source, target) is the ``moves`` document of the
 replicated control state (cluster/control_state.py), written before each step
@@ -47,19 +47,18 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Coroutine
-from typing import TypeVar
+from collections.abc import Coroutine
 
 from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.handover import Pods
-from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState, MoveStep
+from sardeenz.cluster.move_steps import POLL, MoveFailed, MoveSteps
+from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance, utcnow
 from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError, Unavailable
 from sardeenz.tasks import stop_task
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 HISTORY = 100
 """Finished moves kept for ``GET /api/cluster/moves``."""
@@ -67,35 +66,21 @@ JOURNALED_HISTORY = 20
 """Finished moves kept in the replicated record (a new leader lists them too)."""
 KEY = "moves"
 """The control-state document that holds the move records."""
-POLL = 0.1
 SETTLE = 1.0
 """Seconds a target is active before other pods may route to it. Measured
 (benchmarks/move.py): streams sent to a target in its first ~0.25 s of activity
 stalled 180-440 ms; with this pause, no gap during a move exceeded 1.6x the ITL."""
 
 
-class MoveFailed(Exception):
-    def __init__(self, reason: str, code: str) -> None:
-        super().__init__(reason)
-        self.reason, self.code = reason, code
-
-
-class MoveService:
+class MoveService(MoveSteps):
     """The leader's moves: validation, the in-memory list, one owned task per move."""
 
     def __init__(self, pods: Pods, settings: Settings, control: ControlRegister) -> None:
-        self._pods = pods
-        self._settings = settings
+        super().__init__(pods, settings)
         self._control = control
         control.when_ready(self.take_over)
         self._moves: dict[str, Move] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        beat = settings.cluster_heartbeat_interval_seconds
-        self.route_timeout = max(10.0, 3 * settings.cluster_unavailable_after_seconds, 5 * beat)
-        """Bound on each wait for route propagation (target in, source out)."""
-        self.transit_grace = max(0.5, beat)
-        """After the last pod dropped the source: requests it picked just before are
-        still on their way to the source pod."""
 
     # ---------------------------------------------------------------- reads
     def list(self) -> list[Move]:
@@ -256,10 +241,6 @@ class MoveService:
             self._moves.pop(move.id, None)
 
     # ------------------------------------------------------------------ run
-    def _step(self, move: Move, name: str, detail: str | None = None) -> None:
-        move.steps.append(MoveStep(name=name, at=utcnow(), detail=detail))
-        log.info("move %s: %s%s", move.id, name, f" ({detail})" if detail else "")
-
     async def _run(self, move: Move, source: ModelInstance, drain_s: float) -> None:
         t0 = time.monotonic()
         src_pod = move.source_pod_id
@@ -365,22 +346,6 @@ class MoveService:
             move.duration_seconds = round(time.monotonic() - t0, 3)
             await self._journal_end(move)
 
-    def _target_of(self, move: Move) -> ModelInstance | None:
-        """The move's target as the target pod now runs it. A target started just
-        before the old leader could record its id is found by what it is: the same
-        served model on the target pod, created after the move began."""
-        pod = move.target_pod_id
-        if move.target_instance_id is not None:
-            return self._pods.instance(pod, move.target_instance_id)
-        candidates = [
-            i
-            for i in self._pods.on(pod)
-            if i.served_model_name == move.model
-            and i.id != move.instance_id
-            and i.created_at >= move.created_at
-        ]
-        return candidates[0] if len(candidates) == 1 else None
-
     async def _start_target(self, move: Move, source: ModelInstance) -> ModelInstance:
         await self._mark(move, MoveState.STARTING_TARGET)
         req = LoadRequest(
@@ -432,75 +397,3 @@ class MoveService:
                 await self._rollback(move, target, routed=False)
                 raise MoveFailed("target not active in time", "target_timeout")
             await asyncio.sleep(POLL)
-
-    async def _withdraw(self, move: Move, pod: str, iid: str, who: str) -> None:
-        """Out of every other pod's table, still serving on its own; then the transit grace."""
-        ttl = self.route_timeout * 2 + 60
-        await self._call(self._pods.withdraw(pod, iid, ttl), f"{who}_withdraw")
-        self._step(move, f"{who}-withdrawn", f"pod {pod} stops advertising {iid}")
-        await self._wait_routes(pod, iid, present=False)
-        self._step(move, f"{who}-unrouted", "no other pod's table routes to it")
-        await asyncio.sleep(self.transit_grace)
-
-    async def _rollback(self, move: Move, target: ModelInstance, *, routed: bool) -> None:
-        """Remove the target (best effort: the move fails anyway, with its own reason).
-
-        A target that may be in some table is retired like a source (withdraw, wait,
-        drain), so the rollback fails no request either.
-        """
-        pod = move.target_pod_id
-        try:
-            if routed:
-                await self._withdraw(move, pod, target.id, "target")
-                await self._call(self._pods.drain(pod, target.id, 5.0), "target_drain")
-            await self._call(self._pods.unload(pod, target.id), "target_unload")
-            self._step(move, "target-removed")
-        except MoveFailed as exc:
-            self._step(move, "target-left-running", exc.reason)
-            log.warning("move %s: target %s left on pod %s: %s", move.id, target.id, pod, exc)
-
-    async def _restore(self, pod: str, iid: str) -> None:
-        try:
-            await self._call(self._pods.restore(pod, iid), "source_restore")
-        except MoveFailed as exc:  # its withdrawal expires on its own
-            log.warning("restoring %s on pod %s failed: %s", iid, pod, exc)
-
-    async def _wait_routes(self, pod: str, iid: str, *, present: bool) -> None:
-        """Until every live pod's table has (``present``) or lacks ``pod/iid``.
-
-        The instance's own pod is left out when waiting for its absence: it keeps
-        routing to its withdrawn instance until the drain. Unavailable pods are left
-        out too (their routes expire everywhere anyway).
-        """
-        key = f"{pod}/{iid}"
-        deadline = time.monotonic() + self.route_timeout
-        while True:
-            pending = [p for p in self._pods.live() if present or p != pod]
-            views = await asyncio.gather(*(self._pods.routes(p) for p in pending))
-            late = [
-                p for p, v in zip(pending, views, strict=True) if v is None or (key in v) != present
-            ]
-            if not late:
-                return
-            if time.monotonic() > deadline:
-                what = "route to" if present else "dropped"
-                raise MoveFailed(
-                    f"pods {late} have not {what} {key} within {self.route_timeout:g}s",
-                    "route_timeout",
-                )
-            await asyncio.sleep(POLL)
-
-    async def _call(self, aw: Awaitable[T], code: str) -> T:
-        """A step's call; a refusal or a dead peer becomes the move's failure reason.
-
-        A pod that lost the leadership mid-move takes no further step, not even on
-        its own instances (the new leader knows nothing of this move).
-        """
-        if not self._pods.leading():
-            if isinstance(aw, Coroutine):
-                aw.close()
-            raise MoveFailed("this pod no longer leads the cluster", "not_leader")
-        try:
-            return await aw
-        except SardeenzError as exc:
-            raise MoveFailed(exc.message, exc.code or code) from exc
