@@ -178,3 +178,32 @@ def test_a_move_in_flight_when_the_leader_dies_is_finished_by_the_next_with_no_f
         assert mv == [(source_pod, src["id"])]
     else:  # resumed: the target alone serves
         assert mv == [(target_pod, move["targetInstanceId"])]
+
+
+def test_a_new_leader_that_missed_a_write_adopts_it_from_the_majority(cluster: Cluster) -> None:
+    for pod in cluster.names:  # the move test left its leader dead
+        if pod not in cluster.alive():
+            bring_back(cluster, pod)
+    leader, _ = cluster.wait_one_leader()
+    late = min(p for p in cluster.names if p != leader)
+    late_proc = cluster.pods[late].proc
+    assert late_proc is not None
+    late_proc.send_signal(signal.SIGSTOP)  # it misses the write...
+    try:
+        preset = {"models": [{"modelPath": "/models/m", "servedModelName": "m", "engine": "sim"}]}
+        url = f"{cluster.pods[leader].url}/api/cluster/presets/missed"
+        resp = httpx.put(url, json=preset, timeout=10)
+        assert resp.status_code == 200, resp.text  # ...stored by the leader and the third pod
+        cluster.pods[leader].stop(signal.SIGKILL)
+    finally:
+        late_proc.send_signal(signal.SIGCONT)
+    # `late` (the lowest id left) most likely leads next, without the write: it must read
+    # it from the third pod before it acts.
+    new = kill_leader_and_wait_for_the_next(cluster, leader)
+    got = httpx.get(f"{cluster.pods[new].url}/api/cluster/presets/missed", timeout=10)
+    assert got.status_code == 200, (new, got.text)
+    print(f"\nnew leader {new} ({'missed the write' if new == late else 'held it'})")
+    control = httpx.get(f"{cluster.pods[late].url}/api/cluster/control", timeout=5).json()
+    [doc] = [d for d in control["documents"] if d["key"] == "presets"]
+    assert "missed" in [p["name"] for p in doc["body"]]
+    bring_back(cluster, leader)

@@ -418,3 +418,14 @@ async def test_a_target_started_but_not_recorded_is_found_and_removed(tmp_path: 
         await asyncio.sleep(0.02)
     assert move.code == "leader_changed"
     assert "unload pod-b/tgt" in pods.calls
+
+
+async def test_a_new_leader_unloads_a_target_still_starting_without_draining_it(
+    tmp_path: Path,
+) -> None:
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt", InstanceStatus.STARTING)
+    move = await take_over(pods, tmp_path, "starting-target")
+    assert move.code == "leader_changed"
+    assert pods.calls == ["restore pod-a/src", "unload pod-b/tgt"]
+    assert ("pod-b", "tgt") not in pods.instances

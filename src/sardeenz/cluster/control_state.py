@@ -78,6 +78,9 @@ class ControlRegister:
         self._repo = repo
         self._copies: dict[str, Document] = {}
         self._lock = asyncio.Lock()
+        """One write at a time (the leader's)."""
+        self._storing = asyncio.Lock()
+        """One copy stored at a time (any pod)."""
         self._ready_term: int | None = None
         self._listeners: dict[str, list[Listener]] = {}
         self._seeds: dict[str, Callable[[], Awaitable[Any]]] = {}
@@ -167,11 +170,9 @@ class ControlRegister:
             return 400, {"detail": f"bad control document: {exc}"[:500], "code": "invalid_request"}
         if doc.term != msg.term or not self._m.accepts_order(doc.term):
             return 409, _stale(doc.term, self._m)
-        verdict = await self._offer(doc)
+        verdict = await self._offer(doc, tell=True)
         if verdict is Verdict.STALE_TERM:
             return 409, _stale(doc.term, self._m)
-        if verdict is Verdict.STORE:
-            await self._tell(doc)
         return 200, {"key": doc.key, "stored": list(self._copies[doc.key].version)}
 
     async def receive_read(self, raw: bytes) -> tuple[int, dict[str, Any]]:
@@ -186,17 +187,27 @@ class ControlRegister:
         return 200, {"documents": [d.as_json() for d in self._copies.values()]}
 
     # -------------------------------------------------------------- internals
-    async def _offer(self, doc: Document) -> Verdict:
+    async def _offer(self, doc: Document, *, tell: bool = False, fenced: bool = True) -> Verdict:
+        """Store ``doc`` here if it is newer (and, with ``tell``, hand it to the features).
+        ``fenced=False``: a copy this leader adopted, written under an older term.
+
+        One copy at a time: two copies of a key arriving together (a write and a
+        catch-up re-send) must not leave the older one in memory or applied last.
+        """
         verdict = Verdict.KEEP
 
         def replaces(held: StoredCopy | None) -> bool:
             nonlocal verdict
-            verdict = decide(_doc(held) if held is not None else None, doc, self._m.leadership.term)
+            seen = self._m.leadership.term if fenced else doc.term
+            verdict = decide(_doc(held) if held is not None else None, doc, seen)
             return verdict is Verdict.STORE
 
-        await self._repo.put_if(_copy(doc), replaces)
-        if verdict is Verdict.STORE:
-            self._copies[doc.key] = doc
+        async with self._storing:
+            await self._repo.put_if(_copy(doc), replaces)
+            if verdict is Verdict.STORE:
+                self._copies[doc.key] = doc
+                if tell:
+                    await self._tell(doc)
         return verdict
 
     async def _tell(self, doc: Document) -> None:
@@ -323,7 +334,9 @@ class ControlRegister:
                         continue
                     best = Document(key, 0, 0, body)
                 elif mine is None or best.version > mine.version:
-                    await self._tell(best)  # a majority's state, newer than what we held
+                    # A majority's state, newer than ours: ours first (the features read
+                    # it from here), then the features.
+                    await self._offer(best, tell=True, fenced=False)
                 if not m.is_leader() or m.leadership.term != term:
                     return False
                 try:

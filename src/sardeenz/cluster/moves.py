@@ -329,7 +329,10 @@ class MoveService(MoveSteps):
                 await self._restore(src_pod, src_id)
                 self._step(move, "source-restored", f"pod {src_pod} advertises {src_id}")
                 if target is not None:
-                    await self._rollback(move, target, routed=True)
+                    # A target still starting was held from the start (no pod routes to
+                    # it): a plain unload. An active one may be routed: the careful way.
+                    routed = target.status is not InstanceStatus.STARTING
+                    await self._rollback(move, target, routed=routed)
                 raise MoveFailed(
                     "the leader changed mid-move: rolled back (the source kept serving)",
                     "leader_changed",
