@@ -266,7 +266,9 @@ def test_orders_of_an_old_term_are_refused(cluster3: Cluster) -> None:
     signer = Signer(SECRET.encode())
     body = b'{"term": 0, "level": 1}'
     path = "/internal/models/nope/sleep"
-    resp = httpx.post(f"{c.url}{path}", content=body, headers=signer.headers("POST", path, body))
+    resp = httpx.post(
+        f"{c.url}{path}", content=body, headers=signer.headers("POST", path, body, target="pod-c")
+    )
     assert term >= 1
     assert resp.status_code == 409
     assert resp.json()["code"] == "stale_term"

@@ -56,7 +56,7 @@ def test_the_local_fallback_of_a_forwarded_request_is_in_flight_locally(
             local=False,
         )
         server.call(lambda: table.set_remote("pod-x", [remote]))
-        proxy.remote_headers = lambda headers, method, target, body: None
+        proxy.remote_headers = lambda headers, method, target, body, pod: None
         counts: list[tuple[int, int]] = []
         body = {
             "model": "hop-m",

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sardeenz.cluster.kube_api import GROUPS
+from sardeenz.cluster.membership.kube_api import GROUPS
 from tests.cluster.harness import agreed_leader
 from tests.deploy.kubectl import Kubectl, can, deploy_to, put_role
 from tests.deploy.manifests import KustomizeMissing, one

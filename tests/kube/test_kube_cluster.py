@@ -180,7 +180,7 @@ def test_stopped_leader_hands_the_lease_over(pods: KubePods) -> None:
     resp = httpx.post(
         f"{pods.pods[third].url}{path}",
         content=body,
-        headers=Signer(SECRET.encode()).headers("POST", path, body),
+        headers=Signer(SECRET.encode()).headers("POST", path, body, target=third),
         timeout=5,
     )
     assert resp.status_code == 409, resp.text

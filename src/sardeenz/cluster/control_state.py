@@ -36,8 +36,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.replicated import (
     KEYS,
     Document,
@@ -47,7 +47,10 @@ from sardeenz.cluster.replicated import (
     quorum,
     successor,
 )
-from sardeenz.errors import SardeenzError, Unavailable
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.leader_loop import LeaderLoop
+from sardeenz.cluster.transport.server import Handler, InternalRequest, StaleTerm
+from sardeenz.errors import InvalidRequest, SardeenzError, Unavailable
 from sardeenz.store.control import ControlRepository, StoredCopy
 from sardeenz.tasks import stop_task
 
@@ -56,8 +59,6 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.2
 RESEND_ALL_SECONDS = 30.0
 RETRY_SECONDS = 1.0
-WRITE_PATH = "/internal/control/write"
-READ_PATH = "/internal/control/read"
 
 Listener = Callable[[Any], Awaitable[None]]
 Change = Callable[[Any], Awaitable[Any]]
@@ -66,10 +67,6 @@ Change = Callable[[Any], Awaitable[Any]]
 class _Write(BaseModel):
     term: int = Field(ge=0)
     document: dict[str, Any]
-
-
-class _Read(BaseModel):
-    term: int = Field(ge=0)
 
 
 class ControlRegister:
@@ -89,7 +86,9 @@ class ControlRegister:
         self._resend_at = 0.0
         self._failed_at: dict[str, float] = {}
         """Pod -> when a send to it last failed: catch-up retries it after RETRY_SECONDS."""
-        self._task: asyncio.Task[None] | None = None
+        self._loop = LeaderLoop(
+            "control-register", manager.is_leader, self._tick, TICK_SECONDS, on_follow=self._follow
+        )
         self._sends: set[asyncio.Task[bool]] = set()
         self.write_timeout = max(5.0, 4 * manager.settings.cluster_request_timeout_seconds)
         """Bound on one write: reaching a majority, or waiting to be ready."""
@@ -100,14 +99,19 @@ class ControlRegister:
         self._copies = {k: _doc(c) for k, c in (await self._repo.all()).items()}
 
     def start(self) -> None:
-        if self._m.active and self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="control-register")
+        if self._m.active:
+            self._loop.start()
 
     async def stop(self) -> None:
-        await stop_task(self._task)
-        self._task = None
+        await self._loop.stop()
         for task in list(self._sends):
             await stop_task(task)
+
+    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
+        return [
+            (routes.CONTROL_WRITE, self.receive_write),
+            (routes.CONTROL_READ, self.receive_read),
+        ]
 
     # -------------------------------------------------------------- features
     def subscribe(self, key: str, listener: Listener) -> None:
@@ -161,30 +165,27 @@ class ControlRegister:
             return doc
 
     # ------------------------------------------------------------ pod side
-    async def receive_write(self, raw: bytes) -> tuple[int, dict[str, Any]]:
-        """``POST /internal/control/write``: store a copy if it is newer (fenced)."""
+    async def receive_write(self, request: InternalRequest) -> dict[str, Any]:
+        """``POST /internal/control/write``: store a copy if it is newer (the router has
+        fenced the order's term already; the copy's own term is checked here)."""
         try:
-            msg = _Write.model_validate_json(raw)
+            msg = request.parse(_Write)
             doc = Document.from_json(msg.document)
         except (ValidationError, KeyError, ValueError, TypeError) as exc:
-            return 400, {"detail": f"bad control document: {exc}"[:500], "code": "invalid_request"}
-        if doc.term != msg.term or not self._m.accepts_order(doc.term):
-            return 409, _stale(doc.term, self._m)
+            raise InvalidRequest(
+                f"bad control document: {exc}"[:500], code="invalid_request"
+            ) from exc
+        if doc.term != msg.term:
+            raise StaleTerm(doc.term, self._m.current_term())
         verdict = await self._offer(doc, tell=True)
         if verdict is Verdict.STALE_TERM:
-            return 409, _stale(doc.term, self._m)
-        return 200, {"key": doc.key, "stored": list(self._copies[doc.key].version)}
+            raise StaleTerm(doc.term, self._m.current_term())
+        return {"key": doc.key, "stored": list(self._copies[doc.key].version)}
 
-    async def receive_read(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+    async def receive_read(self, request: InternalRequest) -> dict[str, Any]:
         """``POST /internal/control/read``: a new leader reads our copies; its term, now
-        seen here, fences any write of the leader before it."""
-        try:
-            msg = _Read.model_validate_json(raw)
-        except ValidationError as exc:
-            return 400, {"detail": f"bad control read: {exc}"[:500], "code": "invalid_request"}
-        if not self._m.accepts_order(msg.term):
-            return 409, _stale(msg.term, self._m)
-        return 200, {"documents": [d.as_json() for d in self._copies.values()]}
+        seen here (the route is fenced), refuses any later write of the leader before it."""
+        return {"documents": [d.as_json() for d in self._copies.values()]}
 
     # -------------------------------------------------------------- internals
     async def _offer(self, doc: Document, *, tell: bool = False, fenced: bool = True) -> Verdict:
@@ -255,8 +256,12 @@ class ControlRegister:
 
     async def _send(self, pod_id: str, doc: Document) -> bool:
         try:
-            data = await self._m.order(
-                pod_id, WRITE_PATH, {"document": doc.as_json()}, timeout=self.write_timeout
+            client = self._m.client_for(pod_id)
+            data = await client.call(
+                pod_id,
+                routes.CONTROL_WRITE,
+                {"document": doc.as_json()},
+                timeout=self.write_timeout,
             )
         except SardeenzError as exc:
             self._failed_at[pod_id] = time.monotonic()
@@ -284,20 +289,14 @@ class ControlRegister:
                 raise _not_ready(self._m)
             await asyncio.sleep(TICK_SECONDS)
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            try:
-                await self._tick()
-            except Exception:
-                log.exception("control state tick failed")
+    def _follow(self) -> None:
+        """Not leading: what this pod adopted as a leader is of no use to the next term."""
+        self._ready_term = None
+        self._acked.clear()
 
     async def _tick(self) -> None:
+        """One round on the leader (the loop runs it only there)."""
         m = self._m
-        if not m.is_leader():
-            self._ready_term = None
-            self._acked.clear()
-            return
         term = m.leadership.term
         if self._ready_term != term:
             if await self._adopt(term):
@@ -348,7 +347,8 @@ class ControlRegister:
 
     async def _read(self, pod_id: str) -> dict[str, Document] | None:
         try:
-            data = await self._m.order(pod_id, READ_PATH, {}, timeout=self.write_timeout)
+            client = self._m.client_for(pod_id)
+            data = await client.call(pod_id, routes.CONTROL_READ, {}, timeout=self.write_timeout)
             docs = [Document.from_json(d) for d in data.get("documents", [])]
         except (SardeenzError, KeyError, ValueError, TypeError) as exc:
             log.info("control state: read from %s failed: %s", pod_id, exc)
@@ -379,14 +379,6 @@ def _doc(copy: StoredCopy) -> Document:
 
 def _copy(doc: Document) -> StoredCopy:
     return StoredCopy(doc.key, doc.term, doc.revision, doc.body)
-
-
-def _stale(term: int, m: ClusterManager) -> dict[str, Any]:
-    return {
-        "detail": f"control write of term {term} refused: this pod has seen term "
-        f"{m.leadership.term}",
-        "code": "stale_term",
-    }
 
 
 def _not_ready(m: ClusterManager) -> Unavailable:

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sardeenz.cluster.control_state import ControlRegister
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.preset_plan import Placer, Plan, Step, make_plan
 from sardeenz.cluster.presets import Observed, PresetBody, PresetModel
+from sardeenz.cluster.transport.leader_loop import LeaderLoop
 from sardeenz.domain import InstanceStatus, utcnow
 from sardeenz.errors import Conflict, NotFound, SardeenzError
 from sardeenz.store.presets import PresetRepository, PresetRow
@@ -90,13 +91,13 @@ class PresetService:
     ) -> None:
         self._m = manager
         self._repo = repo
+        self._placer = placer
         self._control = control
         control.subscribe(KEY, self._take)
         control.seed(KEY, self._seed)
-        self._placer = placer
         self._busy = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._loop_task: asyncio.Task[None] | None = None
+        self._loop = LeaderLoop("preset-reconcile", manager.is_leader, self._tick, TICK_SECONDS)
         self._last_run: ApplyRun | None = None
         self._last_pass = 0.0
         self._members: frozenset[str] = frozenset()
@@ -109,12 +110,10 @@ class PresetService:
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        if self._loop_task is None:
-            self._loop_task = asyncio.create_task(self._loop(), name="preset-reconcile")
+        self._loop.start()
 
     async def stop(self) -> None:
-        await stop_task(self._loop_task)
-        self._loop_task = None
+        await self._loop.stop()
         await stop_task(self._task)
         self._task = None
 
@@ -288,17 +287,9 @@ class PresetService:
             "consecutiveFailures": self._failures,
         }
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            try:
-                await self._tick()
-            except Exception:
-                log.exception("preset reconcile tick failed")
-
     async def _tick(self) -> None:
-        m = self._m
-        if not m.is_leader() or not self._control.ready():
+        """One round on the leader (the loop runs it only there)."""
+        if not self._control.ready():
             return  # a new leader first adopts the newest presets a majority holds
         members = self._available_pods()
         now = time.monotonic()
