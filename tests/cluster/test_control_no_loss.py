@@ -21,8 +21,8 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.cluster.harness import Cluster, agreed_leader
-from tests.cluster.streams import Load, run_clients
+from testkit.cluster import Cluster, agreed_leader
+from testkit.streams import Load, run_clients
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster.harness import Cluster
+from testkit.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testkit.servers import ServerPool, load_active, wait_for_status
 from tests.fake_kvctl import fake_kvctl_env
-from tests.support import ServerPool, load_active, wait_for_status
 
 GIB = 2**30
 SEGMENT = "kvcached_vllm_GPU0"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.servers import ServerPool, ServerProcess, load_active
 from tests.e2e.test_cli import cli
-from tests.support import ServerPool, ServerProcess, load_active
 
 
 @pytest.fixture(scope="module")

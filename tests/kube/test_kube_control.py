@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster.harness import agreed_leader
+from testkit.cluster import agreed_leader
 from tests.kube.apiserver import KubeApiServer
 from tests.kube.pods import KubePods
 
