@@ -40,6 +40,8 @@ from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.identity import identity_of
 from sardeenz.cluster.locator import InstanceLocator
@@ -78,6 +80,7 @@ from sardeenz.services import Services, measure_instance
 from sardeenz.store.audit import AuditRepository
 from sardeenz.store.benchmarks import BenchmarkRepository
 from sardeenz.store.catalog import CatalogRepository
+from sardeenz.store.control import ControlRepository
 from sardeenz.store.db import Database
 from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.presets import PresetRepository
@@ -106,12 +109,24 @@ def build_services(settings: Settings) -> Services:
     table = RoutingTable(engine_host=settings.engine_host)
     if settings.proxy_auto_wake:
         table.waker = _waker(supervisor)
+    cluster = ClusterManager(
+        settings,
+        table,
+        supervisor,
+        inventory,
+        promised_bytes=ledger.promised_bytes_by_gpu,
+        profiles_version=lambda: profiles.version,
+    )
+    control = ControlRegister(cluster, ControlRepository(db))
+    entries = CatalogRepository(db)
     catalog = Catalog(
         settings.catalog,
         EngineKind(settings.effective_default_engine),
-        CatalogRepository(db),
+        ReplicatedEntries(control) if cluster.active else entries,
         supervisor.list_instances,
     )
+    if cluster.active:  # the API entries are the cluster's (cluster/catalog_sync.py)
+        bind_catalog(control, catalog, entries)
     room = RoomMaker(settings, supervisor, bus, ledger.host_room)
     ondemand = OnDemand(settings, catalog, table, supervisor, room)
     reaper = IdleReaper(settings, catalog, supervisor, bus=bus, host_room=ledger.host_room)
@@ -131,14 +146,6 @@ def build_services(settings: Settings) -> Services:
         else None
     )
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
-    cluster = ClusterManager(
-        settings,
-        table,
-        supervisor,
-        inventory,
-        promised_bytes=ledger.promised_bytes_by_gpu,
-        profiles_version=lambda: profiles.version,
-    )
     placement = ClusterPlacement(cluster, profiles)
     requests = RequestHistory(proxy.requests, retention)
     own_pod = proxy.requests.pod
@@ -193,9 +200,10 @@ def build_services(settings: Settings) -> Services:
         warmup=warmup,
         cluster=cluster,
         locator=locator,
-        moves=MoveService(Pods(cluster), settings),
+        control=control,
+        moves=MoveService(Pods(cluster), settings, control),
         placement=placement,
-        presets=PresetService(cluster, PresetRepository(db), placement),
+        presets=PresetService(cluster, PresetRepository(db), placement, control),
         profile_sync=ProfileSync(cluster, profiles),
         node=node,
         metrics_history=MetricsHistory(
@@ -259,6 +267,7 @@ def create_app(settings: Settings) -> Gateway:
         await services.supervisor.start()
         await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
+        await services.control.load()  # this pod's copy of the cluster's control state
         await services.catalog.start()
         if services.external is not None:
             services.external.start()
@@ -268,6 +277,7 @@ def create_app(settings: Settings) -> Gateway:
         services.metrics_history.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
         services.collector.start()  # cluster only: pulls the other pods' request logs
+        services.control.start()  # cluster only: adoption, replication, catch-up
         services.profile_sync.start()  # cluster only: the leader's profile reconciliation
         services.presets.start()  # reconciles the applied preset (on the leader)
         services.started = True
@@ -288,6 +298,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.profile_sync.stop()
             await services.presets.stop()
             await services.collector.stop()
+            await services.control.stop()
             await services.cluster.stop()
             await services.locator.stop()
             if services.external is not None:
@@ -353,7 +364,7 @@ def create_app(settings: Settings) -> Gateway:
             services.cluster,
             services.proxy,
             services.profile_sync,
-            services.presets,
+            services.control,
             starts,
             services.collector,
             services.locator,

@@ -10,6 +10,7 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
@@ -71,6 +72,8 @@ class Services:
     cluster: ClusterManager
     locator: InstanceLocator
     """Where an instance lives; every action on one, here or on its pod (cluster/locator.py)."""
+    control: ControlRegister
+    """The cluster's replicated control state (cluster/control_state.py)."""
     moves: MoveService
     placement: ClusterPlacement
     """The leader's scheduler acting on loads without ``podId`` (cluster/placement.py)."""

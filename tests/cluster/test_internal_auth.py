@@ -91,7 +91,7 @@ def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
     path = "/internal/nope"
     signed = _get(url, path, Signer(SECRET.encode()).headers("GET", path, b"", target="pod-a"))
     assert signed.status_code == 404
-    path = "/internal/presets/sync"
+    path = "/internal/control/write"
     body = b"{}"
     resp = httpx.post(
         f"{url}{path}",
@@ -99,7 +99,7 @@ def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
         headers=Signer(SECRET.encode()).headers("POST", path, body, target="pod-a"),
         timeout=5,
     )
-    # Signed, so the route answers: a sync without the leader's term and presets is refused.
+    # Signed, so the route answers: a write without the leader's term and document is refused.
     assert resp.status_code == 400
     assert resp.json()["code"] == "invalid_request"
 

@@ -31,8 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sardeenz.security.cluster_hmac import Signer
-from testkit.cluster import SECRET, Cluster
+from testkit.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
@@ -171,7 +170,7 @@ def test_apply_places_by_strategy_then_reconciles_a_dead_and_returning_pod(
     assert running(cluster) == PLACED
     # Every pod holds the presets the leader sent (any of them could lead next).
     for pod in ("pod-b", "pod-c"):
-        unsigned = httpx.get(f"{cluster.pods[pod].url}/internal/presets/sync")
+        unsigned = httpx.post(f"{cluster.pods[pod].url}/internal/control/read", json={})
         assert unsigned.status_code == 401
         copy = stored_presets(cluster, pod)["six"]
         assert copy["appliedAt"] is not None
@@ -202,13 +201,12 @@ def test_apply_places_by_strategy_then_reconciles_a_dead_and_returning_pod(
 
 
 def stored_presets(cluster: Cluster, pod: str) -> dict[str, Any]:
-    """``pod``'s own copy of the presets, read with a signed ``/internal`` call (its admin
-    API would redirect to the leader)."""
-    path = "/internal/presets/sync"
-    headers = Signer(SECRET.encode()).headers("GET", path, b"", target=pod)
-    resp = httpx.get(f"{cluster.pods[pod].url}{path}", headers=headers, timeout=5)
+    """``pod``'s own copy of the presets: its copy of the control state (its presets API
+    would redirect to the leader)."""
+    resp = httpx.get(f"{cluster.pods[pod].url}/api/cluster/control", timeout=5)
     assert resp.status_code == 200, resp.text
-    return {p["name"]: p for p in resp.json()["presets"]}
+    [doc] = [d for d in resp.json()["documents"] if d["key"] == "presets"]
+    return {p["name"]: p for p in doc["body"]}
 
 
 def test_a_second_apply_while_one_runs_is_refused(cluster: Cluster) -> None:

@@ -8,13 +8,15 @@ touched before the target is routed everywhere).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.handover import Pods
-from sardeenz.cluster.move_types import Move, MoveRequest
+from sardeenz.cluster.move_types import Move, MoveRequest, MoveState
 from sardeenz.cluster.moves import MoveService
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
@@ -24,6 +26,26 @@ from tests.unit.test_cluster_peers import instance
 
 def inst(iid: str, status: InstanceStatus = InstanceStatus.ACTIVE) -> ModelInstance:
     return instance(iid, "m", status).model_copy(update={"gpu_ids": [0]})
+
+
+class RecordedControl:
+    """The register as the move service sees it: every write kept (the register's own
+    replication is tested in test_control_state.py and the cluster tier)."""
+
+    def __init__(self) -> None:
+        self.replicated = True
+        self.writes: list[Any] = []
+        self.ready_actions: list[Callable[[], Awaitable[None]]] = []
+
+    def when_ready(self, action: Callable[[], Awaitable[None]]) -> None:
+        self.ready_actions.append(action)
+
+    def body(self, key: str, default: Any = None) -> Any:
+        return self.writes[-1] if self.writes else default
+
+    async def update(self, key: str, change: Callable[[Any], Awaitable[Any]]) -> None:
+        assert key == "moves"
+        self.writes.append(await change(self.body(key)))
 
 
 class FakePods:
@@ -41,9 +63,18 @@ class FakePods:
         self.leader = True
         self.stuck: set[str] = set()
         """Pods whose table never changes (a pod that stopped applying heartbeats)."""
+        self.record: list[str] = []
+        self.control = RecordedControl()
+
+    def recorded_state(self) -> str:
+        body = self.control.body("moves", [])
+        return ",".join(m["state"] for m in body) if body else "nothing"
 
     def leading(self) -> bool:
         return self.leader
+
+    def on(self, pod: str) -> list[ModelInstance]:
+        return [i for (p, _), i in self.instances.items() if p == pod]
 
     def known(self, pod: str) -> bool:
         return pod in self.routes_of
@@ -86,6 +117,7 @@ class FakePods:
 
     async def unload(self, pod: str, iid: str) -> None:
         self.calls.append(f"unload {pod}/{iid}")
+        self.record.append(f"(unload: record says {self.recorded_state()})")
         self.instances.pop((pod, iid), None)
         self._route(f"{pod}/{iid}", False)
 
@@ -101,6 +133,7 @@ class FakePods:
 
     async def drain(self, pod: str, iid: str, seconds: float) -> tuple[int, int]:
         self.calls.append(f"drain {pod}/{iid}")
+        self.record.append(f"(drain: record says {self.recorded_state()})")
         self.routes_of[pod].discard(f"{pod}/{iid}")
         return 3, 0
 
@@ -111,7 +144,11 @@ def no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def service(pods: FakePods, tmp_path: Path) -> MoveService:
-    svc = MoveService(cast(Pods, pods), Settings(data_dir=tmp_path, stop_grace_seconds=1))
+    svc = MoveService(
+        cast(Pods, pods),
+        Settings(data_dir=tmp_path, stop_grace_seconds=1),
+        cast(ControlRegister, pods.control),
+    )
     svc.route_timeout = 0.5
     svc.transit_grace = 0.0
     return svc
@@ -279,3 +316,116 @@ async def test_a_source_that_went_meanwhile_keeps_the_target(tmp_path: Path) -> 
     assert [s.name for s in move.steps][-2:] == ["target-kept", "failed"]
     assert pods.calls == ["load pod-b None", "withdraw pod-b/tgt", "restore pod-b/tgt"]
     assert ("pod-b", "tgt") in pods.instances
+
+
+async def test_each_phase_is_recorded_before_the_step_it_announces(tmp_path: Path) -> None:
+    pods = FakePods()
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert move.state == "done"
+    states = [w[0]["state"] for w in pods.control.writes]
+    assert states[0] == "pending"  # acknowledged to the client once recorded
+    assert states[-1] == "done"
+    assert pods.record == [
+        "(drain: record says draining)",  # a new leader must not restore a held source
+        "(unload: record says unloading-source)",
+    ]
+    assert pods.control.writes[-1][0]["targetInstanceId"] == "tgt"
+
+
+def recorded(state: str, target: str | None = "tgt") -> dict[str, Any]:
+    return Move(
+        id="m1",
+        instance_id="src",
+        model="m",
+        source_pod_id="pod-a",
+        source_gpu_ids=[0],
+        target_pod_id="pod-b",
+        target_gpu_ids=[0],
+        target_instance_id=target,
+        state=MoveState(state),
+    ).model_dump(mode="json", by_alias=True)
+
+
+async def take_over(pods: FakePods, tmp_path: Path, state: str) -> Move:
+    svc = service(pods, tmp_path)
+    pods.control.writes.append([recorded(state)])
+    [ready] = pods.control.ready_actions
+    await ready()
+    move = svc.get("m1")
+    for _ in range(200):
+        if move.state in ("done", "failed"):
+            return move
+        await asyncio.sleep(0.02)
+    raise AssertionError(move)
+
+
+@pytest.mark.parametrize("state", ["starting-target", "switching"])
+async def test_a_new_leader_rolls_back_a_move_the_source_still_serves(
+    tmp_path: Path, state: str
+) -> None:
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt")
+    pods._route("pod-b/tgt", True)
+    move = await take_over(pods, tmp_path, state)
+    assert move.state == "failed"
+    assert move.code == "leader_changed"
+    assert pods.calls == [
+        "restore pod-a/src",  # first: the source is advertised before the target goes
+        "withdraw pod-b/tgt",
+        "drain pod-b/tgt",
+        "unload pod-b/tgt",
+    ]
+    assert all(t == {"pod-a/src"} for t in pods.routes_of.values())
+    assert pods.control.writes[-1][0]["state"] == "failed"
+
+
+@pytest.mark.parametrize("state", ["draining", "unloading-source"])
+async def test_a_new_leader_resumes_a_move_past_the_switch(tmp_path: Path, state: str) -> None:
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt")
+    pods.routes_of = {p: {"pod-b/tgt"} for p in pods.routes_of}
+    move = await take_over(pods, tmp_path, state)
+    assert move.state == "done"
+    drain = ["drain pod-a/src"] if state == "draining" else []
+    assert pods.calls == [*drain, "unload pod-a/src"]
+    assert ("pod-a", "src") not in pods.instances
+    assert pods.control.writes[-1][0]["state"] == "done"
+
+
+async def test_a_new_leader_keeps_the_target_when_the_source_died(tmp_path: Path) -> None:
+    pods = FakePods()
+    del pods.instances[("pod-a", "src")]
+    pods.instances[("pod-b", "tgt")] = inst("tgt")
+    move = await take_over(pods, tmp_path, "switching")
+    assert move.state == "done"
+    assert pods.calls == ["restore pod-b/tgt"]
+    assert "target-kept" in [s.name for s in move.steps]
+
+
+async def test_a_target_started_but_not_recorded_is_found_and_removed(tmp_path: Path) -> None:
+    pods = FakePods()
+    svc = service(pods, tmp_path)
+    pods.control.writes.append([recorded("starting-target", target=None)])
+    pods.instances[("pod-b", "tgt")] = inst("tgt")  # created after the move began
+    pods.instances[("pod-b", "old")] = inst("old").model_copy(
+        update={"created_at": inst("x").created_at.replace(year=2000)}
+    )  # a replica of the same model from before the move: not the target
+    await pods.control.ready_actions[0]()
+    move = svc.get("m1")
+    for _ in range(200):
+        if move.state == "failed":
+            break
+        await asyncio.sleep(0.02)
+    assert move.code == "leader_changed"
+    assert "unload pod-b/tgt" in pods.calls
+
+
+async def test_a_new_leader_unloads_a_target_still_starting_without_draining_it(
+    tmp_path: Path,
+) -> None:
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt", InstanceStatus.STARTING)
+    move = await take_over(pods, tmp_path, "starting-target")
+    assert move.code == "leader_changed"
+    assert pods.calls == ["restore pod-a/src", "unload pod-b/tgt"]
+    assert ("pod-b", "tgt") not in pods.instances

@@ -31,7 +31,7 @@ def test_every_declared_route_is_distinct_and_under_internal() -> None:
     orders = {r for r in declared if r.fenced}
     assert set(routes.INSTANCE_ACTIONS.values()) <= orders
     assert routes.LOAD in orders
-    assert routes.PRESETS_PUSH in orders
+    assert {routes.CONTROL_WRITE, routes.CONTROL_READ} <= orders
 
 
 async def test_the_leader_loop_acts_only_while_leading_and_survives_a_bad_round() -> None:

@@ -8,6 +8,11 @@ deleted; a YAML entry itself cannot be deleted or replaced through DELETE, only
 overridden with PUT. Every entry is checked on its own (``validation``): a bad
 one is logged and listed with its error, the others serve.
 
+In a cluster the API entries are the cluster's, not the pod's: the store is the
+replicated control state (cluster/catalog_sync.py), written by the leader and
+held by every pod, while the YAML file stays each pod's own. The merge rule is
+the same on every pod: the cluster's entry wins over a file entry of its name.
+
 ``resolve`` (name or alias -> entry name) is a dict lookup: the proxy calls it
 for every request that misses the routing table.
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from sardeenz.catalog.models import CatalogModel, CatalogSource, CatalogState
 from sardeenz.catalog.validation import (
@@ -28,9 +33,8 @@ from sardeenz.catalog.validation import (
     is_external,
 )
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
-from sardeenz.errors import Conflict, InvalidRequest, NotFound
+from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
 from sardeenz.proxy.demand import model_state
-from sardeenz.store.catalog import CatalogRepository
 from sardeenz.store.records import CatalogEntry
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,17 @@ def state_of(statuses: set[InstanceStatus]) -> CatalogState:
     """A model's state from its instances' statuses: the most useful one wins (the
     same rule as ``state`` in ``GET /v1/models``)."""
     return cast(CatalogState, model_state(statuses))
+
+
+class EntryStore(Protocol):
+    """Where the API entries live: this node's table (store/catalog.py) or, in a
+    cluster, the replicated control state (cluster/catalog_sync.py)."""
+
+    async def list_all(self) -> dict[str, dict[str, Any]]: ...
+
+    async def put(self, name: str, entry: dict[str, Any]) -> None: ...
+
+    async def delete(self, name: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +73,7 @@ class Catalog:
         self,
         config_entries: Mapping[str, Any],
         default_engine: EngineKind,
-        repo: CatalogRepository,
+        repo: EntryStore,
         instances: Callable[[], list[ModelInstance]],
     ) -> None:
         self._config_raw = dict(config_entries)
@@ -86,6 +101,13 @@ class Catalog:
         good = [i.name for i in self._items.values() if i.entry is not None]
         if self._items:
             log.info("catalog: %d model(s) on demand: %s", len(good), ", ".join(good) or "none")
+
+    async def reload(self) -> None:
+        """The stored API entries changed elsewhere (the leader wrote the cluster's
+        catalog): rebuild the view from them."""
+        self._api_raw = await self._repo.list_all()
+        self._rebuild()
+        log.info("catalog: %d API entr(ies) from the cluster", len(self._api_raw))
 
     # ------------------------------------------------------------------ reads
     def resolve(self, name: str) -> str | None:
@@ -147,7 +169,11 @@ class Catalog:
         if engine_check is not None:
             await engine_check(checked.engine)
         data = checked.model_dump(mode="json", exclude_defaults=True)
-        await self._repo.put(name, data)
+        try:
+            await self._repo.put(name, data)
+        except SardeenzError:  # not acknowledged (a cluster without a majority): show the store
+            await self.reload()
+            raise
         self._api_raw[name] = data
         self._rebuild()
         log.info("catalog: entry %s set through the API", name)
@@ -164,7 +190,11 @@ class Catalog:
                 )
             raise NotFound(f"no catalog entry named {name!r}", code="catalog_entry_not_found")
         removed = self.get_model(name)
-        await self._repo.delete(name)
+        try:
+            await self._repo.delete(name)
+        except SardeenzError:
+            await self.reload()
+            raise
         del self._api_raw[name]
         self._rebuild()
         log.info("catalog: entry %s deleted through the API", name)

@@ -1,8 +1,9 @@
 """The ``sardeenz`` command: serve, sim-engine, and operator commands against a server.
 
 One module per command group: ``server`` (serve, sim-engine, version), ``models``,
-``bench``, ``profiles``, ``cluster``; ``client`` (URL, calls, errors), ``output`` (table, plain,
-JSON) and ``resolve`` (ids by prefix or name) are shared by the operator groups.
+``bench``, ``profiles``, ``cluster``, ``catalog``, ``presets``, ``moves``; ``client``
+(URL, calls, errors), ``output`` (table, plain, JSON), ``resolve`` (ids by prefix or
+name) and ``control_input`` (a JSON or YAML document) are shared by the operator groups.
 Entry points: ``sardeenz.cli:main`` (the ``sardeenz`` script) and ``python -m
 sardeenz.cli``.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import typer
 import typer.core
 
-from sardeenz.cli import bench, cluster, models, profiles, server
+from sardeenz.cli import bench, catalog, cluster, models, moves, presets, profiles, server
 from sardeenz.cli.bench import results_table as _results_table
 from sardeenz.cli.server import _configure_logging, config_error_line, demo_settings
 
@@ -44,6 +45,9 @@ app.add_typer(models.app, name="models")
 app.add_typer(bench.app, name="bench")
 app.add_typer(profiles.app, name="profiles")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(catalog.app, name="catalog")
+app.add_typer(presets.app, name="presets")
+app.add_typer(moves.app, name="moves")
 
 
 def _flag_type(self: typer.core.TyperOption, ctx: Any) -> str | None:

@@ -123,30 +123,38 @@ class Api:
             return None
         return resp.json()
 
-    def sse(self, path: str, params: dict[str, str] | None = None) -> Iterator[tuple[str, Any]]:
+    def sse(
+        self, path: str, params: dict[str, str] | None = None, method: str = "GET"
+    ) -> Iterator[tuple[str, Any]]:
         """The (event, JSON data) pairs of a server-sent event stream, as they arrive.
 
         Lines of one event are joined as the SSE format says (``data:`` lines,
-        ended by a blank line); ``event:`` names it (default ``message``).
+        ended by a blank line); ``event:`` names it (default ``message``). A cluster
+        follower's 307 is followed with the same credentials, as ``call`` does.
         """
         try:
-            with (
-                self.client(timeout=None) as client,
-                client.stream("GET", path, params=params) as resp,
-            ):
-                if resp.status_code >= 400:
-                    resp.read()
-                    die(f"error {resp.status_code}: {error_message(resp)}")
-                event = "message"
-                data: list[str] = []
-                for line in resp.iter_lines():
-                    if not line:
-                        if data:
-                            yield event, json.loads("\n".join(data))
-                        event, data = "message", []
-                    elif line.startswith("event:"):
-                        event = line[6:].strip()
-                    elif line.startswith("data:"):
-                        data.append(line[5:].removeprefix(" "))
+            with self.client(timeout=None) as client:
+                resp = client.send(client.build_request(method, path, params=params), stream=True)
+                if resp.status_code == 307 and resp.headers.get("location"):
+                    resp.close()
+                    leader = client.build_request(method, resp.headers["location"])
+                    resp = client.send(leader, stream=True)
+                try:
+                    if resp.status_code >= 400:
+                        resp.read()
+                        die(f"error {resp.status_code}: {error_message(resp)}")
+                    event = "message"
+                    data: list[str] = []
+                    for line in resp.iter_lines():
+                        if not line:
+                            if data:
+                                yield event, json.loads("\n".join(data))
+                            event, data = "message", []
+                        elif line.startswith("event:"):
+                            event = line[6:].strip()
+                        elif line.startswith("data:"):
+                            data.append(line[5:].removeprefix(" "))
+                finally:
+                    resp.close()
         except httpx.ConnectError as exc:
             _unreachable(self.url, exc)

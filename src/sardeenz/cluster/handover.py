@@ -172,6 +172,14 @@ class Pods:
                     return peer.pod_id, found
         return None
 
+    def on(self, pod_id: str) -> list[ModelInstance]:
+        """Every instance ``pod_id`` runs (a peer: as of its last heartbeat)."""
+        if pod_id == self.me:
+            return self._m.supervisor.list_instances()
+        peer = self._m.peers.get(pod_id)
+        hb = peer.heartbeat if peer is not None else None
+        return list(hb.instances) if hb is not None else []
+
     def instance(self, pod_id: str, instance_id: str) -> ModelInstance | None:
         """The instance on ``pod_id`` (for a peer: as of its last heartbeat)."""
         if pod_id == self.me:

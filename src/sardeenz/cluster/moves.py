@@ -21,10 +21,24 @@ every pod's routing table holds at least one route to the model:
 A target that is refused or fails to start is unloaded and the move ends
 ``failed`` with the reason; the source was never touched. A failure while
 switching restores the source's advertisement and retires the target the
-same careful way. Moves live in the leader's memory (the last ``HISTORY``):
-if the leader dies mid-move the move is lost, both instances may keep running
-(the operator unloads one), and a withdrawn source is advertised again when
-its withdrawal expires (``withdrawSeconds`` after the withdraw).
+same careful way (the steps themselves: cluster/move_steps.py).
+
+The move record (phase, source, target) is the ``moves`` document of the
+replicated control state (cluster/control_state.py), written before each step
+it announces (write-ahead) and acknowledged by a majority of the pods, so a
+leader that dies mid-move leaves its successor the phase the move was in. The
+new leader, once it has adopted the control state, takes every unfinished
+move over (:meth:`MoveService.take_over`):
+
+* phase ``draining`` or ``unloading-source`` (every pod already routes to the
+  target, the source is held): the move is resumed, drain then unload;
+* earlier phases (the source was never held): the move is rolled back, the
+  source advertised again and the target (if one was started) retired the
+  careful way; it ends ``failed`` with code ``leader_changed``;
+* a source that is gone (it ran on the dead leader) keeps the target instead.
+
+The source serves throughout: nothing in either path stops it before every
+pod routes to the target.
 """
 
 from __future__ import annotations
@@ -33,48 +47,40 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Coroutine
-from typing import TypeVar
+from collections.abc import Coroutine
 
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.handover import Pods
-from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState, MoveStep
+from sardeenz.cluster.move_steps import POLL, MoveFailed, MoveSteps
+from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance, utcnow
 from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError, Unavailable
 from sardeenz.tasks import stop_task
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 HISTORY = 100
 """Finished moves kept for ``GET /api/cluster/moves``."""
-POLL = 0.1
+JOURNALED_HISTORY = 20
+"""Finished moves kept in the replicated record (a new leader lists them too)."""
+KEY = "moves"
+"""The control-state document that holds the move records."""
 SETTLE = 1.0
 """Seconds a target is active before other pods may route to it. Measured
 (benchmarks/move.py): streams sent to a target in its first ~0.25 s of activity
 stalled 180-440 ms; with this pause, no gap during a move exceeded 1.6x the ITL."""
 
 
-class MoveFailed(Exception):
-    def __init__(self, reason: str, code: str) -> None:
-        super().__init__(reason)
-        self.reason, self.code = reason, code
-
-
-class MoveService:
+class MoveService(MoveSteps):
     """The leader's moves: validation, the in-memory list, one owned task per move."""
 
-    def __init__(self, pods: Pods, settings: Settings) -> None:
-        self._pods = pods
-        self._settings = settings
+    def __init__(self, pods: Pods, settings: Settings, control: ControlRegister) -> None:
+        super().__init__(pods, settings)
+        self._control = control
+        control.when_ready(self.take_over)
         self._moves: dict[str, Move] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        beat = settings.cluster_heartbeat_interval_seconds
-        self.route_timeout = max(10.0, 3 * settings.cluster_unavailable_after_seconds, 5 * beat)
-        """Bound on each wait for route propagation (target in, source out)."""
-        self.transit_grace = max(0.5, beat)
-        """After the last pod dropped the source: requests it picked just before are
-        still on their way to the source pod."""
 
     # ---------------------------------------------------------------- reads
     def list(self) -> list[Move]:
@@ -82,6 +88,12 @@ class MoveService:
 
     def get(self, move_id: str) -> Move:
         move = self._moves.get(move_id)
+        if move is None and self._control.replicated and not self._control.ready():
+            raise Unavailable(
+                "this leader has not yet read the moves' record from a majority of the pods; "
+                "retry shortly",
+                code="control_state_not_ready",
+            )
         if move is None:
             raise NotFound(f"no move {move_id!r} (moves live on the leader)", code="move_not_found")
         return move
@@ -156,13 +168,14 @@ class MoveService:
         )
         self._moves[move.id] = move
         self._forget_old()
+        try:  # acknowledged to the client only once a majority holds the record
+            await self._journal()
+        except SardeenzError:
+            self._moves.pop(move.id, None)
+            raise
         drain = req.drain_seconds
         drain_s = self._settings.stop_grace_seconds if drain is None else drain
-        task = asyncio.get_running_loop().create_task(
-            self._run(move, source, drain_s), name=f"sardeenz-move-{move.id}"
-        )
-        self._tasks[move.id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(move.id, None))
+        self._launch(move, self._run(move, source, drain_s))
         log.info(
             "move %s: %s (%s) from %s to %s%s",
             move.id,
@@ -173,6 +186,49 @@ class MoveService:
             f" GPUs {req.gpu_ids}" if req.gpu_ids is not None else "",
         )
         return move
+
+    def _launch(self, move: Move, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=f"sardeenz-move-{move.id}")
+        self._tasks[move.id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(move.id, None))
+
+    async def _journal(self) -> None:
+        """Write every unfinished move and the last finished ones as the cluster's record
+        (returns once a majority stored it; raises 503 otherwise)."""
+        if not self._control.replicated:
+            return
+
+        async def record(_: object) -> list[dict[str, object]]:
+            moves = self.list()  # taken under the register's lock: the newest of every move
+            kept = [m for m in moves if m.state not in FINISHED]
+            kept += [m for m in moves if m.state in FINISHED][:JOURNALED_HISTORY]
+            return [m.model_dump(mode="json", by_alias=True) for m in kept]
+
+        await self._control.update(KEY, record)
+
+    async def _mark(self, move: Move, state: MoveState) -> None:
+        """Record ``state`` before the step it announces (a new leader resumes from it)."""
+        move.state = state
+        try:
+            await self._journal()
+        except SardeenzError as exc:
+            raise MoveFailed(f"the move's record was not stored: {exc.message}", exc.code) from exc
+
+    async def take_over(self) -> None:
+        """This pod became a ready leader: adopt the recorded moves, finish the open ones."""
+        body = self._control.body(KEY, [])
+        for raw in body if isinstance(body, list) else []:
+            try:
+                move = Move.model_validate(raw)
+            except ValueError:
+                log.warning("move record unreadable, skipped: %.200s", raw)
+                continue
+            if move.id in self._tasks:  # ours still running (we led before and still do)
+                continue
+            self._moves[move.id] = move
+            if move.state not in FINISHED:
+                log.warning("move %s: taken over in state %s", move.id, move.state.value)
+                self._launch(move, self._recover(move))
 
     async def stop(self) -> None:
         """Shutdown: moves in progress end where they are (documented as a leader loss)."""
@@ -185,16 +241,12 @@ class MoveService:
             self._moves.pop(move.id, None)
 
     # ------------------------------------------------------------------ run
-    def _step(self, move: Move, name: str, detail: str | None = None) -> None:
-        move.steps.append(MoveStep(name=name, at=utcnow(), detail=detail))
-        log.info("move %s: %s%s", move.id, name, f" ({detail})" if detail else "")
-
     async def _run(self, move: Move, source: ModelInstance, drain_s: float) -> None:
         t0 = time.monotonic()
         src_pod = move.source_pod_id
         try:
             target = await self._start_target(move, source)
-            move.state = MoveState.SWITCHING
+            await self._mark(move, MoveState.SWITCHING)
             try:
                 await self._wait_routes(move.target_pod_id, target.id, present=True)
             except MoveFailed:
@@ -213,7 +265,7 @@ class MoveService:
                 await self._restore(src_pod, source.id)
                 await self._rollback(move, target, routed=True)
                 raise
-            move.state = MoveState.DRAINING
+            await self._mark(move, MoveState.DRAINING)
             drained = self._pods.drain(src_pod, source.id, drain_s)
             in_flight, cut = await self._call(drained, "source_drain")
             self._step(
@@ -221,7 +273,7 @@ class MoveService:
                 "drain-end",
                 f"{in_flight} request(s) in flight at the start, {cut} cut after {drain_s:g}s",
             )
-            move.state = MoveState.UNLOADING_SOURCE
+            await self._mark(move, MoveState.UNLOADING_SOURCE)
             await self._call(self._pods.unload(src_pod, source.id), "source_unload")
             self._step(move, "source-gone")
             move.state = MoveState.DONE
@@ -235,9 +287,70 @@ class MoveService:
         finally:
             move.finished_at = utcnow()
             move.duration_seconds = round(time.monotonic() - t0, 3)
+            await self._journal_end(move)
+
+    async def _journal_end(self, move: Move) -> None:
+        """Record the end (best effort: a leader that lost its majority leaves the move
+        open in the record, and the next leader finishes it)."""
+        if not self._pods.leading():
+            return
+        try:
+            await self._journal()
+        except SardeenzError as exc:
+            log.warning("move %s: its end was not recorded: %s", move.id, exc)
+
+    async def _recover(self, move: Move) -> None:
+        """Finish a move a previous leader left open (the module docstring says how)."""
+        t0 = time.monotonic()
+        src_pod, src_id = move.source_pod_id, move.instance_id
+        try:
+            self._step(move, "taken-over", f"by pod {self._pods.me} in state {move.state.value}")
+            target = self._target_of(move)
+            source = self._pods.instance(src_pod, src_id)
+            if source is None:
+                if target is None:
+                    raise MoveFailed("source and target are both gone", "leader_changed")
+                await self._call(
+                    self._pods.restore(move.target_pod_id, target.id), "target_restore"
+                )
+                self._step(move, "target-kept", f"the source on pod {src_pod} is gone")
+                move.state = MoveState.DONE
+            elif move.state in (MoveState.DRAINING, MoveState.UNLOADING_SOURCE):
+                if move.state is MoveState.DRAINING:
+                    drain_s = self._settings.stop_grace_seconds
+                    drained = self._pods.drain(src_pod, src_id, drain_s)
+                    in_flight, cut = await self._call(drained, "source_drain")
+                    self._step(move, "drain-end", f"{in_flight} in flight, {cut} cut")
+                    await self._mark(move, MoveState.UNLOADING_SOURCE)
+                await self._call(self._pods.unload(src_pod, src_id), "source_unload")
+                self._step(move, "source-gone", "resumed by the new leader")
+                move.state = MoveState.DONE
+            else:
+                await self._restore(src_pod, src_id)
+                self._step(move, "source-restored", f"pod {src_pod} advertises {src_id}")
+                if target is not None:
+                    # A target still starting was held from the start (no pod routes to
+                    # it): a plain unload. An active one may be routed: the careful way.
+                    routed = target.status is not InstanceStatus.STARTING
+                    await self._rollback(move, target, routed=routed)
+                raise MoveFailed(
+                    "the leader changed mid-move: rolled back (the source kept serving)",
+                    "leader_changed",
+                )
+        except MoveFailed as exc:
+            move.state, move.reason, move.code = MoveState.FAILED, exc.reason, exc.code
+            self._step(move, "failed", exc.reason)
+            log.warning("move %s failed: %s", move.id, exc.reason)
+        except Exception as exc:  # a bug must end the move visibly, not hang it
+            log.exception("move %s: take-over crashed", move.id)
+            move.state, move.reason, move.code = MoveState.FAILED, str(exc), "internal_error"
+        finally:
+            move.finished_at = utcnow()
+            move.duration_seconds = round(time.monotonic() - t0, 3)
+            await self._journal_end(move)
 
     async def _start_target(self, move: Move, source: ModelInstance) -> ModelInstance:
-        move.state = MoveState.STARTING_TARGET
+        await self._mark(move, MoveState.STARTING_TARGET)
         req = LoadRequest(
             model_path=source.model_path,
             engine=source.engine,
@@ -253,6 +366,7 @@ class MoveService:
         move.target_instance_id = target.id
         move.target_gpu_ids = list(target.gpu_ids)
         self._step(move, "target-loading", f"instance {target.id} on pod {move.target_pod_id}")
+        await self._mark(move, MoveState.STARTING_TARGET)  # with the target's id
         # Not advertised to other pods until it has settled (SETTLE).
         hold = self._settings.ready_timeout_seconds + self.route_timeout * 2 + 60
         try:
@@ -286,75 +400,3 @@ class MoveService:
                 await self._rollback(move, target, routed=False)
                 raise MoveFailed("target not active in time", "target_timeout")
             await asyncio.sleep(POLL)
-
-    async def _withdraw(self, move: Move, pod: str, iid: str, who: str) -> None:
-        """Out of every other pod's table, still serving on its own; then the transit grace."""
-        ttl = self.route_timeout * 2 + 60
-        await self._call(self._pods.withdraw(pod, iid, ttl), f"{who}_withdraw")
-        self._step(move, f"{who}-withdrawn", f"pod {pod} stops advertising {iid}")
-        await self._wait_routes(pod, iid, present=False)
-        self._step(move, f"{who}-unrouted", "no other pod's table routes to it")
-        await asyncio.sleep(self.transit_grace)
-
-    async def _rollback(self, move: Move, target: ModelInstance, *, routed: bool) -> None:
-        """Remove the target (best effort: the move fails anyway, with its own reason).
-
-        A target that may be in some table is retired like a source (withdraw, wait,
-        drain), so the rollback fails no request either.
-        """
-        pod = move.target_pod_id
-        try:
-            if routed:
-                await self._withdraw(move, pod, target.id, "target")
-                await self._call(self._pods.drain(pod, target.id, 5.0), "target_drain")
-            await self._call(self._pods.unload(pod, target.id), "target_unload")
-            self._step(move, "target-removed")
-        except MoveFailed as exc:
-            self._step(move, "target-left-running", exc.reason)
-            log.warning("move %s: target %s left on pod %s: %s", move.id, target.id, pod, exc)
-
-    async def _restore(self, pod: str, iid: str) -> None:
-        try:
-            await self._call(self._pods.restore(pod, iid), "source_restore")
-        except MoveFailed as exc:  # its withdrawal expires on its own
-            log.warning("restoring %s on pod %s failed: %s", iid, pod, exc)
-
-    async def _wait_routes(self, pod: str, iid: str, *, present: bool) -> None:
-        """Until every live pod's table has (``present``) or lacks ``pod/iid``.
-
-        The instance's own pod is left out when waiting for its absence: it keeps
-        routing to its withdrawn instance until the drain. Unavailable pods are left
-        out too (their routes expire everywhere anyway).
-        """
-        key = f"{pod}/{iid}"
-        deadline = time.monotonic() + self.route_timeout
-        while True:
-            pending = [p for p in self._pods.live() if present or p != pod]
-            views = await asyncio.gather(*(self._pods.routes(p) for p in pending))
-            late = [
-                p for p, v in zip(pending, views, strict=True) if v is None or (key in v) != present
-            ]
-            if not late:
-                return
-            if time.monotonic() > deadline:
-                what = "route to" if present else "dropped"
-                raise MoveFailed(
-                    f"pods {late} have not {what} {key} within {self.route_timeout:g}s",
-                    "route_timeout",
-                )
-            await asyncio.sleep(POLL)
-
-    async def _call(self, aw: Awaitable[T], code: str) -> T:
-        """A step's call; a refusal or a dead peer becomes the move's failure reason.
-
-        A pod that lost the leadership mid-move takes no further step, not even on
-        its own instances (the new leader knows nothing of this move).
-        """
-        if not self._pods.leading():
-            if isinstance(aw, Coroutine):
-                aw.close()
-            raise MoveFailed("this pod no longer leads the cluster", "not_leader")
-        try:
-            return await aw
-        except SardeenzError as exc:
-            raise MoveFailed(exc.message, exc.code or code) from exc

@@ -15,9 +15,9 @@ there is no leader (an election, the minority side of a partition), the pod
 starts the model on itself, making room by evicting its own idle catalog
 models as a single node does: a request for a catalog model is answered when
 the pod it reached can serve it. Two pods may then run the model; the idle
-reaper of each puts its copy away when idle. The catalog is per pod: give
-every pod the same catalog (one config file) so any of them can start, route
-and put away any entry.
+reaper of each puts its copy away when idle. The catalog's API entries are
+the cluster's (cluster/catalog_sync.py), so any pod can start, route and put
+away any of them; config-file entries are each pod's own.
 """
 
 from __future__ import annotations

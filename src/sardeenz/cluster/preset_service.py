@@ -1,11 +1,12 @@
 """Presets as a service: storage, distribution, apply, and the reconcile loop.
 
-* **Storage and distribution.** Every pod keeps the presets in SQLite. The
-  leader writes (the admin API reaches it through the followers' 307) and
-  pushes the whole set to every pod through ``routes.PRESETS_PUSH``, fenced
-  by its term; a pod that missed a push (down, partitioned, new) gets it on
-  the next reconcile tick, since the leader re-sends to every pod whose
-  acknowledged revision differs. So whichever pod leads next has them.
+* **Storage and distribution.** The presets are the ``presets`` document of
+  the replicated control state (cluster/control_state.py): the leader (the
+  admin API reaches it through the followers' 307) changes its table, then
+  writes the whole set, and a change is acknowledged once a majority of the
+  pods stored it (503 ``no_quorum`` otherwise). Every other pod replaces its
+  table with each copy it receives, and a new leader adopts the newest copy a
+  majority holds before it reconciles anything.
 * **Apply** (``POST .../{name}/apply``): plan, refuse the whole preset when a
   replica fits nowhere (409 ``preset_unschedulable``, nothing done), else mark
   it applied and run the steps in a task this service owns, whose progress is
@@ -25,25 +26,20 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from pydantic import BaseModel, Field, ValidationError
-
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.preset_plan import Placer, Plan, Step, make_plan
 from sardeenz.cluster.presets import Observed, PresetBody, PresetModel
-from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.leader_loop import LeaderLoop
-from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.domain import InstanceStatus, utcnow
-from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
+from sardeenz.errors import Conflict, NotFound, SardeenzError
 from sardeenz.store.presets import PresetRepository, PresetRow
 from sardeenz.tasks import stop_task
 
@@ -52,10 +48,8 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 TICK_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 120.0
-
-
-class _Sync(BaseModel):
-    presets: list[dict[str, Any]] = Field(max_length=1024)
+KEY = "presets"
+"""The control-state document that holds the presets."""
 
 
 @dataclass
@@ -88,21 +82,22 @@ class ApplyRun:
 
 
 class PresetService:
-    def __init__(self, manager: ClusterManager, repo: PresetRepository, placer: Placer) -> None:
+    def __init__(
+        self,
+        manager: ClusterManager,
+        repo: PresetRepository,
+        placer: Placer,
+        control: ControlRegister,
+    ) -> None:
         self._m = manager
         self._repo = repo
         self._placer = placer
+        self._control = control
+        control.subscribe(KEY, self._take)
+        control.seed(KEY, self._seed)
         self._busy = asyncio.Lock()
-        self._acked: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
-        self._loop = LeaderLoop(
-            "preset-reconcile",
-            manager.is_leader,
-            self._tick,
-            TICK_SECONDS,
-            on_follow=self._acked.clear,
-        )
-        self._revision = ""
+        self._loop = LeaderLoop("preset-reconcile", manager.is_leader, self._tick, TICK_SECONDS)
         self._last_run: ApplyRun | None = None
         self._last_pass = 0.0
         self._members: frozenset[str] = frozenset()
@@ -122,9 +117,6 @@ class PresetService:
         await stop_task(self._task)
         self._task = None
 
-    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
-        return [(routes.PRESETS, lambda _: self.stored()), (routes.PRESETS_PUSH, self.receive)]
-
     # ------------------------------------------------------------------ CRUD
     async def all(self) -> list[dict[str, Any]]:
         return [self._view(r) for r in await self._repo.list_all()]
@@ -135,7 +127,7 @@ class PresetService:
     async def put(self, name: str, body: PresetBody) -> dict[str, Any]:
         models = [m.model_dump(mode="json", by_alias=True) for m in body.models]
         row = await self._repo.put(name, models)
-        await self._push()
+        await self._publish()
         self.poke()
         return self._view(row)
 
@@ -147,7 +139,7 @@ class PresetService:
                 code="preset_apply_in_progress",
             )
         await self._repo.delete(name)
-        await self._push()
+        await self._publish()
         return self._view(row)
 
     async def plan(self, name: str) -> Plan:
@@ -178,7 +170,7 @@ class PresetService:
                     steps=[s.as_json() for s in plan.unschedulable],
                 )
             await self._repo.mark_applied(name)
-            await self._push()
+            await self._publish()
         except BaseException:
             self._busy.release()
             raise
@@ -297,9 +289,8 @@ class PresetService:
 
     async def _tick(self) -> None:
         """One round on the leader (the loop runs it only there)."""
-        m = self._m
-        if m.active:
-            await self._push(only_stale=True)
+        if not self._control.ready():
+            return  # a new leader first adopts the newest presets a majority holds
         members = self._available_pods()
         now = time.monotonic()
         due = now >= self._next_pass or members != self._members
@@ -364,42 +355,28 @@ class PresetService:
         left = [n for n in row.dropped if n in running]
         if left != row.dropped:
             await self._repo.set_dropped(name, left)
-            await self._push()
+            await self._publish()
 
     # ------------------------------------------------------------------ sync
-    async def _push(self, only_stale: bool = False) -> None:
-        """Send every pod the whole set (only those behind, when ``only_stale``)."""
-        m = self._m
-        if not m.active or not m.is_leader():
+    async def _publish(self) -> None:
+        """Write the whole set as the cluster's copy; returns once a majority stored it."""
+        if not self._m.active:
             return
-        rows = [r.as_json() for r in await self._repo.list_all()]
-        self._revision = hashlib.sha256(orjson.dumps(rows)).hexdigest()[:16]
-        now = m.now()
-        for peer in m.peers.all():
-            if m.detector.state(peer.pod_id, now) is PeerState.UNAVAILABLE:
-                continue
-            if only_stale and self._acked.get(peer.pod_id) == self._revision:
-                continue
-            try:
-                client = m.client_for(peer.pod_id)
-                await client.call(peer.pod_id, routes.PRESETS_PUSH, {"presets": rows})
-                self._acked[peer.pod_id] = self._revision
-            except SardeenzError as exc:
-                log.info("preset sync to %s failed (retried next tick): %s", peer.pod_id, exc)
 
-    async def stored(self) -> dict[str, Any]:
-        """``GET /internal/presets/sync``: this pod's own copy (what a sync left here)."""
-        return {"presets": [r.as_json() for r in await self._repo.list_all()]}
+        async def snapshot(_: Any) -> list[dict[str, Any]]:
+            return [r.as_json() for r in await self._repo.list_all()]
 
-    async def receive(self, request: InternalRequest) -> dict[str, Any]:
-        """``POST /internal/presets/sync``: the leader's whole set replaces ours (fenced)."""
-        try:
-            sync = request.parse(_Sync)
-            rows = [PresetRow.from_json(r) for r in sync.presets]
-        except (ValidationError, KeyError, ValueError, TypeError) as exc:
-            raise InvalidRequest(f"bad preset sync: {exc}"[:500], code="invalid_request") from exc
+        await self._control.update(KEY, snapshot)
+
+    async def _take(self, body: Any) -> None:
+        """Another pod's copy (the leader's write, or what a new leader adopted)."""
+        rows = [PresetRow.from_json(r) for r in body] if isinstance(body, list) else []
         await self._repo.replace_all(rows)
-        return {"presets": len(rows)}
+
+    async def _seed(self) -> Any:
+        """A cluster's first leader: the table an older version kept on every pod."""
+        rows = await self._repo.list_all()
+        return [r.as_json() for r in rows] or None
 
     # --------------------------------------------------------------- helpers
     async def _row(self, name: str) -> PresetRow:

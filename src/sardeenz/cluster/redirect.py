@@ -7,9 +7,10 @@ reads are answered locally and writes refused with 503 ``no_leader``, so a
 pod that cannot reach a quorum changes nothing.
 
 Always local, so each pod's own view can be read: health probes, metrics,
-``/api/cluster/*`` (but the moves, which the leader holds), the login
-configuration, the API documents, and the request log, usage and metrics
-history (every pod collects the whole cluster's). ``/v1`` and ``/api/direct`` never come here.
+``/api/cluster/*`` (but the moves and presets, which the leader holds and
+writes: cluster/control_state.py), the login configuration, the API documents,
+and the request log, usage and metrics history (every pod collects the whole
+cluster's). ``/v1`` and ``/api/direct`` never come here.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ LOCAL_PREFIXES: Final = (
     "/redoc",
 )
 
-LEADER_PREFIXES: Final = ("/api/cluster/moves",)
+LEADER_PREFIXES: Final = ("/api/cluster/moves", "/api/cluster/presets")
 """Under a local prefix, but held by the leader: redirected like the rest of the admin API."""
 
 Redirect = Callable[[Scope, Send], Awaitable[bool]]

@@ -2,9 +2,9 @@
 
 The ``/internal`` router is built here from every part that serves internal
 routes: membership (ping, heartbeat, state, votes), the leader's orders on
-instances, a move's steps, profile sync, presets, on-demand placement and the
-request collector (cluster/observe.py) and the locator's reads of this pod's
-instances.
+instances, a move's steps, profile sync, the replicated control state
+(presets, catalog, moves), on-demand placement, the request collector
+(cluster/observe.py) and the locator's reads of this pod's instances.
 A feature with routes of its own adds its ``internal_routes()`` here.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from sardeenz.cluster import handover
+from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
 from sardeenz.cluster.instance_routes import InstanceRoutes
 from sardeenz.cluster.locator import InstanceLocator
@@ -20,7 +21,6 @@ from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
-from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import leader_redirect
 from sardeenz.cluster.transport.routes import HOP_HEADER
@@ -32,7 +32,7 @@ from sardeenz.security.unverified import UnverifiedBodies
 def internal_router(
     manager: ClusterManager,
     profile_sync: ProfileSync,
-    presets: PresetService,
+    control: ControlRegister,
     starts: ClusterStarts,
     unverified: UnverifiedBodies,
     collector: RequestCollector,
@@ -45,7 +45,7 @@ def internal_router(
     router.include(InstanceOrders(manager.supervisor).internal_routes())
     router.include(handover.internal_routes(manager))
     router.include(profile_sync.internal_routes())
-    router.include(presets.internal_routes())
+    router.include(control.internal_routes())
     router.include(starts.internal_routes())
     router.include(collector.internal_routes())
     router.include(InstanceRoutes(locator).internal_routes())
@@ -57,13 +57,13 @@ def install_cluster(
     manager: ClusterManager,
     proxy: InferenceProxy,
     profile_sync: ProfileSync,
-    presets: PresetService,
+    control: ControlRegister,
     starts: ClusterStarts,
     collector: RequestCollector,
     locator: InstanceLocator,
 ) -> None:
     gateway.internal = internal_router(
-        manager, profile_sync, presets, starts, gateway.unverified, collector, locator
+        manager, profile_sync, control, starts, gateway.unverified, collector, locator
     )
     gateway.trusted_forward = trusted_forward(manager, gateway.unverified)
     gateway.redirect = leader_redirect(manager)

@@ -174,3 +174,14 @@ cluster_presets = sa.Table(
     sa.Column("applied_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("dropped", sa.JSON, nullable=False),
 )
+
+# --- the cluster's replicated control state (cluster/replicated.py) -----------
+control_documents = sa.Table(
+    "control_documents",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("term", sa.Integer, nullable=False),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("body", sa.JSON, nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)

@@ -88,9 +88,9 @@ DRAIN = InternalRoute("POST", "/internal/models/{instance_id}/drain", fenced=Tru
 PROFILES = InternalRoute("GET", "/internal/memory-profiles")
 PROFILES_PUSH = InternalRoute("POST", "/internal/memory-profiles", fenced=True)
 
-# --- presets (cluster/preset_service.py)
-PRESETS = InternalRoute("GET", "/internal/presets/sync")
-PRESETS_PUSH = InternalRoute("POST", "/internal/presets/sync", fenced=True)
+# --- the replicated control state: presets, catalog, moves (cluster/control_state.py)
+CONTROL_WRITE = InternalRoute("POST", "/internal/control/write", fenced=True)
+CONTROL_READ = InternalRoute("POST", "/internal/control/read", fenced=True)
 
 # --- on-demand starts placed by the leader (cluster/ondemand.py)
 ONDEMAND_PLACE = InternalRoute("POST", "/internal/ondemand/place")
