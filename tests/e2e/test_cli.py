@@ -176,3 +176,55 @@ def test_bench_run_follows_progress_and_prints_the_run(server: ServerProcess) ->
         assert scenario["metrics"]["requestsPerSecond"] > 0
     finally:
         cli("models", "unload", inst_id, *url)
+
+
+def test_logs_n_counts_the_lines_it_prints(server: ServerProcess) -> None:
+    """``-n N`` prints the last N shown lines: hidden /health polls use none of the count."""
+    from sardeenz.cli.models import is_health_poll
+    from tests.support import load_active
+
+    url = ["--url", server.url]
+    with server.client() as api:
+        inst = load_active(api, "logs-n-model")
+        everything: list[str] = []
+        deadline = time.monotonic() + 30
+        # The controller polls /health every 0.5 s here: wait for more polls than -n.
+        while sum(map(is_health_poll, everything)) < 6:
+            assert time.monotonic() < deadline, f"no 6 health polls in 30 s: {everything}"
+            time.sleep(0.2)
+            got = api.get(f"/api/v1/models/{inst['id']}/logs", params={"lines": 1000})
+            everything = got.json()["lines"]
+    others = [ln for ln in everything if not is_health_poll(ln)]
+    assert len(others) >= 3
+
+    out = cli("models", "logs", inst["id"], "-n", "2", *url)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == others[-2:]
+
+    polls = cli("models", "logs", inst["id"], "--health", "-n", "5", *url)
+    assert len(polls.stdout.splitlines()) == 5
+
+    # -f -n 2 (JSON, one event a line): the last two shown lines of the buffer, then
+    # the status event that follows the replay, then live events until removed.
+    argv = ["models", "logs", "-f", "-n", "2", "--json", inst["id"], *url]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "sardeenz.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    before_status = []
+    for line in follow.stdout:  # ends (EOF) if the command dies; checked below
+        event = json.loads(line)
+        if event["event"] == "status":
+            break
+        before_status.append(event)
+    with server.client() as api:
+        assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code in (200, 202)
+    rest, stderr = follow.communicate(timeout=30)
+    assert follow.returncode == 0, stderr
+    assert [e["line"] for e in before_status] == others[-2:]
+    live = [json.loads(ln) for ln in rest.splitlines()]
+    assert live[-1]["event"] == "removed"
+    assert not any(is_health_poll(e.get("line", "")) for e in before_status + live)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.table import Table
 
-from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt, die, err
+from sardeenz.cli.client import DEFAULT_URL, Api, ConnectionLost, TokenOpt, UrlOpt, die, err
 from sardeenz.cli.output import (
     Cell,
     Col,
@@ -227,7 +226,7 @@ def bench_run(
     except KeyboardInterrupt:
         err.print("[yellow]cancelling the run...[/yellow]")
         final = api.call("POST", f"/api/benchmarks/{run['id']}/cancel")
-    except httpx.HTTPError as exc:
+    except ConnectionLost as exc:
         err.print(f"lost the progress stream: {exc}", markup=False, style="red")
         final = api.call("GET", f"/api/benchmarks/{run['id']}")
     if as_json:

@@ -1,4 +1,9 @@
-"""``sardeenz serve`` and the process-level commands: sim-engine, version."""
+"""``sardeenz serve`` and the process-level commands: sim-engine, version.
+
+Settings (pydantic), the cluster checks and the server itself are imported when
+``serve`` runs, not when the CLI starts: every operator command (``models ls``,
+``version``) would otherwise pay their import time (tests/unit/test_cli_imports.py).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,15 @@ import ipaddress
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
-from sardeenz import __version__
-from sardeenz.cluster.identity import check_cluster_settings
-from sardeenz.config import ConfigError, Settings, load_settings
-from sardeenz.logsetup import configure_logging
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from sardeenz.config import ConfigError, Settings
 
 __all__ = ["config_error_line", "demo_settings", "serve", "sim_engine", "version"]
 
@@ -59,6 +63,11 @@ def serve(
     ] = None,
 ) -> None:
     """Run the Sardeenz server on this node."""
+    from pydantic import ValidationError
+
+    from sardeenz.cluster.identity import check_cluster_settings
+    from sardeenz.config import ConfigError, load_settings
+
     try:
         settings = load_settings(
             config,
@@ -132,6 +141,8 @@ def demo_settings(settings: Settings) -> Settings:
 
 def config_error_line(exc: ConfigError | ValidationError) -> str:
     """One line per start-up: which setting is wrong and why, without pydantic's banner."""
+    from sardeenz.config import ConfigError
+
     if isinstance(exc, ConfigError):
         return str(exc)
     parts = []
@@ -144,6 +155,8 @@ def config_error_line(exc: ConfigError | ValidationError) -> str:
 
 def _configure_logging(settings: Settings) -> None:
     """One record per line (``logsetup``): user text in a message cannot forge a record."""
+    from sardeenz.logsetup import configure_logging
+
     configure_logging(settings.log_level, settings.log_format)
 
 
@@ -182,4 +195,6 @@ def version(
     as_json: Annotated[bool, typer.Option("--json", help='Print {"version": ...}.')] = False,
 ) -> None:
     """Print the version."""
+    from sardeenz import __version__
+
     print(json.dumps({"version": __version__}) if as_json else __version__)
