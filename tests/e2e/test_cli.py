@@ -228,3 +228,37 @@ def test_logs_n_counts_the_lines_it_prints(server: ServerProcess) -> None:
     live = [json.loads(ln) for ln in rest.splitlines()]
     assert live[-1]["event"] == "removed"
     assert not any(is_health_poll(e.get("line", "")) for e in before_status + live)
+
+
+def test_force_says_what_it_overrides_in_the_flags_and_unit_typed(server_factory: Any) -> None:
+    """A refusal offers --force only when forcing would start the engine (issue 25).
+
+    100 GB per GPU is more than the simulated GPU has: no force helps, and the refusal
+    says so, in GB (the unit of --gpu-memory-limit). (A refusal by the estimate, which
+    --force does skip, is tests/unit/test_memory_ledger.py's.)
+    """
+    srv: ServerProcess = server_factory(args=["--sim-gpus", "NVIDIA L4:24GiB"]).start()
+    with srv.client() as api:  # simulated GPUs say so; the default engine is named
+        assert api.get("/api/health").json()["mode"] == "simulated"
+        assert api.get("/api/v1/engines").json()["defaultEngine"] == "vllm"
+    url = ["--url", srv.url]
+    base = ["models", "load", "big-model", "--engine", "sim", *url]
+    for force in ([], ["--force"]):
+        out = cli(*base, "--gpu-memory-limit", "100", *force)
+        assert out.returncode == 1
+        assert "(insufficient_gpu_memory)" in out.stderr
+        assert "--gpu-memory-limit 100 GB per GPU" in out.stderr
+        assert "force cannot override this" in out.stderr
+        assert "GiB" not in out.stderr  # one unit: the GB the limit was typed in
+        assert "force: true" not in out.stderr
+
+    # A sleep refusal names the CLI's flags too, not the API's fields.
+    loaded = cli(*base, "--gpu-memory-limit", "4", "--json")
+    assert loaded.returncode == 0, loaded.stderr
+    inst_id = json.loads(loaded.stdout)["id"]
+    with srv.client() as api:
+        wait_for_status(api, inst_id, "active")
+    refused = cli("models", "sleep", inst_id, *url)
+    assert refused.returncode == 1
+    assert "load it with --sleep-mode" in refused.stderr
+    assert "enableSleepMode" not in refused.stderr

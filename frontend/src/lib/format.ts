@@ -17,6 +17,13 @@ export function formatBytes(bytes: number | null | undefined): string {
   return `${sign}${abs} B`;
 }
 
+/** Bytes in decimal GB ("93.1 GB" is 93.1e9 bytes): only beside a GPU memory limit, which the
+ * API takes in GB (the seed's `gpuMemoryLimit`), so the figures next to it need no converting. */
+export function formatGB(bytes: number | null | undefined): string {
+  if (bytes == null || !Number.isFinite(bytes)) return '—';
+  return `${trim(bytes / 1e9, 1)} GB`;
+}
+
 /** A GiB figure from the engine's log ("2.1 GiB"); "—" when the engine did not say. */
 export function formatGiB(gib: number | null | undefined): string {
   if (gib == null || !Number.isFinite(gib)) return '—';

@@ -109,8 +109,8 @@ def error_message(resp: Response, flags: Mapping[str, str] | None = None) -> str
     """The server's ``detail (code)``, or its raw text when the body is not ours.
 
     ``flags`` maps request fields to the command's flags: a validation error about
-    ``gpuMemoryLimit`` is reported as one about ``--gpu-memory-limit``, the name the
-    operator typed, not the API's.
+    ``gpuMemoryLimit`` is reported as one about ``--gpu-memory-limit``, and "pass
+    force: true" as "pass --force", the names the operator typed, not the API's.
     """
     try:
         body = resp.json()
@@ -121,7 +121,10 @@ def error_message(resp: Response, flags: Mapping[str, str] | None = None) -> str
     code = body.get("code")
     detail = str(body["detail"])
     for field, flag in (flags or {}).items():
-        detail = re.sub(rf"(?<![\w.-]){re.escape(field)}\b", flag, detail)
+        # "force: true" / "force=true" is how an API message turns a flag on: "--force".
+        name = rf"(?<![\w.-]){re.escape(field)}\b"
+        detail = re.sub(rf"{name}(?::\s*|=)true\b", flag, detail)
+        detail = re.sub(name, flag, detail)
     return f"{detail} ({code})" if code else detail
 
 

@@ -54,8 +54,12 @@ LOAD_FLAGS = {
     "tensorParallelSize": "--tp",
     "enableSleepMode": "--sleep-mode",
     "extraArgs": "--arg",
+    "force": "--force",
 }
 """Load request fields -> this command's flags, for the server's validation errors."""
+
+SLEEP_FLAGS = {"force": "--force", "enableSleepMode": "--sleep-mode"}
+"""A sleep refusal names the sleep's --force and the load flag that enables sleep mode."""
 
 
 _HEALTH_ACCESS = re.compile(r'"GET /health(?:\?[^ "]*)? HTTP/[0-9.]+"')
@@ -153,7 +157,12 @@ def models_load(
         bool, typer.Option("--sleep-mode", help="Start the engine with sleep mode enabled.")
     ] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Skip the server's memory checks.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Load even if the memory estimate says it will not fit (free GPU memory "
+            "is still required).",
+        ),
     ] = False,
     wait: Annotated[
         bool,
@@ -279,7 +288,7 @@ def models_sleep(
     as_json: JsonOpt = False,
 ) -> None:
     """Put an instance to sleep (it must have been loaded with --sleep-mode)."""
-    api = Api(url, token)
+    api = Api(url, token, SLEEP_FLAGS)
     inst_id = resolve_instance(api, instance)
     inst = api.call(
         "POST", f"/api/v1/models/{inst_id}/sleep", json={"level": level, "force": force}
