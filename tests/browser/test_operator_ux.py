@@ -8,6 +8,8 @@ that could not work. About names the mode: simulated GPUs, not "real".
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 from playwright.sync_api import expect
@@ -77,3 +79,16 @@ def test_about_names_simulated_gpus(session: Session) -> None:
     expect(mode).to_contain_text("simulated GPUs")
     expect(mode).not_to_contain_text("real")
     session.shot("ux-about-simulated")
+
+
+def test_dates_read_year_first_as_in_the_cli(session: Session, server: ServerProcess) -> None:
+    """One date form across CLI and dashboard: "2026-12-03 17:58:04", not "12/3/2026"."""
+    with httpx.Client(base_url=server.url, timeout=30) as api:
+        resp = api.post("/api/v1/models/load", json={"modelPath": "ux/dated", "engine": "sim"})
+        assert resp.status_code == 202, resp.text  # an audited operation: one audit row
+        api.post(f"/api/v1/models/{resp.json()['id']}/unload")
+    page = session.page
+    session.goto("/audit")
+    first = page.locator("td[data-label=Time]").first
+    expect(first).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$"))
+    session.shot("ux-dates-year-first")

@@ -61,11 +61,15 @@ export function formatUptime(since: string | null | undefined, now: number): str
   return formatDuration(Math.max(0, (now - started) / 1000));
 }
 
-/** A local date and time, to the second. */
+/** A local date and time, to the second: "2026-12-03 17:58:04". */
 export function formatTimestamp(iso: string | null | undefined): string {
   if (!iso) return '—';
   const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? '—' : d.toLocaleString(undefined, { hour12: false });
+  if (Number.isNaN(d.getTime())) return '—';
+  // Year first, as the CLI prints dates ("2026-12-03 17:58"): one form to search for,
+  // whatever the browser's locale would make of it ("12/3/2026", "03.12.2026").
+  const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+  return `${date} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
 /** A rate or count with sensible precision: 0, 0.25, 3.4, 1,234. */

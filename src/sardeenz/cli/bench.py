@@ -17,6 +17,7 @@ from sardeenz.cli.output import (
     emit_json,
     is_terminal,
     table,
+    when,
 )
 from sardeenz.cli.resolve import resolve_instance, resolve_run
 
@@ -248,7 +249,7 @@ def bench_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt
         Col("ID", is_id=True),
         Col("NAME"),
         Col("STATUS"),
-        Col("CREATED"),  # UTC, month-day hour:minute
+        Col("CREATED (UTC)"),
         Col("OK/FAIL OF", right=True),
     )
     rows: list[list[Cell]] = [
@@ -256,7 +257,7 @@ def bench_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt
             r["id"],
             r.get("name") or "-",
             (r["status"], _RUN_STYLE.get(r["status"], "white")),
-            r["createdAt"][5:16].replace("T", " "),
+            when(r["createdAt"]),
             f"{r['successfulRequests']}/{r['failedRequests']} of {r['totalRequests']}",
         ]
         for r in runs
