@@ -349,8 +349,11 @@ class BenchmarkRunner:
         """Validate, record (``pending``) and start a run; returns at once."""
         if self._stopping:
             raise Unavailable("the server is shutting down", code="shutting_down")
-        if self._active:
-            running = next(iter(self._active))
+        # A run that is finishing (its status already final, as GET answers it; only its
+        # record still being written) sends no more load: it does not hold the node.
+        sending = [run_id for run_id, active in self._active.items() if not active.finished]
+        if sending:
+            running = sending[0]
             raise Conflict(
                 f"benchmark run {running} is in progress; cancel it or wait for it to finish "
                 "(runs on one node would measure each other)",
