@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer, signature
-from tests.cluster.harness import SECRET, Cluster
-from tests.support import ServerProcess
+from testkit.cluster import SECRET, Cluster
+from testkit.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def _get(url: str, path: str, headers: dict[str, str]) -> httpx.Response:
 def test_signed_ping_passes_and_every_bad_signature_is_401(pair: Cluster) -> None:
     url = pair.pods["pod-a"].url
     signer = Signer(SECRET.encode())
-    ok = _get(url, "/internal/ping", signer.headers("GET", "/internal/ping", b""))
+    ok = _get(url, "/internal/ping", signer.headers("GET", "/internal/ping", b"", target="pod-a"))
     assert ok.status_code == 200
     assert ok.json()["podId"] == "pod-a"
 
@@ -52,22 +52,25 @@ def test_signed_ping_passes_and_every_bad_signature_is_401(pair: Cluster) -> Non
         return str(resp.json()["code"])
 
     assert code(httpx.get(f"{url}/internal/ping", timeout=5)) == "unsigned"
-    bad = signer.headers("GET", "/internal/ping", b"")
+    bad = signer.headers("GET", "/internal/ping", b"", target="pod-a")
     bad["X-Cluster-Signature"] = "0" * 64
     assert code(_get(url, "/internal/ping", bad)) == "bad_signature"
     stale_ts = str(int((time.time() - 31) * 1000))
     stale = {
         "X-Cluster-Timestamp": stale_ts,
-        "X-Cluster-Signature": signature(SECRET.encode(), "GET", "/internal/ping", stale_ts, b""),
+        "X-Cluster-Target": "pod-a",
+        "X-Cluster-Signature": signature(
+            SECRET.encode(), "GET", "/internal/ping", stale_ts, "pod-a", b""
+        ),
     }
     assert code(_get(url, "/internal/ping", stale)) == "stale_timestamp"
-    once = signer.headers("GET", "/internal/ping", b"")
+    once = signer.headers("GET", "/internal/ping", b"", target="pod-a")
     assert _get(url, "/internal/ping", once).status_code == 200
     assert code(_get(url, "/internal/ping", once)) == "replayed"  # within the 30 s window
-    wrong = Signer(b"w" * 64).headers("GET", "/internal/ping", b"")
+    wrong = Signer(b"w" * 64).headers("GET", "/internal/ping", b"", target="pod-a")
     assert code(_get(url, "/internal/ping", wrong)) == "bad_signature"
     # Signed for another path: refused before the path is even looked at.
-    other = signer.headers("GET", "/internal/state", b"")
+    other = signer.headers("GET", "/internal/state", b"", target="pod-a")
     assert code(_get(url, "/internal/ping", other)) == "bad_signature"
 
 
@@ -75,7 +78,7 @@ def test_tampered_body_is_refused(pair: Cluster) -> None:
     url = pair.pods["pod-b"].url
     path = "/internal/election/vote"
     body = b'{"candidate": "pod-z", "term": 1}'
-    headers = Signer(SECRET.encode()).headers("POST", path, body)
+    headers = Signer(SECRET.encode()).headers("POST", path, body, target="pod-b")
     tampered = b'{"candidate": "pod-y", "term": 9}'
     resp = httpx.post(f"{url}{path}", content=tampered, headers=headers, timeout=5)
     assert resp.status_code == 401
@@ -86,14 +89,14 @@ def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
     url = pair.pods["pod-a"].url
     assert httpx.get(f"{url}/internal/nope", timeout=5).status_code == 401
     path = "/internal/nope"
-    signed = _get(url, path, Signer(SECRET.encode()).headers("GET", path, b""))
+    signed = _get(url, path, Signer(SECRET.encode()).headers("GET", path, b"", target="pod-a"))
     assert signed.status_code == 404
     path = "/internal/presets/sync"
     body = b"{}"
     resp = httpx.post(
         f"{url}{path}",
         content=body,
-        headers=Signer(SECRET.encode()).headers("POST", path, body),
+        headers=Signer(SECRET.encode()).headers("POST", path, body, target="pod-a"),
         timeout=5,
     )
     # Signed, so the route answers: a sync without the leader's term and presets is refused.
@@ -120,6 +123,8 @@ def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Clust
         if any(m["id"] == "keyed" for m in models["data"]):
             break
         time.sleep(0.05)
+    else:
+        raise AssertionError("pod A does not list pod B's keyed model within 10 s")
     body = b'{"model": "keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}'
     # Through pod A with the client's key: forwarded to B, which trusts A's signature.
     via_a = httpx.post(
@@ -133,12 +138,14 @@ def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Clust
     path = "/v1/chat/completions"
     plain = {"Content-Type": "application/json"}
     assert httpx.post(f"{b.url}{path}", content=body, headers=plain).status_code == 401
-    signed = {**plain, **Signer(SECRET.encode()).headers("POST", path, body)}
+    for_a = {**plain, **Signer(SECRET.encode()).headers("POST", path, body, target="pod-a")}
+    assert httpx.post(f"{b.url}{path}", content=body, headers=for_a).status_code == 401
+    signed = {**plain, **Signer(SECRET.encode()).headers("POST", path, body, target="pod-b")}
     assert httpx.post(f"{b.url}{path}", content=body, headers=signed, timeout=10).status_code == 200
     replay = httpx.post(f"{b.url}{path}", content=body, headers=signed, timeout=10)
     assert replay.status_code == 401
     assert replay.json()["error"]["code"] == "invalid_api_key"
-    wrong = {**plain, **Signer(b"w" * 64).headers("POST", path, body)}
+    wrong = {**plain, **Signer(b"w" * 64).headers("POST", path, body, target="pod-b")}
     assert httpx.post(f"{b.url}{path}", content=body, headers=wrong).status_code == 401
 
 
@@ -153,14 +160,14 @@ def test_secret_rotation_old_and_new_then_only_new(tmp_path: Path, pair: Cluster
     ).start()
     try:
         for secret in (NEW, SECRET):
-            h = Signer(secret.encode()).headers("GET", "/internal/ping", b"")
+            h = Signer(secret.encode()).headers("GET", "/internal/ping", b"", target="pod-r")
             assert _get(srv.url, "/internal/ping", h).status_code == 200
         srv.stop()
         srv.env.pop("CLUSTER_SECRET_PREVIOUS")
         srv.start()
-        new = Signer(NEW.encode()).headers("GET", "/internal/ping", b"")
+        new = Signer(NEW.encode()).headers("GET", "/internal/ping", b"", target="pod-r")
         assert _get(srv.url, "/internal/ping", new).status_code == 200
-        old = Signer(SECRET.encode()).headers("GET", "/internal/ping", b"")
+        old = Signer(SECRET.encode()).headers("GET", "/internal/ping", b"", target="pod-r")
         resp = _get(srv.url, "/internal/ping", old)
         assert resp.status_code == 401
         assert resp.json()["code"] == "bad_signature"

@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from tests.cluster.harness import SECRET, Cluster
+from testkit.cluster import SECRET, Cluster
 
 pytestmark = pytest.mark.slow
 
@@ -205,7 +205,7 @@ def stored_presets(cluster: Cluster, pod: str) -> dict[str, Any]:
     """``pod``'s own copy of the presets, read with a signed ``/internal`` call (its admin
     API would redirect to the leader)."""
     path = "/internal/presets/sync"
-    headers = Signer(SECRET.encode()).headers("GET", path, b"")
+    headers = Signer(SECRET.encode()).headers("GET", path, b"", target=pod)
     resp = httpx.get(f"{cluster.pods[pod].url}{path}", headers=headers, timeout=5)
     assert resp.status_code == 200, resp.text
     return {p["name"]: p for p in resp.json()["presets"]}

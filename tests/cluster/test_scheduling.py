@@ -17,9 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from sardeenz.cluster.profile_sync import PATH
+from sardeenz.cluster.transport.routes import PROFILES
 from sardeenz.security.cluster_hmac import Signer
-from tests.cluster.harness import SECRET, Cluster
+from testkit.cluster import SECRET, Cluster
+
+PATH = PROFILES.path()
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +138,7 @@ def test_no_pod_fits_is_409_with_a_reason_per_pod(gpu_cluster: Cluster) -> None:
 
 def _profiles_on(cluster: Cluster, pod: str) -> list[dict[str, Any]]:
     """A pod's own profiles, read with a signed /internal call (its API redirects)."""
-    headers = Signer(SECRET.encode()).headers("GET", PATH, b"")
+    headers = Signer(SECRET.encode()).headers("GET", PATH, b"", target=pod)
     resp = httpx.get(f"{cluster.pods[pod].url}{PATH}", headers=headers, timeout=5)
     assert resp.status_code == 200, resp.text
     profiles: list[dict[str, Any]] = resp.json()["profiles"]

@@ -20,9 +20,10 @@ import orjson
 import pytest
 
 from sardeenz.config import Settings
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from sardeenz.proxy.standalone import make_instance
 from sardeenz.sim.text import completion_text
-from tests.support import Sim, read_request
+from testkit.proxy import ThreadedProxyServer
+from testkit.sim import Sim, read_request
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,9 +21,11 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from sardeenz.proxy.standalone import make_instance
 from sardeenz.sim.text import completion_text
-from tests.support import Sim, free_port
+from testkit.ports import free_port
+from testkit.proxy import ThreadedProxyServer
+from testkit.sim import Sim
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,8 +18,9 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.proxy.routing import Endpoint
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
-from tests.support import Sim
+from sardeenz.proxy.standalone import make_instance
+from testkit.proxy import ThreadedProxyServer
+from testkit.sim import Sim
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,7 +57,7 @@ def test_the_local_fallback_of_a_forwarded_request_is_in_flight_locally(
             local=False,
         )
         server.call(lambda: table.set_remote("pod-x", [remote]))
-        proxy.remote_headers = lambda headers, method, target, body: None
+        proxy.remote_headers = lambda headers, method, target, body, pod: None
         counts: list[tuple[int, int]] = []
         body = {
             "model": "hop-m",

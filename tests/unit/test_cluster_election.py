@@ -1,4 +1,4 @@
-"""cluster/election.py: the failure detector, Bully-with-votes and leases, on a fake clock.
+"""cluster/membership/election.py: failure detector, Bully-with-votes, leases (fake clock).
 
 Table-driven cases for each rule, and a hypothesis property that runs random
 schedules (elections by anyone, message delays, losses and partitions) and
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sardeenz.cluster.election import (
+from sardeenz.cluster.membership.election import (
     Election,
     FailureDetector,
     PeerState,

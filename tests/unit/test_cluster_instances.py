@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from sardeenz.cluster.manager import ClusterManager
-from sardeenz.cluster.peers import Heartbeat
+from sardeenz.cluster.membership.peers import Heartbeat
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.gpu.inventory import GpuInventory
@@ -67,8 +67,8 @@ def test_a_cluster_lists_every_pods_instances_with_its_pod_and_drops_unavailable
         port=3000,
     )
     assert cm.active
-    cm.on_heartbeat(beat("pod-b", "10.0.0.2", instance("i-b1"), instance("i-b2")))
-    cm.on_heartbeat(beat("pod-c", "10.0.0.3", instance("i-c", InstanceStatus.SLEEPING)))
+    cm.membership.on_heartbeat(beat("pod-b", "10.0.0.2", instance("i-b1"), instance("i-b2")))
+    cm.membership.on_heartbeat(beat("pod-c", "10.0.0.3", instance("i-c", InstanceStatus.SLEEPING)))
     listed = {i.id: (i.pod_id, i.status) for i in cm.instances()}
     assert listed == {
         "i-a": ("pod-a", InstanceStatus.ACTIVE),
@@ -80,6 +80,6 @@ def test_a_cluster_lists_every_pods_instances_with_its_pod_and_drops_unavailable
     # pod-c falls silent past the unavailable threshold: its instances leave the list.
     heard = cm.detector.last_heard("pod-c")
     assert heard is not None
-    cm.now = lambda: heard + cm.timing.unavailable_after + 1  # type: ignore[method-assign]
+    cm.now = lambda: heard + cm.membership.timing.unavailable_after + 1  # type: ignore[method-assign]
     cm.detector.heard("pod-b", cm.now())
     assert sorted(i.id for i in cm.instances()) == ["i-a", "i-b1", "i-b2"]

@@ -1,9 +1,9 @@
-"""cluster/peers.py: heartbeats -> remote endpoints, and the peer store's bookkeeping."""
+"""cluster/membership/peers.py: heartbeats -> remote endpoints, and the peer store's bookkeeping."""
 
 from __future__ import annotations
 
 from sardeenz.cluster.identity import PeerAddress
-from sardeenz.cluster.peers import Heartbeat, PeerStore, remote_endpoints, route_key
+from sardeenz.cluster.membership.peers import Heartbeat, PeerStore, remote_endpoints, route_key
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 
 

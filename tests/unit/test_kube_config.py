@@ -15,8 +15,8 @@ from sardeenz.cluster.identity import (
     detect_mode,
     identity_of,
 )
-from sardeenz.cluster.kube_api import RbacProblem, _read_config, api_url
-from sardeenz.cluster.kube_discovery import pod_address
+from sardeenz.cluster.membership.kube_api import RbacProblem, _read_config, api_url
+from sardeenz.cluster.membership.kube_discovery import pod_address
 from sardeenz.config import ConfigError, Settings
 
 K8S = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"}

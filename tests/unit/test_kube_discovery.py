@@ -1,4 +1,4 @@
-"""cluster/kube_discovery.py's watch loop against a scripted API: list, watch, resume, 410."""
+"""membership/kube_discovery.py's watch loop against a scripted API: list, watch, resume, 410."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sardeenz.cluster.identity import PeerAddress
-from sardeenz.cluster.kube_api import KubeError
-from sardeenz.cluster.kube_discovery import PodWatcher
+from sardeenz.cluster.membership.kube_api import KubeError
+from sardeenz.cluster.membership.kube_discovery import PodWatcher
 
 READY = [{"type": "Ready", "status": "True"}]
 

@@ -1,4 +1,4 @@
-"""cluster/kube_lease.py: the Lease election's state machine on a fake clock.
+"""cluster/membership/kube_lease.py: the Lease election's state machine on a fake clock.
 
 Table-like cases for each rule (create, renew, expiry only after a full observed duration,
 conflict, step-down at the renew deadline, release, fencing terms), then a hypothesis
@@ -17,7 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sardeenz.cluster.kube_lease import Desired, LeaseElection, LeaseRecord, LeaseTiming, Step
+from sardeenz.cluster.membership.kube_lease import (
+    Desired,
+    LeaseElection,
+    LeaseRecord,
+    LeaseTiming,
+    Step,
+)
 
 T = LeaseTiming(duration=15, renew_deadline=10, renew_interval=5, retry_period=2)
 

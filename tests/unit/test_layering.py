@@ -198,3 +198,32 @@ def test_the_store_check_itself() -> None:
         "sardeenz.proxy.routing",
     }
     assert not any(t.startswith(("sardeenz.store", "sardeenz.domain")) for t in bad)
+
+
+CLUSTER_LAYERS = {
+    # layer: what of sardeenz.cluster it may import (besides itself)
+    "sardeenz.cluster.transport": ("sardeenz.cluster.identity",),
+    "sardeenz.cluster.membership": ("sardeenz.cluster.identity", "sardeenz.cluster.transport"),
+}
+"""cluster/ in three layers (DESIGN.md): transport at the bottom, membership on it, the
+features on both; the two lower layers never import a feature (nor the manager)."""
+
+
+def cluster_layer_violations() -> list[str]:
+    found = []
+    for layer, allowed in CLUSTER_LAYERS.items():
+        for name, tree in modules(layer):
+            is_package = (PACKAGE_DIR.parent / name.replace(".", "/") / "__init__.py").exists()
+            for line, target in imported_modules(name, tree, is_package):
+                if not target.startswith("sardeenz.cluster.") or target == "sardeenz.cluster":
+                    continue
+                ok = (layer, *allowed)
+                if not any(target == a or target.startswith(a + ".") for a in ok):
+                    found.append(f"{name}:{line} imports {target}")
+    return sorted(set(found))
+
+
+def test_cluster_transport_and_membership_import_no_feature() -> None:
+    assert [name for name, _ in modules("sardeenz.cluster.transport")]
+    assert [name for name, _ in modules("sardeenz.cluster.membership")]
+    assert cluster_layer_violations() == []

@@ -2,7 +2,8 @@
 
 Sending pod (the proxy's remote branch): the request goes to the serving
 pod's own proxy, as the client sent it, plus ``X-Sardeenz-Hop`` (our pod id)
-and the HMAC headers over ``POST\\nPATH\\nTIMESTAMP\\nBODY``. A request that
+and the HMAC headers over ``POST\\nPATH\\nTIMESTAMP\\nTARGET\\nBODY``, TARGET
+being the serving pod's id (so no other pod accepts it). A request that
 already carries the hop header is never forwarded again (one hop at most).
 
 Receiving pod (the gateway, only when the client's API key check failed):
@@ -16,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from sardeenz.asgi import Message, Receive, Scope, Send
-from sardeenz.cluster.internal import _Reply, read_body, verify
-from sardeenz.cluster.manager import HOP_HEADER, ClusterManager
+from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.transport.routes import HOP_HEADER
+from sardeenz.cluster.transport.server import BodyError, read_body, verify
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.proxy.wire import INVALID_API_KEY, header, send_json
-from sardeenz.security.cluster_hmac import ClusterAuthError
+from sardeenz.security.cluster_hmac import ANY_TARGET, ClusterAuthError
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
@@ -32,11 +34,14 @@ def remote_headers(manager: ClusterManager) -> RemoteHeaders:
     hop = HOP_HEADER + b": " + manager.identity.pod_id.encode("latin-1", "replace") + b"\r\n"
 
     def build(
-        headers: list[tuple[bytes, bytes]], method: bytes, target: bytes, body: bytes
+        headers: list[tuple[bytes, bytes]], method: bytes, target: bytes, body: bytes, pod: str
     ) -> bytes | None:
-        if header(headers, HOP_HEADER) is not None:
-            return None  # forwarded to us already: never a second hop
-        return hop + signer.header_block(method.decode("latin-1"), target.decode("latin-1"), body)
+        if header(headers, HOP_HEADER) is not None or not pod:
+            return None  # forwarded to us already (never a second hop), or no pod to sign for
+        block = signer.header_block(
+            method.decode("latin-1"), target.decode("latin-1"), body, target=pod
+        )
+        return hop + block
 
     return build
 
@@ -45,12 +50,15 @@ def trusted_forward(
     manager: ClusterManager,
 ) -> Callable[[Scope, Receive, Send, Handler], Awaitable[None]]:
     """The gateway's hook for a /v1 request with a cluster signature and no valid API key."""
+    verifier = manager.verifier
+    assert verifier is not None
 
     async def run(scope: Scope, receive: Receive, send: Send, handler: Handler) -> None:
         try:
             body = await read_body(receive, manager.settings.proxy_max_body_bytes)
-            verify(manager, scope, body)
-        except (ClusterAuthError, _Reply):
+            if verify(verifier, scope, body) == ANY_TARGET:  # only a ping may be for anyone
+                raise ClusterAuthError("a forwarded request must name this pod", "wrong_target")
+        except (ClusterAuthError, BodyError):
             await send_json(send, 401, INVALID_API_KEY, [(b"www-authenticate", b"Bearer")])
             return
         replayed = False

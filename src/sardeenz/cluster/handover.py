@@ -8,7 +8,7 @@ exists in two forms, which this module keeps side by side so they cannot drift:
   directly when the leader is that pod and from ``/internal`` otherwise;
 * the **leader side** (``Pods``): the same step aimed at a pod id, a local
   call for the leader's own pod, a fenced order (cluster/manager.py) or a
-  signed read (``/internal/routes``) for the others.
+  signed read (``routes.ROUTES``) for the others.
 
 Why "withdraw" exists: routes come from heartbeats, so after an instance
 leaves routing a peer may still send it a request for up to a heartbeat
@@ -25,8 +25,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sardeenz.cluster.election import PeerState
+from pydantic import BaseModel, Field
+
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.errors import Conflict, NotFound
 from sardeenz.runtime.drain import drain_for_unload
@@ -91,6 +95,27 @@ async def drain_here(manager: ClusterManager, instance_id: str, seconds: float) 
     in_flight = traffic.in_flight(instance_id)
     cut = await drain_for_unload(traffic, instance_id, seconds)
     return {"instanceId": instance_id, "inFlight": in_flight, "cut": cut}
+
+
+class _HandoverOrder(BaseModel):
+    seconds: float = Field(30.0, ge=0, le=86400)
+
+
+def internal_routes(manager: ClusterManager) -> list[tuple[routes.InternalRoute, Handler]]:
+    """The pod side over ``/internal`` (the orders are fenced by the route table)."""
+
+    def seconds(request: InternalRequest) -> float:
+        return request.parse(_HandoverOrder).seconds
+
+    async def drain(r: InternalRequest) -> dict[str, Any]:
+        return await drain_here(manager, r.params["instance_id"], seconds(r))
+
+    return [
+        (routes.ROUTES, lambda _: routes_here(manager)),
+        (routes.WITHDRAW, lambda r: withdraw_here(manager, r.params["instance_id"], seconds(r))),
+        (routes.RESTORE, lambda r: restore_here(manager, r.params["instance_id"])),
+        (routes.DRAIN, drain),
+    ]
 
 
 # --------------------------------------------------------------- leader side
@@ -165,7 +190,7 @@ class Pods:
         data = (
             routes_here(self._m)
             if pod_id == self.me
-            else await self._m.ask(pod_id, "GET", "/internal/routes")
+            else await self._m.client_for(pod_id).ask(pod_id, routes.ROUTES)
         )
         if data is None or not isinstance(data.get("routes"), dict):
             return None
@@ -182,28 +207,35 @@ class Pods:
             # Drain (nothing left after ours), SIGTERM, grace, SIGKILL: longer than
             # an order's default timeout when the grace is long.
             wait = self._m.settings.stop_grace_seconds * 2 + 30
-            await self._m.order(pod_id, f"/internal/models/{instance_id}/unload", {}, timeout=wait)
+            client = self._m.client_for(pod_id)
+            await client.call(pod_id, routes.UNLOAD, timeout=wait, instance_id=instance_id)
 
     async def withdraw(self, pod_id: str, instance_id: str, ttl: float) -> None:
         if pod_id == self.me:
             withdraw_here(self._m, instance_id, ttl)
         else:
-            path = f"/internal/models/{instance_id}/withdraw"
-            await self._m.order(pod_id, path, {"seconds": ttl})
+            client = self._m.client_for(pod_id)
+            await client.call(pod_id, routes.WITHDRAW, {"seconds": ttl}, instance_id=instance_id)
 
     async def restore(self, pod_id: str, instance_id: str) -> None:
         if pod_id == self.me:
             restore_here(self._m, instance_id)
         else:
-            await self._m.order(pod_id, f"/internal/models/{instance_id}/restore", {})
+            client = self._m.client_for(pod_id)
+            await client.call(pod_id, routes.RESTORE, instance_id=instance_id)
 
     async def drain(self, pod_id: str, instance_id: str, seconds: float) -> tuple[int, int]:
         """Hold and drain: (requests in flight when it began, how many had to be cut)."""
         if pod_id == self.me:
             data = await drain_here(self._m, instance_id, seconds)
         else:
-            path = f"/internal/models/{instance_id}/drain"
-            data = await self._m.order(pod_id, path, {"seconds": seconds}, timeout=seconds + 30)
+            data = await self._m.client_for(pod_id).call(
+                pod_id,
+                routes.DRAIN,
+                {"seconds": seconds},
+                timeout=seconds + 30,
+                instance_id=instance_id,
+            )
         in_flight, cut = data.get("inFlight"), data.get("cut")
         return (
             in_flight if isinstance(in_flight, int) else 0,

@@ -5,7 +5,7 @@ can refuse a cluster it cannot run (one line, exit 2) before anything starts,
 and tests can call them directly.
 
 Modes (seed): ``CLUSTER_PEERS`` -> static peers (wherever the node runs),
-else ``KUBERNETES_SERVICE_HOST`` -> Kubernetes (cluster/kube.py), else a
+else ``KUBERNETES_SERVICE_HOST`` -> Kubernetes (cluster/membership/kube.py), else a
 single node. ``SARDEENZ_CLUSTER_MODE`` forces one (``single`` keeps a pod on
 Kubernetes out of any cluster, with no RBAC needed).
 """
@@ -125,7 +125,9 @@ def check_cluster_settings(settings: Settings, environ: Mapping[str, str] | None
         parse_peers(settings.cluster_peers)
         why = "CLUSTER_PEERS is set"
     else:
-        from sardeenz.cluster.kube_api import check_kube_settings  # no client import here
+        from sardeenz.cluster.membership.kube_api import (
+            check_kube_settings,  # no client import here
+        )
 
         check_kube_settings(settings, environ)
         why = "Kubernetes cluster mode (KUBERNETES_SERVICE_HOST is set)"

@@ -3,7 +3,7 @@
 A ``/v1`` request on any pod for a catalog model that runs nowhere in the
 cluster (no local instance, no remote route) is a start on demand
 (catalog/demand.py). In a cluster that pod does not start it on itself: it
-asks the leader (``POST /internal/ondemand/place`` with the load request its
+asks the leader (``routes.ONDEMAND_PLACE`` with the load request its
 catalog entry makes), and the leader places it as it places a load without
 ``podId`` (cluster/placement.py: the scheduler over every pod's GPUs, the
 chosen pod's ledger admitting it). The asking pod's waiters then wait for the
@@ -29,12 +29,12 @@ from pydantic import BaseModel, ValidationError
 
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.placement import ClusterPlacement
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.errors import SardeenzError
 
 log = logging.getLogger(__name__)
-
-PATH = "/internal/ondemand/place"
 
 
 class _PlaceOrder(BaseModel):
@@ -63,7 +63,7 @@ class ClusterStarts:
             answer = await self.place(req)
         else:
             body = {"request": req.model_dump(mode="json", by_alias=True)}
-            answer = await m.ask(leader, "POST", PATH, body) or {
+            answer = await m.client_for(leader).ask(leader, routes.ONDEMAND_PLACE, body) or {
                 "placed": False,
                 "reason": f"the leader {leader} did not answer",
             }
@@ -98,13 +98,12 @@ class ClusterStarts:
             "instance": instance.model_dump(mode="json", by_alias=True),
         }
 
-    async def receive(self, body: bytes) -> tuple[int, dict[str, Any]]:
+    async def receive(self, request: InternalRequest) -> dict[str, Any]:
         """``POST /internal/ondemand/place`` (signed; answered by the leader)."""
-        try:
-            order = _PlaceOrder.model_validate_json(body)
-        except ValidationError as exc:
-            return 400, {"detail": f"bad placement order: {exc}"[:500], "code": "invalid_request"}
-        return 200, await self.place(order.request)
+        return await self.place(request.parse(_PlaceOrder).request)
+
+    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
+        return [(routes.ONDEMAND_PLACE, self.receive)]
 
     def status(self, pod_id: str, instance_id: str) -> tuple[InstanceStatus | None, str | None]:
         """The instance as its pod last described it: (None, None) while no heartbeat

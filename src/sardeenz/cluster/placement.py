@@ -27,9 +27,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
-from sardeenz.cluster.peers import Heartbeat
+from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.peers import Heartbeat
 from sardeenz.cluster.scheduler import (
     GIB,
     ClusterSnapshot,

@@ -2,7 +2,7 @@
 
 * **Storage and distribution.** Every pod keeps the presets in SQLite. The
   leader writes (the admin API reaches it through the followers' 307) and
-  pushes the whole set to every pod through ``/internal/presets/sync``, fenced
+  pushes the whole set to every pod through ``routes.PRESETS_PUSH``, fenced
   by its term; a pod that missed a push (down, partitioned, new) gets it on
   the next reconcile tick, since the leader re-sends to every pod whose
   acknowledged revision differs. So whichever pod leads next has them.
@@ -35,12 +35,15 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.preset_plan import Placer, Plan, Step, make_plan
 from sardeenz.cluster.presets import Observed, PresetBody, PresetModel
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.leader_loop import LeaderLoop
+from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.domain import InstanceStatus, utcnow
-from sardeenz.errors import Conflict, NotFound, SardeenzError
+from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
 from sardeenz.store.presets import PresetRepository, PresetRow
 from sardeenz.tasks import stop_task
 
@@ -52,7 +55,6 @@ MAX_BACKOFF_SECONDS = 120.0
 
 
 class _Sync(BaseModel):
-    term: int = Field(ge=0)
     presets: list[dict[str, Any]] = Field(max_length=1024)
 
 
@@ -91,9 +93,15 @@ class PresetService:
         self._repo = repo
         self._placer = placer
         self._busy = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._loop_task: asyncio.Task[None] | None = None
         self._acked: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._loop = LeaderLoop(
+            "preset-reconcile",
+            manager.is_leader,
+            self._tick,
+            TICK_SECONDS,
+            on_follow=self._acked.clear,
+        )
         self._revision = ""
         self._last_run: ApplyRun | None = None
         self._last_pass = 0.0
@@ -107,14 +115,15 @@ class PresetService:
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        if self._loop_task is None:
-            self._loop_task = asyncio.create_task(self._loop(), name="preset-reconcile")
+        self._loop.start()
 
     async def stop(self) -> None:
-        await stop_task(self._loop_task)
-        self._loop_task = None
+        await self._loop.stop()
         await stop_task(self._task)
         self._task = None
+
+    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
+        return [(routes.PRESETS, lambda _: self.stored()), (routes.PRESETS_PUSH, self.receive)]
 
     # ------------------------------------------------------------------ CRUD
     async def all(self) -> list[dict[str, Any]]:
@@ -286,19 +295,9 @@ class PresetService:
             "consecutiveFailures": self._failures,
         }
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            try:
-                await self._tick()
-            except Exception:
-                log.exception("preset reconcile tick failed")
-
     async def _tick(self) -> None:
+        """One round on the leader (the loop runs it only there)."""
         m = self._m
-        if not m.is_leader():
-            self._acked.clear()
-            return
         if m.active:
             await self._push(only_stale=True)
         members = self._available_pods()
@@ -382,7 +381,8 @@ class PresetService:
             if only_stale and self._acked.get(peer.pod_id) == self._revision:
                 continue
             try:
-                await m.order(peer.pod_id, "/internal/presets/sync", {"presets": rows})
+                client = m.client_for(peer.pod_id)
+                await client.call(peer.pod_id, routes.PRESETS_PUSH, {"presets": rows})
                 self._acked[peer.pod_id] = self._revision
             except SardeenzError as exc:
                 log.info("preset sync to %s failed (retried next tick): %s", peer.pod_id, exc)
@@ -391,21 +391,15 @@ class PresetService:
         """``GET /internal/presets/sync``: this pod's own copy (what a sync left here)."""
         return {"presets": [r.as_json() for r in await self._repo.list_all()]}
 
-    async def receive(self, body: bytes) -> tuple[int, dict[str, Any]]:
-        """``POST /internal/presets/sync``: the leader's whole set replaces ours."""
+    async def receive(self, request: InternalRequest) -> dict[str, Any]:
+        """``POST /internal/presets/sync``: the leader's whole set replaces ours (fenced)."""
         try:
-            sync = _Sync.model_validate_json(body)
+            sync = request.parse(_Sync)
             rows = [PresetRow.from_json(r) for r in sync.presets]
         except (ValidationError, KeyError, ValueError, TypeError) as exc:
-            return 400, {"detail": f"bad preset sync: {exc}"[:500], "code": "invalid_request"}
-        if not self._m.accepts_order(sync.term):
-            return 409, {
-                "detail": f"sync of term {sync.term} refused: this pod has seen term "
-                f"{self._m.leadership.term}",
-                "code": "stale_term",
-            }
+            raise InvalidRequest(f"bad preset sync: {exc}"[:500], code="invalid_request") from exc
         await self._repo.replace_all(rows)
-        return 200, {"presets": len(rows)}
+        return {"presets": len(rows)}
 
     # --------------------------------------------------------------- helpers
     async def _row(self, name: str) -> PresetRow:

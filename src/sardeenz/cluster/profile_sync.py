@@ -4,7 +4,7 @@ Every pod keeps its profiles in its own database and says in each heartbeat
 which version of them it holds (``profilesVersion``, ``ProfileRepository.version``).
 The leader, level-triggered, every heartbeat interval:
 
-1. collects (``GET /internal/memory-profiles``) the profiles of every healthy
+1. collects (``routes.PROFILES``, ``GET /internal/memory-profiles``) the profiles of every healthy
    pod whose version it has not collected yet, which covers a pod that joins,
    restarts or measures a new profile; and all of them again every
    ``SARDEENZ_CLUSTER_PROFILE_SYNC_INTERVAL_SECONDS``;
@@ -12,8 +12,8 @@ The leader, level-triggered, every heartbeat interval:
    length (``maxTokens``) + GPU type, the newest measurement wins, and the
    number of distinct measurements of that key (and the pods holding them)
    is kept;
-3. pushes the merged set (``POST /internal/memory-profiles``, fenced by its
-   term) to every pod that has not received this set at its current version.
+3. pushes the merged set (``routes.PROFILES_PUSH``, fenced by its term) to
+   every pod that has not received this set at its current version.
    The pod stores the profiles it lacks (``ProfileRepository.merge``: by id,
    idempotent) and answers its new version and profiles.
 
@@ -37,16 +37,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.leader_loop import LeaderLoop
+from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.errors import SardeenzError
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.records import MemoryProfile
-from sardeenz.tasks import stop_task
 
 log = logging.getLogger(__name__)
-
-PATH = "/internal/memory-profiles"
 
 ProfileKey = tuple[str, int, str | None]
 
@@ -101,7 +101,6 @@ def _newer(a: MemoryProfile, b: MemoryProfile) -> bool:
 
 
 class _Push(BaseModel):
-    term: int = Field(ge=0)
     profiles: list[MemoryProfile] = Field(default_factory=list, max_length=100_000)
     counts: dict[str, int] = Field(default_factory=dict)
     """profile id -> measurements of its key (shown by GET /api/cluster/memory-profiles)."""
@@ -131,18 +130,24 @@ class ProfileSync:
         self._pods: dict[str, _PodSync] = {}
         self._merged: list[MergedProfile] = []
         self._next_full = 0.0
-        self._task: asyncio.Task[None] | None = None
+        self._loop = LeaderLoop(
+            "sardeenz-profile-sync",
+            manager.is_leader,
+            self.reconcile,
+            self._tick,
+            on_follow=self._follow,
+        )
 
     # --------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        if self._m.active and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name="sardeenz-profile-sync"
-            )
+        if self._m.active:
+            self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        await stop_task(task)
+        await self._loop.stop()
+
+    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
+        return [(routes.PROFILES, lambda _: self.local()), (routes.PROFILES_PUSH, self.receive)]
 
     # ---------------------------------------------------------------- pod side
     async def local(self) -> dict[str, Any]:
@@ -155,15 +160,9 @@ class ProfileSync:
             "profiles": [p.model_dump(mode="json") for p in profiles],
         }
 
-    async def receive(self, body: bytes) -> tuple[int, dict[str, Any]]:
+    async def receive(self, request: InternalRequest) -> dict[str, Any]:
         """``POST /internal/memory-profiles``: store the leader's merged set (fenced)."""
-        push = _Push.model_validate_json(body)
-        if not self._m.accepts_order(push.term):
-            return 409, {
-                "detail": f"order of term {push.term} refused: this pod has seen term "
-                f"{self._m.leadership.term}",
-                "code": "stale_term",
-            }
+        push = request.parse(_Push)
         added = await self._repo.merge(push.profiles)
         if added:
             log.info("profile sync: %d profile(s) from the leader stored", added)
@@ -172,7 +171,7 @@ class ProfileSync:
                 MergedProfile(p, push.counts.get(p.id, 1), tuple(push.pods.get(p.id, [])))
                 for p in push.profiles
             ]
-        return 200, await self.local()
+        return await self.local()
 
     def merged(self) -> dict[str, Any]:
         """``GET /api/cluster/memory-profiles``: the merged set (the leader's, or the last
@@ -184,19 +183,9 @@ class ProfileSync:
         }
 
     # ------------------------------------------------------------- leader side
-    async def _run(self) -> None:
-        while True:
-            try:
-                if self._m.is_leader():
-                    await self.reconcile()
-                else:
-                    self._pods.clear()  # a new leader term starts from scratch
-                    self._next_full = 0.0
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # one bad round must not end the sync
-                log.exception("profile sync round failed")
-            await asyncio.sleep(self._tick)
+    def _follow(self) -> None:
+        self._pods.clear()  # a new leader term starts from scratch
+        self._next_full = 0.0
 
     async def reconcile(self) -> None:
         """One level-triggered round: collect what changed, merge, push what is behind."""
@@ -241,7 +230,7 @@ class ProfileSync:
         if pod == self._m.identity.pod_id:
             data: dict[str, Any] | None = await self.local()
         else:
-            data = await self._m.ask(pod, "GET", PATH)
+            data = await self._m.client_for(pod).ask(pod, routes.PROFILES)
         self._record(pod, data)
 
     def _record(self, pod: str, data: dict[str, Any] | None) -> None:
@@ -261,7 +250,6 @@ class ProfileSync:
 
     async def _push(self, pod: str, digest: tuple[str, ...]) -> None:
         body = _Push(
-            term=self._m.leadership.term,
             profiles=[mp.profile for mp in self._merged],
             counts={mp.profile.id: mp.count for mp in self._merged},
             pods={mp.profile.id: list(mp.pods) for mp in self._merged},
@@ -271,8 +259,8 @@ class ProfileSync:
             data: dict[str, Any] | None = await self.local()
         else:
             try:
-                data = await self._m.order(
-                    pod, PATH, body.model_dump(mode="json", exclude={"term"})
+                data = await self._m.client_for(pod).call(
+                    pod, routes.PROFILES_PUSH, body.model_dump(mode="json")
                 )
             except SardeenzError as exc:
                 log.warning("profile sync: push to %s failed: %s", pod, exc.message)

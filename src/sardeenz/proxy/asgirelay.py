@@ -272,7 +272,7 @@ class AsgiRelay:
             sent_headers = headers
             if not ep.local and ep.external is None:  # another pod's proxy: one hop, signed
                 extra = (
-                    self.remote_headers(scope["headers"], method, target, body)
+                    self.remote_headers(scope["headers"], method, target, body, ep.pod_id or "")
                     if self.remote_headers
                     else None
                 )

@@ -119,7 +119,8 @@ class ExpressRelay:
             block = request_header_block(headers, True)
             if not ep.local:  # another pod's proxy (cluster mode): hop marker + signature
                 hook = self._proxy.remote_headers
-                extra = hook(headers, b"POST", url, body) if hook is not None else None
+                pod = ep.pod_id or ""
+                extra = hook(headers, b"POST", url, body, pod) if hook is not None else None
                 if extra is None:
                     return None  # already forwarded once: the handler serves it locally
                 block += extra

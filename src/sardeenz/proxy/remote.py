@@ -23,9 +23,10 @@ from sardeenz.proxy.intake import with_model
 from sardeenz.proxy.routing import ExternalTarget
 from sardeenz.proxy.wire import ErrorReply, replace_authorization
 
-RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes], bytes | None]
-"""Called with the client's headers, method, target and body: the extra header lines
-that send the request to another pod's proxy, or None when it must not go there."""
+RemoteHeaders = Callable[[list[tuple[bytes, bytes]], bytes, bytes, bytes, str], bytes | None]
+"""Called with the client's headers, method, target, body and the receiving pod's id: the
+extra header lines that send the request to that pod's proxy, or None when it must not
+go there."""
 
 
 def no_local_instance(model: str | None) -> ErrorReply:

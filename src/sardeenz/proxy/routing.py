@@ -89,6 +89,9 @@ class Endpoint:
     """Unix seconds the instance was created; reported by ``GET /v1/models``."""
     external: ExternalTarget | None = None
     """Set for a catalog ``engine: external`` server (see ``ExternalTarget``)."""
+    pod_id: str | None = None
+    """Another pod's endpoint (cluster mode): that pod's id, which forwarded requests
+    are signed for."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,20 @@
 """HMAC-SHA256 signing of inter-pod requests (``/internal/*`` and forwarded ``/v1``).
 
-The seed's contract: the signature is the hex HMAC-SHA256 of
-``METHOD\\nPATH\\nTIMESTAMP\\nBODY`` under the cluster secret, sent in
-``X-Cluster-Signature`` with the timestamp in ``X-Cluster-Timestamp``.
-PATH is the request target as sent (path plus ``?query`` if any), so a query
-cannot be changed either. TIMESTAMP is Unix time in integer milliseconds.
+The seed's contract, plus the pod it is for: the signature is the hex
+HMAC-SHA256 of ``METHOD\\nPATH\\nTIMESTAMP\\nTARGET\\nBODY`` under the cluster
+secret, sent in ``X-Cluster-Signature`` with the timestamp in
+``X-Cluster-Timestamp`` and the target in ``X-Cluster-Target``. PATH is the
+request target as sent (path plus ``?query`` if any), so a query cannot be
+changed either. TIMESTAMP is Unix time in integer milliseconds. TARGET is the
+pod id of the receiver, so a request captured on its way to one pod is
+refused by every other (each pod keeps its own replay memory, so without it a
+request signed for pod-1 could be replayed to pod-2 inside the window); or
+``*`` (:data:`ANY_TARGET`) for the one request that cannot know whom it
+reaches, the ping of a configured address (the caller decides which routes
+accept ``*``: cluster/transport/routes.py ``any_target``).
 
-Verification, in order: both headers present and well formed; the timestamp
+Verification, in order: the three headers present and well formed; the target
+this pod's id or ``*`` (else ``wrong_target``); the timestamp
 within ``window`` seconds of our clock (either side: clocks differ a little);
 the signature equal, in constant time, to the one computed with the current
 secret or, during a rotation, the previous one; the signature not seen before
@@ -32,6 +40,10 @@ from typing import Final
 
 SIGNATURE_HEADER: Final = b"x-cluster-signature"
 TIMESTAMP_HEADER: Final = b"x-cluster-timestamp"
+TARGET_HEADER: Final = b"x-cluster-target"
+ANY_TARGET: Final = "*"
+"""Signed for whichever pod answers (only routes that allow it accept it)."""
+MAX_TARGET_CHARS: Final = 253
 REPLAY_WINDOW_SECONDS: Final = 30.0
 MIN_SECRET_BYTES: Final = 32
 """RFC 2104 / RFC 7518 3.2: an HMAC-SHA256 key at least as long as the hash output."""
@@ -48,11 +60,19 @@ class ClusterAuthError(Exception):
         self.code = code
 
 
-def signature(secret: bytes, method: str, path: str, timestamp: str, body: bytes) -> str:
-    """The hex HMAC-SHA256 of ``METHOD\\nPATH\\nTIMESTAMP\\nBODY``."""
-    mac = hmac.new(secret, f"{method.upper()}\n{path}\n{timestamp}\n".encode(), hashlib.sha256)
+def signature(
+    secret: bytes, method: str, path: str, timestamp: str, target: str, body: bytes
+) -> str:
+    """The hex HMAC-SHA256 of ``METHOD\\nPATH\\nTIMESTAMP\\nTARGET\\nBODY``."""
+    head = f"{method.upper()}\n{path}\n{timestamp}\n{target}\n"
+    mac = hmac.new(secret, head.encode(), hashlib.sha256)
     mac.update(body)
     return mac.hexdigest()
+
+
+def _valid_target(target: str) -> bool:
+    """A pod id or ``*``: one line (a newline would let target and body trade bytes)."""
+    return 0 < len(target) <= MAX_TARGET_CHARS and target.isprintable() and target.isascii()
 
 
 class Signer:
@@ -72,32 +92,36 @@ class Signer:
         self._last_ms = now_ms
         return str(now_ms)
 
-    def headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
-        """The two headers to send with ``method path`` and ``body``."""
+    def headers(self, method: str, path: str, body: bytes, *, target: str) -> dict[str, str]:
+        """The three headers to send ``method path`` with ``body`` to pod ``target``."""
+        if not _valid_target(target):
+            raise ValueError(f"not a pod id to sign for: {target!r}")
         ts = self.timestamp()
         return {
             "X-Cluster-Timestamp": ts,
-            "X-Cluster-Signature": signature(self._secret, method, path, ts, body),
+            "X-Cluster-Target": target,
+            "X-Cluster-Signature": signature(self._secret, method, path, ts, target, body),
         }
 
-    def header_block(self, method: str, path: str, body: bytes) -> bytes:
+    def header_block(self, method: str, path: str, body: bytes, *, target: str) -> bytes:
         """The same headers as raw ``name: value\\r\\n`` lines (the proxy's wire form)."""
-        return b"".join(
-            f"{k}: {v}\r\n".encode() for k, v in self.headers(method, path, body).items()
-        )
+        headers = self.headers(method, path, body, target=target)
+        return b"".join(f"{k}: {v}\r\n".encode() for k, v in headers.items())
 
 
 class Verifier:
     """Checks signed requests; remembers recent signatures to refuse replays.
 
     ``secrets``: the current secret first, then the previous one during a
-    rotation. Not thread-safe: one per event loop.
+    rotation. ``me``: this pod's id, the only target it accepts (besides ``*``).
+    Not thread-safe: one per event loop.
     """
 
     def __init__(
         self,
         secrets: Iterable[bytes],
         *,
+        me: str,
         window: float = REPLAY_WINDOW_SECONDS,
         clock: Clock = time.time,
         max_remembered: int = 200_000,
@@ -105,6 +129,7 @@ class Verifier:
         self._secrets = [s for s in secrets if s]
         if not self._secrets:
             raise ValueError("a cluster secret is required")
+        self._me = me
         self._window = window
         self._clock = clock
         self._max = max_remembered
@@ -122,12 +147,23 @@ class Verifier:
         timestamp: bytes | str | None,
         sig: bytes | str | None,
         body: bytes,
-    ) -> None:
-        """Raise ``ClusterAuthError`` unless the request is authentic, fresh and new."""
-        if not timestamp or not sig:
-            raise ClusterAuthError("missing X-Cluster-Signature or X-Cluster-Timestamp", "unsigned")
+        target: bytes | str | None,
+    ) -> str:
+        """Raise ``ClusterAuthError`` unless the request is authentic, fresh, new and for
+        this pod; the target it was signed for (this pod's id, or ``*``)."""
+        if not timestamp or not sig or not target:
+            raise ClusterAuthError(
+                "missing X-Cluster-Signature, X-Cluster-Timestamp or X-Cluster-Target", "unsigned"
+            )
         ts_text = timestamp.decode("latin-1") if isinstance(timestamp, bytes) else timestamp
         sig_text = sig.decode("latin-1") if isinstance(sig, bytes) else sig
+        for_pod = target.decode("latin-1") if isinstance(target, bytes) else target
+        if not _valid_target(for_pod):
+            raise ClusterAuthError("X-Cluster-Target is not a pod id", "bad_target")
+        if for_pod not in (self._me, ANY_TARGET):
+            raise ClusterAuthError(
+                f"signed for {for_pod}, not for this pod ({self._me})", "wrong_target"
+            )
         if not ts_text.isdigit() or len(ts_text) > 16:
             raise ClusterAuthError("X-Cluster-Timestamp is not Unix milliseconds", "bad_timestamp")
         now = self._clock()
@@ -140,7 +176,7 @@ class Verifier:
             )
         given = sig_text.strip().lower().encode("latin-1", "replace")
         for secret in self._secrets:
-            expected = signature(secret, method, path, ts_text, body).encode()
+            expected = signature(secret, method, path, ts_text, for_pod, body).encode()
             if hmac.compare_digest(expected, given):
                 break
         else:
@@ -153,6 +189,7 @@ class Verifier:
         while len(self._seen) > self._max:
             _, old = heapq.heappop(self._heap)
             self._seen.pop(old, None)
+        return for_pod
 
     def _forget(self, now: float) -> None:
         """Drop signatures whose timestamp has left the window: they fail that check now."""

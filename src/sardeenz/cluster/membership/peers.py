@@ -59,8 +59,6 @@ class Peer:
     pod_id: str
     address: PeerAddress
     heartbeat: Heartbeat | None = None
-    routes: tuple[Any, ...] = ()
-    """What the routing table holds for this pod: (name, id, max_len) of active instances."""
 
 
 class PeerStore:
@@ -151,6 +149,7 @@ def remote_endpoints(hb: Heartbeat) -> list[Endpoint]:
                 local=False,
                 max_model_len=inst.memory_metrics.max_model_len if inst.memory_metrics else None,
                 created=int(inst.created_at.timestamp()),
+                pod_id=hb.pod_id,
             )
         )
     return out

@@ -1,6 +1,6 @@
 """Kubernetes mode: the owner of the API client, the Lease election and the pod watch.
 
-The ClusterManager starts it (besides the heartbeat driver it shares with
+Membership starts it (besides the heartbeat driver it shares with
 static mode) and stops it at shutdown: the two tasks are cancelled, the
 leader releases the Lease, the client is closed. Start-up never fails on the
 API: a pod that cannot reach it, or is refused (403), serves its own models,
@@ -16,21 +16,21 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from sardeenz.cluster.kube_api import LEASE_NAME, POD_SELECTOR, KubeApi, load_config
-from sardeenz.cluster.kube_discovery import Membership, PodWatcher
-from sardeenz.cluster.kube_elector import LeaseElector
-from sardeenz.cluster.kube_lease import LeaseElection
+from sardeenz.cluster.membership.kube_api import LEASE_NAME, POD_SELECTOR, KubeApi, load_config
+from sardeenz.cluster.membership.kube_discovery import PodMembers, PodWatcher
+from sardeenz.cluster.membership.kube_elector import LeaseElector
+from sardeenz.cluster.membership.kube_lease import LeaseElection
 from sardeenz.tasks import stop_task
 
 if TYPE_CHECKING:
-    from sardeenz.cluster.manager import ClusterManager
+    from sardeenz.cluster.membership.service import Membership
 
 log = logging.getLogger(__name__)
 
 
 class KubeCluster:
-    def __init__(self, manager: ClusterManager, state: LeaseElection) -> None:
-        self._m = manager
+    def __init__(self, membership: Membership, state: LeaseElection) -> None:
+        self._m = membership
         self._state = state
         self._api: KubeApi | None = None
         self._elector: LeaseElector | None = None
@@ -43,7 +43,7 @@ class KubeCluster:
         await api.open()
         self._elector = LeaseElector(m, api, self._state)
         watcher = PodWatcher(
-            Membership(m), api, self._state.timing.retry_period, m.identity.address.port
+            PodMembers(m), api, self._state.timing.retry_period, m.identity.address.port
         )
         log.info(
             "cluster: Kubernetes mode as %s (%s) in namespace %s: Lease %s, pods %s, API %s",

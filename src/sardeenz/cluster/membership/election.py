@@ -2,7 +2,7 @@
 
 No I/O and no clock of their own: every method takes ``now`` (monotonic
 seconds of the caller), so the table-driven and property tests drive them
-with a fake clock, and the asyncio driver (cluster/driver.py) only moves
+with a fake clock, and the asyncio driver (cluster/membership/driver.py) only moves
 messages. docs/cluster.md has the protocol and the timing argument; in short:
 
 * **Failure detector**: a pod is ``healthy`` while its last sign of life

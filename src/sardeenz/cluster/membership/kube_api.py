@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sardeenz.cluster.kube_lease import LeaseTiming
+from sardeenz.cluster.membership.kube_lease import LeaseTiming
 from sardeenz.config import ConfigError, Settings
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """What the rest of a pod asks of the election, whichever mode elects.
 
-Static mode elects with heartbeat votes (cluster/election.py ``Election``),
-Kubernetes mode with a Lease (cluster/kube_lease.py ``LeaseElection``). The
+Static mode elects with heartbeat votes (cluster/membership/election.py ``Election``),
+Kubernetes mode with a Lease (cluster/membership/kube_lease.py ``LeaseElection``). The
 ClusterManager, the ``/internal`` handlers and the heartbeat driver only use
 this interface: who leads now, the fencing term, and what to do with the term
 and leader claims that heartbeats and orders carry. The Bully-only steps

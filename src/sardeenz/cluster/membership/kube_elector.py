@@ -9,7 +9,7 @@ another pod takes over within a retry period instead of a lease duration.
 Every call has the API timeout; a failure is retried after a backoff (the
 retry period while leading, so a renewal is retried before the deadline;
 doubling up to 30 s otherwise); a 409 means re-read at once; a 403 becomes
-the RBAC warning of cluster/kube_api.py (an update refused while the Lease is
+the RBAC warning of cluster/membership/kube_api.py (an update refused while the Lease is
 gone is the API server's create-on-update check: the warning is then create's).
 Leadership itself ends by the clock (kube_lease.py), never by waiting for a call.
 """
@@ -21,11 +21,11 @@ import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sardeenz.cluster.kube_api import LEASE_NAME, KubeApi, describe, status_code
-from sardeenz.cluster.kube_lease import Desired, LeaseElection, LeaseRecord, Step
+from sardeenz.cluster.membership.kube_api import LEASE_NAME, KubeApi, describe, status_code
+from sardeenz.cluster.membership.kube_lease import Desired, LeaseElection, LeaseRecord, Step
 
 if TYPE_CHECKING:
-    from sardeenz.cluster.manager import ClusterManager
+    from sardeenz.cluster.membership.service import Membership
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ def lease_record(lease: Any) -> LeaseRecord:
 
 
 class LeaseElector:
-    def __init__(self, manager: ClusterManager, api: KubeApi, state: LeaseElection) -> None:
-        self._m = manager
+    def __init__(self, membership: Membership, api: KubeApi, state: LeaseElection) -> None:
+        self._m = membership
         self._api = api
         self._st = state
         self._failures = 0

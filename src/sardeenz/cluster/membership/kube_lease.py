@@ -2,7 +2,7 @@
 
 No I/O and no clock of its own (every method takes ``now``, monotonic seconds
 of the caller), so tests/unit/test_kube_lease.py drives it with a fake clock;
-cluster/kube_elector.py does the API calls it asks for. The rules (client-go's
+cluster/membership/kube_elector.py does the API calls it asks for. The rules (client-go's
 leader election, with the same safety argument; docs/cluster.md has it in full):
 
 * **Expiry is observed, not computed from the Lease's timestamps**: a pod
@@ -92,7 +92,7 @@ class Desired:
 
 @dataclass
 class LeaseElection:
-    """One pod's view of the Lease. Implements cluster/leadership.py's ``Leadership``."""
+    """One pod's view of the Lease. Implements cluster/membership/leadership.py's ``Leadership``."""
 
     self_id: str
     timing: LeaseTiming

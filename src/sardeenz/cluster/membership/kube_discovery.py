@@ -3,7 +3,7 @@
 List, then watch from the list's resourceVersion, resuming each watch from
 the last version seen (bookmarks included); a 410 Gone (the version left the
 API server's window) means list again. Only a pod that is Ready, has a
-``podIP`` and is not being deleted counts: the manager then knows it (its
+``podIP`` and is not being deleted counts: membership then knows it (its
 PeerStore entry, to which heartbeats go, as in static mode). A pod that is
 deleted, loses its Ready condition or its IP leaves at once, with its routes.
 
@@ -12,7 +12,7 @@ annotation, the container port named ``http``, else this pod's own port
 (every pod of a StatefulSet listens on the same one).
 
 Errors are retried with exponential backoff (the retry period doubling up to
-30 s); a 403 also becomes an RBAC warning (cluster/kube_api.py). While the
+30 s); a 403 also becomes an RBAC warning (cluster/membership/kube_api.py). While the
 API cannot be reached the pods known stay as they were: the heartbeats'
 failure detector still takes the routes of a pod that stops answering.
 """
@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sardeenz.cluster.identity import PeerAddress
-from sardeenz.cluster.kube_api import KubeApi, describe, status_code
+from sardeenz.cluster.membership.kube_api import KubeApi, describe, status_code
 
 if TYPE_CHECKING:
-    from sardeenz.cluster.manager import ClusterManager
+    from sardeenz.cluster.membership.service import Membership
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +78,14 @@ class Members(Protocol):
     def set_member(self, pod_id: str, address: PeerAddress | None) -> None: ...
 
 
-class Membership:
-    """What the watch reports, applied to the manager's peers, failure detector and
-    routing table (the same state static mode's pings and heartbeats feed)."""
+class PodMembers:
+    """What the watch reports, applied to membership's peers, failure detector and
+    routes (the same state static mode's pings and heartbeats feed)."""
 
-    def __init__(self, manager: ClusterManager) -> None:
-        assert manager.members is not None, "Kubernetes mode only"
-        self._m = manager
-        self._members = manager.members
+    def __init__(self, membership: Membership) -> None:
+        assert membership.members is not None, "Kubernetes mode only"
+        self._m = membership
+        self._members = membership.members
 
     def set_members(self, members: Mapping[str, PeerAddress]) -> None:
         """A fresh pod list: exactly these pods (besides this one) are the peers."""
@@ -102,9 +102,7 @@ class Membership:
             return
         if address is None:
             self._members.discard(pod_id)
-            if m.peers.remove(pod_id) is not None:
-                m.detector.forget(pod_id)
-                m.table.set_remote(pod_id, [])
+            if m.forget(pod_id):
                 log.warning("cluster: pod %s left (deleted or not Ready); routes removed", pod_id)
             return
         if pod_id not in self._members:
@@ -112,10 +110,7 @@ class Membership:
         self._members.add(pod_id)
         if m.peers.get(pod_id) is None or m.peers.pod_at(address) != pod_id:
             m.peers.upsert(pod_id, address)
-            while m.peers.replaced:  # a pod that had this address before
-                gone = m.peers.replaced.pop()
-                m.detector.forget(gone)
-                m.table.set_remote(gone, [])
+            m.forget_replaced(pod_id, address)  # a pod that had this address before
 
 
 class PodWatcher:

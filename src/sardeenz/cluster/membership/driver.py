@@ -2,7 +2,7 @@
 
 Every ``tick`` (a fraction of the heartbeat interval) it may
 
-* ping the configured peers it has no live pod for (``/internal/ping``, every
+* ping the configured peers it has no live pod for (``routes.PING``, every
   ``SARDEENZ_CLUSTER_PING_INTERVAL_SECONDS``; a peer that does not answer is
   retried with exponential backoff up to that interval);
 * send its heartbeat to every known pod (``/internal/heartbeat``, every
@@ -11,9 +11,10 @@ Every ``tick`` (a fraction of the heartbeat interval) it may
 * step down, expire routes of unavailable pods, and stand for election when
   the Bully rule says so (``/internal/election/vote`` to the healthy pods).
 
-Every remote call has a timeout (``SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS``)
-and goes through one pooled ``httpx.AsyncClient``. The task is owned by the
-ClusterManager, which cancels it on shutdown.
+Every remote call goes through the pod client (cluster/transport/client.py):
+signed, with a timeout (``SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS``) and a
+backoff per route and address. The task is owned by Membership,
+which cancels it on shutdown.
 """
 
 from __future__ import annotations
@@ -23,53 +24,28 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-import httpx
-import orjson
-
-from sardeenz.cluster.election import PeerState
 from sardeenz.cluster.identity import PeerAddress
+from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.peers import Peer
+from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.client import PodClient
 from sardeenz.tasks import stop_task
 
 if TYPE_CHECKING:
-    from sardeenz.cluster.manager import ClusterManager
+    from sardeenz.cluster.membership.service import Membership
 
 log = logging.getLogger(__name__)
 
 
-class _Backoff:
-    """Per-address retry schedule: 1, 2, 4, ... ticks up to ``cap`` seconds."""
-
-    def __init__(self, base: float, cap: float) -> None:
-        self._base = base
-        self._cap = cap
-        self._next: dict[PeerAddress, float] = {}
-        self._fails: dict[PeerAddress, int] = {}
-
-    def due(self, address: PeerAddress, now: float) -> bool:
-        return now >= self._next.get(address, 0.0)
-
-    def failed(self, address: PeerAddress, now: float) -> None:
-        n = self._fails.get(address, 0) + 1
-        self._fails[address] = n
-        self._next[address] = now + min(self._cap, self._base * 2 ** (n - 1))
-
-    def ok(self, address: PeerAddress) -> None:
-        self._fails.pop(address, None)
-        self._next.pop(address, None)
-
-
 class ClusterDriver:
-    def __init__(self, manager: ClusterManager) -> None:
-        self._m = manager
-        s = manager.settings
+    def __init__(self, membership: Membership, client: PodClient) -> None:
+        self._m = membership
+        self._client = client
+        s = membership.settings
         self._ping_every = s.cluster_ping_interval_seconds
         self._beat_every = s.cluster_heartbeat_interval_seconds
-        self._timeout = s.cluster_request_timeout_seconds
         self._tick = min(0.25, self._beat_every / 4)
-        self._ping_backoff = _Backoff(self._beat_every, self._ping_every)
-        self._beat_backoff = _Backoff(self._beat_every, self._ping_every)
         self._task: asyncio.Task[None] | None = None
-        self._client: httpx.AsyncClient | None = None
         self._next_stand = 0.0
         self._beat_soon = False
 
@@ -78,22 +54,11 @@ class ClusterDriver:
         self._beat_soon = True
 
     def start(self) -> None:
-        # httpx logs every request at INFO: a heartbeat every 2 s to every peer would
-        # drown the log (no per-request logging at INFO, DESIGN.md).
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self._timeout),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
-            trust_env=False,  # peers are direct: no HTTP(S)_PROXY detour for /internal
-        )
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sardeenz-cluster")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
         await stop_task(task)
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
 
     # ------------------------------------------------------------------ loop
     async def _run(self) -> None:
@@ -130,63 +95,6 @@ class ClusterDriver:
             await asyncio.sleep(self._tick)
 
     # -------------------------------------------------------------- messages
-    async def call(
-        self, address: PeerAddress, method: str, path: str, payload: Any = None
-    ) -> dict[str, Any] | None:
-        """A signed request to a peer; its JSON answer, or None on any failure."""
-        return await self._call(address, method, path, payload)
-
-    async def _call(
-        self, address: PeerAddress, method: str, path: str, payload: Any = None
-    ) -> dict[str, Any] | None:
-        """A signed request; the JSON answer, or None on any failure (logged at debug)."""
-        client, signer = self._client, self._m.signer
-        assert client is not None
-        assert signer is not None
-        body = orjson.dumps(payload) if payload is not None else b""
-        headers = signer.headers(method, path, body)
-        if body:
-            headers["Content-Type"] = "application/json"
-        try:
-            resp = await client.request(method, address.url + path, content=body, headers=headers)
-        except (httpx.HTTPError, OSError) as exc:
-            log.debug("cluster: %s %s%s failed: %s", method, address, path, exc)
-            return None
-        if resp.status_code != 200:
-            log.warning(
-                "cluster: %s %s%s answered %d: %s",
-                method,
-                address,
-                path,
-                resp.status_code,
-                resp.text[:200],
-            )
-            return None
-        try:
-            data = resp.json()
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
-
-    async def order(
-        self,
-        address: PeerAddress,
-        path: str,
-        payload: Any,
-        timeout: float,  # noqa: ASYNC109 - httpx's own per-request timeout
-    ) -> tuple[int, Any]:
-        """A signed leader order: (status, JSON answer); raises httpx.HTTPError."""
-        client, signer = self._client, self._m.signer
-        assert client is not None
-        assert signer is not None
-        body = orjson.dumps(payload)
-        headers = {**signer.headers("POST", path, body), "Content-Type": "application/json"}
-        resp = await client.post(address.url + path, content=body, headers=headers, timeout=timeout)
-        try:
-            return resp.status_code, resp.json()
-        except ValueError:
-            return resp.status_code, {"detail": resp.text[:200], "code": "bad_peer_answer"}
-
     async def _ping_round(self, *, force: bool) -> None:
         """Ping configured peers that have no live pod (and are not backing off)."""
         m = self._m
@@ -195,7 +103,7 @@ class ClusterDriver:
         for address in m.seeds:
             pod = m.peers.pod_at(address)
             live = pod is not None and m.detector.state(pod, now) is not PeerState.UNAVAILABLE
-            if live or not self._ping_backoff.due(address, now):
+            if live or not self._client.due(routes.PING, address):
                 continue
             if force or pod is None:
                 due.append(address)
@@ -204,11 +112,9 @@ class ClusterDriver:
 
     async def _ping(self, address: PeerAddress) -> None:
         m = self._m
-        data = await self._call(address, "GET", "/internal/ping")
+        data = await self._client.call_at(address, routes.PING)
         if data is None or not isinstance(data.get("podId"), str):
-            self._ping_backoff.failed(address, m.now())
             return
-        self._ping_backoff.ok(address)
         pod_id = data["podId"]
         if pod_id == m.identity.pod_id:  # CLUSTER_PEERS names us under another address
             m.seeds = [s for s in m.seeds if s != address]
@@ -220,36 +126,38 @@ class ClusterDriver:
         hb = await m.local_heartbeat()
         payload = hb.model_dump(mode="json")
         sent_at = m.now()
-        targets = [p.address for p in m.peers.all() if self._beat_backoff.due(p.address, sent_at)]
+        due = self._client.due
+        targets = [p for p in m.peers.all() if due(routes.HEARTBEAT, p.address)]
         if targets:
-            await asyncio.gather(*(self._beat(a, payload, sent_at) for a in targets))
+            await asyncio.gather(*(self._beat(p, payload, sent_at) for p in targets))
 
-    async def _beat(self, address: PeerAddress, payload: Any, sent_at: float) -> None:
+    async def _beat(self, peer: Peer, payload: Any, sent_at: float) -> None:
         m = self._m
-        data = await self._call(address, "POST", "/internal/heartbeat", payload)
+        address = peer.address
+        data = await self._client.call_at(address, routes.HEARTBEAT, payload, pod_id=peer.pod_id)
         if data is None:
-            self._beat_backoff.failed(address, m.now())
             return
-        self._beat_backoff.ok(address)
         pod_id, term = data.get("podId"), data.get("term")
         if not isinstance(pod_id, str) or not isinstance(term, int):
             return
         m.heard(pod_id, address)
         m.leadership.on_heartbeat_reply(pod_id, term, data.get("ack") is True, sent_at)
 
-    async def _prevote(self, peers: list[Any]) -> bool:
+    async def _prevote(self, peers: list[Peer]) -> bool:
         """Would a quorum vote for us in the next term? Nobody changes state to answer."""
         m = self._m
         body = {"candidate": m.identity.pod_id, "term": m.election.term + 1}
 
-        async def ask(address: PeerAddress) -> bool:
-            data = await self._call(address, "POST", "/internal/election/prevote", body)
+        async def ask(peer: Peer) -> bool:
+            data = await self._client.call_at(
+                peer.address, routes.PREVOTE, body, pod_id=peer.pod_id
+            )
             if data is None or not isinstance(data.get("term"), int):
                 return False
             m.election.observe_term(data["term"])  # a real term we are behind on
             return data.get("granted") is True
 
-        results = await asyncio.gather(*(ask(p.address) for p in peers))
+        results = await asyncio.gather(*(ask(p) for p in peers))
         return 1 + sum(results) >= m.election.quorum
 
     async def _stand(self, healthy: set[str]) -> bool:
@@ -269,8 +177,8 @@ class ClusterDriver:
             return True
         body = {"candidate": m.identity.pod_id, "term": term}
 
-        async def ask(address: PeerAddress) -> bool:
-            data = await self._call(address, "POST", "/internal/election/vote", body)
+        async def ask(peer: Peer) -> bool:
+            data = await self._client.call_at(peer.address, routes.VOTE, body, pod_id=peer.pod_id)
             if data is None:
                 return False
             pod_id, their_term = data.get("podId"), data.get("term")
@@ -280,6 +188,6 @@ class ClusterDriver:
                 pod_id, their_term, data.get("granted") is True, sent_at=now
             )
 
-        results = await asyncio.gather(*(ask(p.address) for p in peers))
+        results = await asyncio.gather(*(ask(p) for p in peers))
         m.note_leadership()
         return any(results) and m.election.is_leader(m.now())

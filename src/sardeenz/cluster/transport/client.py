@@ -1,0 +1,251 @@
+"""The one signed client for requests to other pods.
+
+Every call to another pod's ``/internal/*`` goes through :class:`PodClient`:
+it signs (security/cluster_hmac.py), applies a timeout, adds the leader's term
+to a fenced route's body, and turns every failure into one of the project's
+errors (or ``None`` for the callers that only want an answer if there is one):
+
+* ``await client.call(pod_id, ROUTE, payload, **params)`` -> the pod's JSON
+  object. Raises ``NotFound`` ``pod_not_found`` (no such pod),
+  ``Conflict`` ``not_leader`` (a fenced route while this pod does not lead),
+  ``Unavailable`` ``pod_unavailable`` (the failure detector says so, or no
+  answer in time), or the pod's own refusal with its status, code and extras.
+* ``await client.ask(pod_id, ROUTE, payload, **params)`` -> the JSON object or
+  ``None`` on any failure (logged).
+* ``await client.call_at(address, ROUTE, payload, pod_id=...)`` -> the JSON
+  object or ``None``, to an address (membership's pings, heartbeats and votes,
+  before or regardless of what the directory knows). Failures per (route,
+  address) back off exponentially; ``client.due(ROUTE, address)`` says whether
+  the next attempt is due.
+
+Who the pods are, where they are and who leads comes from a
+:class:`PodDirectory` (membership implements it), so this module imports
+nothing above it. httpx is imported only when a cluster starts the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from sardeenz.cluster.identity import PeerAddress
+from sardeenz.cluster.transport.backoff import Backoff
+from sardeenz.cluster.transport.routes import InternalRoute
+from sardeenz.errors import Conflict, NotFound, SardeenzError, Unavailable
+from sardeenz.security.cluster_hmac import ANY_TARGET, Signer
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger(__name__)
+
+
+class PodDirectory(Protocol):
+    """What the client asks of membership."""
+
+    def address_of(self, pod_id: str) -> PeerAddress | None:
+        """Where ``pod_id`` listens; None for a pod this one does not know."""
+
+    def reachable(self, pod_id: str) -> bool:
+        """False while the failure detector calls ``pod_id`` unavailable."""
+
+    def leader(self) -> str | None: ...
+
+    def is_leader(self) -> bool: ...
+
+    def current_term(self) -> int: ...
+
+
+class PodClient:
+    def __init__(
+        self,
+        signer: Signer,
+        directory: PodDirectory,
+        *,
+        timeout: float,
+        order_timeout: float,
+        backoff_base: float,
+        backoff_cap: float,
+    ) -> None:
+        self._signer = signer
+        self._directory = directory
+        self._timeout = timeout
+        self._order_timeout = order_timeout
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+        self._backoffs: dict[InternalRoute, Backoff] = {}
+        self._http: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        import httpx  # only a cluster pays for it
+
+        # httpx logs every request at INFO: a heartbeat every 2 s to every peer would
+        # drown the log (no per-request logging at INFO, DESIGN.md).
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(self._timeout),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            trust_env=False,  # peers are direct: no HTTP(S)_PROXY detour for /internal
+        )
+
+    async def close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+
+    # ---------------------------------------------------------------- calls
+    async def call(
+        self,
+        pod_id: str,
+        route: InternalRoute,
+        payload: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - passed to the HTTP client
+        **params: str,
+    ) -> dict[str, Any]:
+        """``route`` on ``pod_id``; its JSON object, or an error (module docstring)."""
+        d = self._directory
+        address = d.address_of(pod_id)
+        if address is None or self._http is None:
+            raise NotFound(f"no pod {pod_id!r} in this cluster", code="pod_not_found")
+        body = dict(payload or {})
+        if route.fenced:
+            if not d.is_leader():
+                raise Conflict(
+                    f"only the leader gives orders to other pods; the leader is {d.leader()!r}",
+                    code="not_leader",
+                )
+            body["term"] = d.current_term()
+        if not d.reachable(pod_id):
+            raise Unavailable(f"pod {pod_id!r} is unavailable", code="pod_unavailable")
+        wait = timeout or (self._order_timeout if route.fenced else self._timeout)
+        try:
+            path = route.path(**params)
+            status, data = await self._send(address, pod_id, route, path, body, wait)
+        except OSError as exc:  # httpx.HTTPError is mapped to OSError by _send
+            raise Unavailable(
+                f"pod {pod_id!r} did not answer: {exc}", code="pod_unavailable"
+            ) from exc
+        if status >= 400:
+            raise _refusal(pod_id, status, data)
+        if not isinstance(data, dict):
+            raise Unavailable(f"pod {pod_id!r} answered no object", code="pod_unavailable")
+        return data
+
+    async def ask(
+        self,
+        pod_id: str,
+        route: InternalRoute,
+        payload: dict[str, Any] | None = None,
+        **params: str,
+    ) -> dict[str, Any] | None:
+        """``call``, with None for any failure (logged: debug, or a warning for a refusal)."""
+        try:
+            return await self.call(pod_id, route, payload, timeout=None, **params)
+        except SardeenzError as exc:
+            level = logging.WARNING if exc.status not in (404, 503) else logging.DEBUG
+            log.log(level, "cluster: %s on %s: %s", route, pod_id, exc.message)
+            return None
+
+    def due(self, route: InternalRoute, address: PeerAddress) -> bool:
+        """Whether ``call_at(address, route)`` is out of its backoff."""
+        return self._backoff(route).due(address, time.monotonic())
+
+    async def call_at(
+        self,
+        address: PeerAddress,
+        route: InternalRoute,
+        payload: Any = None,
+        *,
+        pod_id: str | None = None,
+    ) -> dict[str, Any] | None:
+        """``route`` at ``address``: its JSON object, or None on any failure (logged).
+
+        Signed for ``pod_id``, the pod expected there; only a route declared
+        ``any_target`` (the ping) may go without one.
+        """
+        if pod_id is None and not route.any_target:
+            raise ValueError(f"{route} must name the pod it is for")
+        target = pod_id or ANY_TARGET
+        backoff = self._backoff(route)
+        body = orjson.dumps(payload) if payload is not None else b""
+        try:
+            status, data = await self._send_raw(
+                address, target, route, route.path(), body, self._timeout
+            )
+        except OSError as exc:
+            log.debug("cluster: %s at %s failed: %s", route, address, exc)
+            backoff.failed(address, time.monotonic())
+            return None
+        if status != 200 or not isinstance(data, dict):
+            if status != 200:
+                log.warning("cluster: %s at %s answered %d: %.200s", route, address, status, data)
+            backoff.failed(address, time.monotonic())
+            return None
+        backoff.ok(address)
+        return data
+
+    # -------------------------------------------------------------- the wire
+    def _backoff(self, route: InternalRoute) -> Backoff:
+        found = self._backoffs.get(route)
+        if found is None:
+            found = self._backoffs[route] = Backoff(self._backoff_base, self._backoff_cap)
+        return found
+
+    async def _send(
+        self,
+        address: PeerAddress,
+        target: str,
+        route: InternalRoute,
+        path: str,
+        payload: dict[str, Any],
+        timeout: float,  # noqa: ASYNC109 - passed to the HTTP client
+    ) -> tuple[int, Any]:
+        body = orjson.dumps(payload) if payload or route.method != "GET" else b""
+        return await self._send_raw(address, target, route, path, body, timeout)
+
+    async def _send_raw(
+        self,
+        address: PeerAddress,
+        target: str,
+        route: InternalRoute,
+        path: str,
+        body: bytes,
+        timeout: float,  # noqa: ASYNC109 - passed to the HTTP client
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON or the text) of one signed request; OSError if none came."""
+        import httpx
+
+        http = self._http
+        if http is None:
+            raise OSError("the cluster client is closed")
+        headers = self._signer.headers(route.method, path, body, target=target)
+        if body:
+            headers["Content-Type"] = "application/json"
+        try:
+            resp = await http.request(
+                route.method, address.url + path, content=body, headers=headers, timeout=timeout
+            )
+        except httpx.HTTPError as exc:
+            raise OSError(str(exc) or type(exc).__name__) from exc
+        try:
+            return resp.status_code, resp.json()
+        except ValueError:
+            return resp.status_code, resp.text[:200]
+
+
+def _refusal(pod_id: str, status: int, data: Any) -> SardeenzError:
+    """A pod's refusal as the same error here: status, code and extras kept."""
+    if not isinstance(data, dict):
+        data = {"detail": str(data)[:200] or status, "code": "bad_peer_answer"}
+    info: dict[str, Any] = data
+    detail = info.get("detail") or status
+    code = info.get("code") or "peer_error"
+    extra = {k: v for k, v in info.items() if k not in ("detail", "code")}
+    err = SardeenzError(f"pod {pod_id}: {detail}", code=str(code), **extra)
+    err.status = status
+    return err
