@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support import ServerProcess, kill_engines
+from testkit.servers import ServerProcess, kill_engines
 
 TARGET_S = 0.3
 

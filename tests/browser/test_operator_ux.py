@@ -14,8 +14,8 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
+from testkit.servers import ServerProcess, wait_for_status
 from tests.browser.conftest import Session
-from tests.support import ServerProcess, wait_for_status
 
 pytestmark = pytest.mark.browser
 

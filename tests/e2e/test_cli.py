@@ -182,7 +182,7 @@ def test_bench_run_follows_progress_and_prints_the_run(server: ServerProcess) ->
 def test_logs_n_counts_the_lines_it_prints(server: ServerProcess) -> None:
     """``-n N`` prints the last N shown lines: hidden /health polls use none of the count."""
     from sardeenz.cli.models import is_health_poll
-    from tests.support import load_active
+    from testkit.servers import load_active
 
     url = ["--url", server.url]
     with server.client() as api:

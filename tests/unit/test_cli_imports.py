@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 
-from tests.support import free_port
+from testkit.ports import free_port
 
 # Packages only the server needs, and our modules that pull them in.
 SERVER_ONLY = (
