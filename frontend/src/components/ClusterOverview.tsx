@@ -71,8 +71,13 @@ export function ClusterOverview({ status }: { status: ClusterStatus }) {
                 {pod.gpus.length === 0 && 'no GPU'}
                 {pod.gpus.map((g) => (
                   <Content component="small" key={g.index} className="sz-nowrap" data-gpu-index={g.index}>
-                    GPU {g.index} {g.name}: {formatBytes(g.usedBytes)} / {formatBytes(g.totalBytes)}{' '}
-                    {g.simulated && <SimulatedLabel />}
+                    GPU {g.index} {g.name}: {formatBytes(g.usedBytes)} / {formatBytes(g.totalBytes)}
+                    {g.simulated && (
+                      <>
+                        {' '}
+                        <SimulatedLabel />
+                      </>
+                    )}
                     <br />
                   </Content>
                 ))}
