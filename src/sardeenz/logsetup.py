@@ -33,6 +33,7 @@ from sardeenz.safetext import OneLineFormatter, escape_unsafe
 
 __all__ = [
     "CHATTY_CLIENT_LOGGERS",
+    "QUIET_LIBRARY_LOGGERS",
     "JsonLineFormatter",
     "RequestIdMiddleware",
     "configure_logging",
@@ -42,6 +43,10 @@ __all__ = [
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 CHATTY_CLIENT_LOGGERS = ("httpx", "httpcore")
 """Loggers that emit one record per HTTP request made: health polls among them."""
+
+QUIET_LIBRARY_LOGGERS = ("alembic",)
+"""Libraries whose INFO drowns the start-up: alembic logs each plugin it sets up and each
+migration step (a dozen lines before the first of ours). Their warnings still show."""
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "sardeenz_request_id", default=None
@@ -78,7 +83,7 @@ def configure_logging(
     handler.setFormatter(JsonLineFormatter() if fmt == "json" else OneLineFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     client_level = logging.DEBUG if level.lower() == "debug" else logging.WARNING
-    for name in CHATTY_CLIENT_LOGGERS:
+    for name in (*CHATTY_CLIENT_LOGGERS, *QUIET_LIBRARY_LOGGERS):
         logging.getLogger(name).setLevel(client_level)
 
 

@@ -39,10 +39,13 @@ def bench_instance(server: ServerProcess) -> Iterator[str]:
         api.post(f"/api/v1/models/{inst['id']}/unload")
 
 
-def finished_run(api: httpx.Client, instance_id: str) -> str:
+def finished_run(
+    api: httpx.Client, instance_id: str, name: str = "api-run", concurrency: int = 2
+) -> str:
+    scenario = {**SCENARIO, "concurrency": concurrency}
     body = {
-        "name": "api-run",
-        "scenarios": [{"instanceId": instance_id, "totalRequests": 20, **SCENARIO}],
+        "name": name,
+        "scenarios": [{"instanceId": instance_id, "totalRequests": 20, **scenario}],
     }
     resp = api.post("/api/benchmarks", json=body)
     assert resp.status_code == 201, resp.text
@@ -100,3 +103,23 @@ def test_run_a_benchmark_and_compare_two(
     comparison = page.locator("table").first
     expect(comparison.locator("tbody tr")).to_have_count(25)
     expect(comparison.locator("[data-verdict]").first).to_be_visible()
+
+
+def test_compare_a_concurrency_sweep_side_by_side(
+    session: Session, server: ServerProcess, bench_instance: str
+) -> None:
+    """c=4 against c=8 of the same model: numbers side by side, not "Only run A has it"."""
+    with server.client() as api:
+        run_a = finished_run(api, bench_instance, "sweep-c4", concurrency=4)
+        run_b = finished_run(api, bench_instance, "sweep-c8", concurrency=8)
+    page = session.page
+    session.goto(f"/benchmarks/compare?a={run_a}&b={run_b}")
+    card = page.locator("[data-pair]")
+    expect(card).to_have_count(1)
+    expect(card).to_have_attribute("data-pair", re.compile(r"c4 \(A\) vs c8 \(B\)$"))
+    expect(card.get_by_test_id("pair-note")).to_contain_text("c=4 in A and c=8 in B")
+    expect(card).not_to_contain_text("Only run")
+    rows = card.locator("tbody tr")
+    expect(rows).to_have_count(25)
+    expect(card.locator("[data-verdict]").first).to_be_visible()
+    session.shot("benchmark-compare-sweep")

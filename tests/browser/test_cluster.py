@@ -78,6 +78,8 @@ def test_cluster_page_from_a_follower_shows_the_pods_and_the_leader(
         expect(row).to_have_attribute("data-state", "healthy")
         expect(row).to_have_attribute("data-leader", "true" if name == leader else "false")
         expect(row).to_contain_text("NVIDIA L4")
+        # SARDEENZ_SIM_GPUS: each pod's GPU says it is simulated (issue 25).
+        expect(row.locator("[data-gpu-index]")).to_contain_text("simulated")
         expect(page.get_by_test_id(f"node-pane-{name}")).to_be_visible()
     # The nav has the page; the screenshot is the Cluster page of a healthy cluster.
     expect(page.get_by_role("link", name="Cluster", exact=True)).to_be_visible()

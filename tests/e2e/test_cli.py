@@ -177,3 +177,90 @@ def test_bench_run_follows_progress_and_prints_the_run(server: ServerProcess) ->
         assert scenario["metrics"]["requestsPerSecond"] > 0
     finally:
         cli("models", "unload", inst_id, *url)
+
+
+def test_logs_n_counts_the_lines_it_prints(server: ServerProcess) -> None:
+    """``-n N`` prints the last N shown lines: hidden /health polls use none of the count."""
+    from sardeenz.cli.models import is_health_poll
+    from testkit.servers import load_active
+
+    url = ["--url", server.url]
+    with server.client() as api:
+        inst = load_active(api, "logs-n-model")
+        everything: list[str] = []
+        deadline = time.monotonic() + 30
+        # The controller polls /health every 0.5 s here: wait for more polls than -n.
+        while sum(map(is_health_poll, everything)) < 6:
+            assert time.monotonic() < deadline, f"no 6 health polls in 30 s: {everything}"
+            time.sleep(0.2)
+            got = api.get(f"/api/v1/models/{inst['id']}/logs", params={"lines": 1000})
+            everything = got.json()["lines"]
+    others = [ln for ln in everything if not is_health_poll(ln)]
+    assert len(others) >= 3
+
+    out = cli("models", "logs", inst["id"], "-n", "2", *url)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == others[-2:]
+
+    polls = cli("models", "logs", inst["id"], "--health", "-n", "5", *url)
+    assert len(polls.stdout.splitlines()) == 5
+
+    # -f -n 2 (JSON, one event a line): the last two shown lines of the buffer, then
+    # the status event that follows the replay, then live events until removed.
+    argv = ["models", "logs", "-f", "-n", "2", "--json", inst["id"], *url]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "sardeenz.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    before_status = []
+    for line in follow.stdout:  # ends (EOF) if the command dies; checked below
+        event = json.loads(line)
+        if event["event"] == "status":
+            break
+        before_status.append(event)
+    with server.client() as api:
+        assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code in (200, 202)
+    rest, stderr = follow.communicate(timeout=30)
+    assert follow.returncode == 0, stderr
+    assert [e["line"] for e in before_status] == others[-2:]
+    live = [json.loads(ln) for ln in rest.splitlines()]
+    assert live[-1]["event"] == "removed"
+    assert not any(is_health_poll(e.get("line", "")) for e in before_status + live)
+
+
+def test_force_says_what_it_overrides_in_the_flags_and_unit_typed(server_factory: Any) -> None:
+    """A refusal offers --force only when forcing would start the engine (issue 25).
+
+    100 GB per GPU is more than the simulated GPU has: no force helps, and the refusal
+    says so, in GB (the unit of --gpu-memory-limit). (A refusal by the estimate, which
+    --force does skip, is tests/unit/test_memory_ledger.py's.)
+    """
+    srv: ServerProcess = server_factory(args=["--sim-gpus", "NVIDIA L4:24GiB"]).start()
+    with srv.client() as api:  # simulated GPUs say so; the default engine is named
+        assert api.get("/api/health").json()["mode"] == "simulated"
+        assert api.get("/api/v1/engines").json()["defaultEngine"] == "vllm"
+    assert "alembic" not in srv.log()  # its INFO lines no longer fill the start-up
+    url = ["--url", srv.url]
+    base = ["models", "load", "big-model", "--engine", "sim", *url]
+    for force in ([], ["--force"]):
+        out = cli(*base, "--gpu-memory-limit", "100", *force)
+        assert out.returncode == 1
+        assert "(insufficient_gpu_memory)" in out.stderr
+        assert "--gpu-memory-limit 100 GB per GPU" in out.stderr
+        assert "force cannot override this" in out.stderr
+        assert "GiB" not in out.stderr  # one unit: the GB the limit was typed in
+        assert "force: true" not in out.stderr
+
+    # A sleep refusal names the CLI's flags too, not the API's fields.
+    loaded = cli(*base, "--gpu-memory-limit", "4", "--json")
+    assert loaded.returncode == 0, loaded.stderr
+    inst_id = json.loads(loaded.stdout)["id"]
+    with srv.client() as api:
+        wait_for_status(api, inst_id, "active")
+    refused = cli("models", "sleep", inst_id, *url)
+    assert refused.returncode == 1
+    assert "load it with --sleep-mode" in refused.stderr
+    assert "enableSleepMode" not in refused.stderr

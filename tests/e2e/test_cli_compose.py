@@ -323,3 +323,113 @@ def test_bench_ids_complete_and_results_fit_100_columns(
     assert by_name.returncode == 0, by_name.stderr
     assert f"# Benchmark {run_id}" in by_name.stdout
     assert "TTFT ms\t" in by_name.stdout
+
+
+TABLE_COMMANDS = (
+    ("models", "ls"),
+    ("profiles", "ls"),
+    ("bench", "ls"),
+    ("cluster", "status"),
+)
+"""Every command that prints a table (``bench show`` is checked with its run below)."""
+
+
+def _cells(piped: str) -> list[str]:
+    """Every cell of a piped table (header included): the text a terminal must keep whole.
+
+    A column with nothing to say ("-" in every row) is left out on a terminal.
+    """
+    header, *rows = [line.split("\t") for line in piped.splitlines()]
+    said = [i for i in range(len(header)) if any(row[i] != "-" for row in rows)]
+    return [line[i] for line in (header, *rows) for i in said if line[i] != "-"]
+
+
+def assert_words_whole(terminal: str, piped: str, columns: int = COLUMNS) -> None:
+    """At ``columns``, no line is wider and no word of any cell is cut across lines."""
+    lines = terminal.splitlines()
+    assert max(len(line) for line in lines) <= columns, terminal
+    on_a_line = {word for line in lines for word in line.replace(",", " ").split()}
+    for cell in _cells(piped):
+        for word in cell.replace(",", " ").split():
+            assert word in on_a_line, f"{word!r} is cut across lines:\n{terminal}"
+
+
+def test_every_table_keeps_words_whole_at_80_columns_and_ids_whole_piped(
+    srv: ServerProcess, two: list[dict[str, Any]]
+) -> None:
+    """Issue 25: "NAM/E", "phi/-pr/ofi/le", a name folded beside an empty ERROR column."""
+    saved = cli(
+        "profiles", "save", "alpha-served", "--name", "phi-profile", "--json", "--url", srv.url
+    )
+    assert saved.returncode == 0, saved.stderr
+    run = cli(
+        "bench",
+        "run",
+        "--model",
+        "alpha-served",
+        "--name",
+        "width-run",
+        "--requests",
+        "2",
+        "--concurrency",
+        "1",
+        "--input-tokens",
+        "8",
+        "--output-tokens",
+        "2",
+        "--json",
+        "--url",
+        srv.url,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    ids = {
+        ("models", "ls"): {i["id"] for i in two},
+        ("profiles", "ls"): {json.loads(saved.stdout)["id"]},
+        ("bench", "ls"): {json.loads(run.stdout)["id"]},
+        ("cluster", "status"): set(),
+    }
+    for command in TABLE_COMMANDS:
+        piped = cli(*command, "--url", srv.url)
+        assert piped.returncode == 0, piped.stderr
+        table_piped = "\n".join(ln for ln in piped.stdout.splitlines() if "\t" in ln)
+        first_column = {line.split("\t")[0] for line in table_piped.splitlines()[1:]}
+        assert ids[command] <= first_column, (command, piped.stdout)
+        code, shown = cli_tty(*command, "--url", srv.url)
+        assert code == 0, shown
+        table_part = shown if command != ("cluster", "status") else shown.split("\n", 1)[1]
+        assert_words_whole(table_part, table_piped)
+        for an_id in ids[command]:
+            assert an_id in shown, (an_id, shown)
+    assert "no GPU" in cli("cluster", "status", "--url", srv.url).stdout
+
+
+def test_cluster_status_shows_gpu_memory_and_empty_columns_take_no_room(
+    server_factory: Any,
+) -> None:
+    gpus = server_factory(args=["--sim-gpus", "NVIDIA L4:24GiB,Tesla T4:16GiB"]).start()
+    with gpus.client() as api:
+        load_active(api, "mem-model", "--memory-gib", "3", gpuIds=[1])
+    # No instance failed: ERROR is "-" everywhere and takes no room (pipes keep it).
+    code, shown = cli_tty("models", "ls", "--url", gpus.url)
+    assert code == 0, shown
+    assert "ERROR" not in shown
+    assert "mem-model" in shown
+    assert "ERROR" in cli("models", "ls", "--url", gpus.url).stdout
+    piped = cli("cluster", "status", "--url", gpus.url).stdout
+    assert "\tGPU0 0.0 of 24.0 GiB (sim), GPU1 3.0 of 16.0 GiB (sim)\t" in piped
+    code, shown = cli_tty("cluster", "status", "--url", gpus.url)
+    assert code == 0, shown
+    assert_words_whole(shown.split("\n", 1)[1], piped.split("\n", 1)[1])
+
+
+def test_bench_show_keeps_words_whole_at_80_columns(
+    srv: ServerProcess, two: list[dict[str, Any]]
+) -> None:
+    runs = json.loads(cli("bench", "ls", "--json", "--url", srv.url).stdout)
+    assert runs, "the test above ran one"
+    piped = cli("bench", "show", runs[0]["id"], "--url", srv.url)
+    code, shown = cli_tty("bench", "show", runs[0]["id"], "--url", srv.url)
+    assert code == 0, shown
+    table_lines = [ln for ln in piped.stdout.splitlines() if "\t" in ln]
+    assert_words_whole(shown, "\n".join(table_lines))

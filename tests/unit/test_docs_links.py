@@ -44,6 +44,33 @@ def test_relative_links_and_anchors_of_the_docs_resolve() -> None:
     assert broken == []
 
 
+MENTIONED_DOC = re.compile(r"(?<![\w/.-])((?:\.{1,2}/|/|~/)?[\w./-]*\.md)\b")
+"""A Markdown file named in the prose or in code spans (``../shared/DESIGN.md``)."""
+
+
+def test_the_docs_never_point_outside_the_repository() -> None:
+    """Every link, and every ``*.md`` a doc names, is a file of this repository.
+
+    The links test above checks link syntax only; a design file named in a code span
+    (```../shared/DESIGN.md```) or a link climbing out of the repository passed it.
+    """
+    outside = []
+    for doc in DOCS:
+        text = doc.read_text()
+        targets = re.findall(r"\]\(([^)\s]+)\)", text)
+        named = MENTIONED_DOC.findall(text)
+        for target in [*targets, *named]:
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto:
+            path = target.partition("#")[0]
+            if not path:
+                continue
+            candidates = [(doc.parent / path).resolve(), (ROOT / path).resolve()]
+            if not any(c.exists() and c.is_relative_to(ROOT) for c in candidates):
+                outside.append(f"{doc.name}: {target}")
+    assert outside == []
+
+
 def test_every_sardeenz_name_in_the_docs_exists() -> None:
     settings = {
         env for name, info in Settings.model_fields.items() for env in _env_names(name, info)

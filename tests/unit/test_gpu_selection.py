@@ -121,10 +121,11 @@ def test_too_big_is_a_409_naming_free_memory_per_gpu() -> None:
     assert err.status == 409
     assert err.code == "insufficient_gpu_memory"
     assert err.message == (
-        # GiB with one decimal (sardeenz.units): 20 GB = 18.6 GiB, the 2 GB reserve 1.9 GiB;
-        # L4: 24 GiB - 10 GB - 2 GB = 12.8 GiB; T4: 16 GiB - 5 GB - 2 GB = 9.5 GiB
-        "not enough free GPU memory: needs 18.6 GiB per GPU; free after 1.9 GiB reserve: "
-        "GPU0 NVIDIA L4 12.8 GiB, GPU1 Tesla T4 9.5 GiB"
+        # In the unit of the gpuMemoryLimit asked for, GB (sardeenz.units.gb):
+        # L4: 24 GiB - 10 GB - 2 GB = 13.8 GB; T4: 16 GiB - 5 GB - 2 GB = 10.2 GB
+        "not enough free GPU memory: gpuMemoryLimit 20 GB per GPU; free after the 2.0 GB "
+        "reserve: GPU0 NVIDIA L4 13.8 GB, GPU1 Tesla T4 10.2 GB (force cannot override this: "
+        "it skips the memory estimate, not free memory)"
     )
     assert err.extra["requiredBytesPerGpu"] == 20 * GB
     assert err.extra["chosenGpuIds"] == [0]

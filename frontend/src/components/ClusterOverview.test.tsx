@@ -28,7 +28,8 @@ describe('ClusterOverview', () => {
     expect(within(a!).getByText('0.4 s ago')).toBeTruthy();
     expect(within(b!).getByText('this pod')).toBeTruthy();
     expect(within(b!).getByText('now')).toBeTruthy();
-    expect(b!.querySelector('[data-gpu-index="0"]')?.textContent).toBe('GPU 0 NVIDIA L4: 6 GiB / 24 GiB');
+    // A simulated GPU says so (issue 25); a real one (pod-a's T4 above) carries no label.
+    expect(b!.querySelector('[data-gpu-index="0"]')?.textContent).toBe('GPU 0 NVIDIA L4: 6 GiB / 24 GiB simulated');
     expect(within(c!).getByText('unavailable').closest('.pf-v6-c-label')?.className).toContain('pf-m-red');
     expect(within(c!).getByText('no GPU')).toBeTruthy();
     expect(within(c!).getByText('31.2 s ago')).toBeTruthy();

@@ -3,6 +3,7 @@ import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import type { ClusterStatus } from '../api/types';
 import { formatBytes } from '../lib/format';
 import { orderedPods, POD_STATE_COLOR } from '../lib/cluster';
+import { SimulatedLabel } from './StatusLabel';
 import { Terms } from './Terms';
 
 /** The seed's ClusterOverview: mode, leader, term and quorum, then one row per pod with
@@ -71,6 +72,12 @@ export function ClusterOverview({ status }: { status: ClusterStatus }) {
                 {pod.gpus.map((g) => (
                   <Content component="small" key={g.index} className="sz-nowrap" data-gpu-index={g.index}>
                     GPU {g.index} {g.name}: {formatBytes(g.usedBytes)} / {formatBytes(g.totalBytes)}
+                    {g.simulated && (
+                      <>
+                        {' '}
+                        <SimulatedLabel />
+                      </>
+                    )}
                     <br />
                   </Content>
                 ))}

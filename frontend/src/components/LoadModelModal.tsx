@@ -15,12 +15,13 @@ import {
   ModalHeader,
   TextInput,
 } from '@patternfly/react-core';
-import { useState } from 'react';
+import { useEffect, useState } from 'react';
 import { ApiError } from '../api/client';
-import { useClustered, useFitCheck, useGpus, useHealth, useLoadModel, useScheduleVerdict } from '../api/queries';
+import { useClustered, useEngines, useFitCheck, useGpus, useHealth, useLoadModel, useScheduleVerdict } from '../api/queries';
 import type { LoadRequest } from '../api/types';
 import { asGpuInfo, remotePod } from '../lib/cluster';
-import { formatBytes } from '../lib/format';
+import { engineChoice } from '../lib/engineChoice';
+import { formatBytes, formatGB } from '../lib/format';
 import { EMPTY_LOAD_FORM, fitRequestFor, preAmpereWarnings, validateLoadForm, type LoadFormValues } from '../lib/loadForm';
 import { useDebounced } from '../hooks/useDebounced';
 import { FitPanel } from './FitPanel';
@@ -59,6 +60,15 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
   const warnGpus = form.gpuIds.length > 0 ? form.gpuIds : (fit.data?.chosenGpuIds ?? []);
   const warnings = request ? preAmpereWarnings(warnGpus, gpuList, request.extraArgs) : [];
   const demo = health.data?.mode === 'demo';
+  const engines = useEngines();
+  const choice = engineChoice(engines.data, demo);
+  // A default that cannot run here (no vLLM on a simulated-GPU pod) is not preselected.
+  useEffect(() => {
+    if (choice.initial !== 'default') setForm((f) => (f.engine === 'default' ? { ...f, engine: choice.initial } : f));
+  }, [choice.initial]);
+  // With a memory limit typed (in GB, the API's unit), free memory reads in GB beside it.
+  const limitUnit = form.gpuMemoryLimit.trim() ? 'GB' : 'GiB';
+  const freeMemory = limitUnit === 'GB' ? formatGB : formatBytes;
   const shown = (key: keyof LoadFormValues): string | undefined => (touched || key !== 'modelPath' ? errors[key] : undefined);
 
   const submit = (req: LoadRequest): void => {
@@ -125,10 +135,15 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
             <GridItem>
               <FormGroup label="Engine" fieldId="load-engine">
                 <FormSelect id="load-engine" value={form.engine} onChange={(_e, v) => set('engine', v as LoadFormValues['engine'])}>
-                  <FormSelectOption value="default" label={`Server default (${demo ? 'simulated' : 'vLLM'})`} />
-                  <FormSelectOption value="vllm" label="vLLM" />
+                  <FormSelectOption value="default" label={choice.defaultLabel} />
+                  <FormSelectOption value="vllm" label={choice.vllmUnavailable ? 'vLLM (cannot run here)' : 'vLLM'} />
                   <FormSelectOption value="sim" label="Simulated (no GPU work)" />
                 </FormSelect>
+                {choice.vllmUnavailable && (
+                  <Helper error={undefined}>
+                    <span data-testid="vllm-unavailable">{choice.vllmUnavailable}</span>
+                  </Helper>
+                )}
               </FormGroup>
             </GridItem>
             <GridItem>
@@ -178,7 +193,7 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
               <Checkbox
                 key={g.index}
                 id={`load-gpu-${g.index}`}
-                label={`GPU ${g.index} · ${g.name}${g.simulated ? ' (simulated)' : ''} · ${formatBytes(g.freeBytes)} free`}
+                label={`GPU ${g.index} · ${g.name}${g.simulated ? ' (simulated)' : ''} · ${freeMemory(g.freeBytes)} free`}
                 isChecked={form.gpuIds.includes(g.index)}
                 onChange={(_e, on) => toggleGpu(g.index, on)}
               />
@@ -204,7 +219,7 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
         </Form>
         <div className="sz-mt-md" aria-live="polite">
           {scheduling && <SchedulerVerdict verdict={verdict} />}
-          {gpuList.length > 0 && !elsewhere && <FitPanel fit={fit} idleText="Enter a model path to check whether it fits." />}
+          {gpuList.length > 0 && !elsewhere && <FitPanel fit={fit} idleText="Enter a model path to check whether it fits." unit={limitUnit} />}
           {warnings.map((w) => (
             <Alert key={w} isInline isPlain variant="warning" title="Pre-Ampere GPU" data-testid="load-warning">
               {w}
@@ -217,7 +232,7 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
               title={doesNotFit ? 'The server refused: the model will not fit' : 'The load was refused'}
               actionLinks={
                 doesNotFit &&
-                request && <AlertActionLink onClick={() => submit({ ...request, force: true })}>Load anyway</AlertActionLink>
+                request && <AlertActionLink onClick={() => submit({ ...request, force: true })}>Load anyway (skip the estimate)</AlertActionLink>
               }
             >
               {load.error.message}

@@ -88,6 +88,30 @@ describe('run shaping', () => {
     expect(pairs[3]?.title).toBe('qwen · proxy · c4 · 128→64');
   });
 
+  it('pairs a concurrency sweep across concurrencies, side by side (issue 25)', () => {
+    const a = run([scenario('a4', { concurrency: 4 }), scenario('a1', { concurrency: 1 })]);
+    const b = run([scenario('b8', { concurrency: 8 }), scenario('b2', { concurrency: 2 }), scenario('x', { modelName: 'other' })]);
+    const pairs = pairScenarios(a, b);
+    // Lowest with lowest: c1 with c2, c4 with c8; another model stays alone.
+    expect(pairs.map((p) => [p.a?.id ?? null, p.b?.id ?? null])).toEqual([
+      ['a4', 'b8'],
+      ['a1', 'b2'],
+      [null, 'x'],
+    ]);
+    expect(pairs[0]?.concurrency).toEqual({ a: 4, b: 8 });
+    expect(pairs[0]?.title).toBe('qwen · direct · 128→64 · c4 (A) vs c8 (B)');
+    expect(pairs[2]?.concurrency).toBeUndefined();
+  });
+
+  it('an exact match wins over a concurrency pairing', () => {
+    const a = run([scenario('a4', { concurrency: 4 }), scenario('a8', { concurrency: 8 })]);
+    const b = run([scenario('b8', { concurrency: 8 }), scenario('b16', { concurrency: 16 })]);
+    expect(pairScenarios(a, b).map((p) => [p.a?.id, p.b?.id, p.concurrency ?? null])).toEqual([
+      ['a4', 'b16', { a: 4, b: 16 }],
+      ['a8', 'b8', null],
+    ]);
+  });
+
   it('pairs repeated identities in order and keeps titles unique', () => {
     const pairs = pairScenarios(run([scenario('a1'), scenario('a2')]), run([scenario('b1')]));
     expect(pairs.map((p) => [p.a?.id ?? null, p.b?.id ?? null])).toEqual([

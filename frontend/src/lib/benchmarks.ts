@@ -90,13 +90,22 @@ export interface ComparedScenario {
   title: string;
   a: BenchmarkScenario | null;
   b: BenchmarkScenario | null;
+  /** Set when the pair differs in concurrency (a sweep: c=4 in A against c=8 in B). */
+  concurrency?: { a: number; b: number };
+}
+
+/** The same model, routing and token shape, whatever the concurrency: a sweep's points. */
+function sweepIdentity(s: BenchmarkScenario): string {
+  return [s.modelName, s.routingMode, `${s.inputTokens}→${s.outputTokens}`].join(' · ');
 }
 
 /**
  * Scenario pairs of two runs by identity (model, routing, concurrency, token shape), not by
  * position: reordering or adding a scenario must not compare unlike with unlike. The k-th
- * scenario of an identity in A pairs with the k-th of the same identity in B; a scenario
- * without a partner stays alone. Order: A's scenarios, then B's leftovers.
+ * scenario of an identity in A pairs with the k-th of the same identity in B. What is left
+ * then pairs with what differs only in concurrency (a concurrency sweep run twice, c=4 then
+ * c=8: the same load at two levels, side by side), in order of concurrency; a scenario
+ * without any partner stays alone. Order: A's scenarios, then B's leftovers.
  */
 export function pairScenarios(a: BenchmarkRun, b: BenchmarkRun): ComparedScenario[] {
   const pool = new Map<string, BenchmarkScenario[]>();
@@ -105,17 +114,38 @@ export function pairScenarios(a: BenchmarkRun, b: BenchmarkRun): ComparedScenari
     pool.set(id, [...(pool.get(id) ?? []), s]);
   }
   const seen = new Map<string, number>();
-  const title = (s: BenchmarkScenario): string => {
-    const id = scenarioIdentity(s);
+  const unique = (id: string): string => {
     const n = (seen.get(id) ?? 0) + 1;
     seen.set(id, n);
     return n > 1 ? `${id} (${n})` : id;
   };
   const pairs: ComparedScenario[] = a.scenarios.map((sa) => {
     const sb = pool.get(scenarioIdentity(sa))?.shift() ?? null;
-    return { title: title(sa), a: sa, b: sb };
+    return { title: '', a: sa, b: sb };
   });
-  for (const rest of pool.values()) for (const sb of rest) pairs.push({ title: title(sb), a: null, b: sb });
+  // Second pass: A's unpaired scenarios meet B's leftovers of the same sweep.
+  const leftovers = new Map<string, BenchmarkScenario[]>();
+  for (const s of [...pool.values()].flat().sort((x, y) => x.concurrency - y.concurrency)) {
+    const id = sweepIdentity(s);
+    leftovers.set(id, [...(leftovers.get(id) ?? []), s]);
+  }
+  const lonelyA = pairs.filter((p) => p.b === null).sort((x, y) => x.a!.concurrency - y.a!.concurrency);
+  for (const pair of lonelyA) {
+    const sb = leftovers.get(sweepIdentity(pair.a!))?.shift();
+    if (sb) {
+      pair.b = sb;
+      pair.concurrency = { a: pair.a!.concurrency, b: sb.concurrency };
+    }
+  }
+  for (const rest of leftovers.values()) for (const sb of rest) pairs.push({ title: '', a: null, b: sb });
+  for (const pair of pairs) {
+    const one = (pair.a ?? pair.b)!;
+    pair.title = unique(
+      pair.concurrency
+        ? `${sweepIdentity(one)} · c${pair.concurrency.a} (A) vs c${pair.concurrency.b} (B)`
+        : scenarioIdentity(one),
+    );
+  }
   return pairs;
 }
 

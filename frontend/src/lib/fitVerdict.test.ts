@@ -49,4 +49,13 @@ describe('describeVerdict', () => {
     );
     expect(view).toEqual({ variant: 'info', title: 'Fit unknown (nothing known about this model)', details: ['not a local model directory'] });
   });
+
+  it('a misfit of a limit alone says so, in the GB the limit was typed in', () => {
+    // Nothing known about the model, but 100 GB per GPU is more than any GPU has free.
+    const gpus = verdict({}).gpus.map((g) => ({ ...g, neededBytes: 100 * GB, fits: false }));
+    const view = describeVerdict(verdict({ fits: false, source: 'unknown', neededBytesPerGpu: 100 * GB, gpus }), 'GB');
+    expect(view.title).toBe('Will not fit (for the memory limit asked for)');
+    expect(view.title).not.toContain('nothing known');
+    expect(view.details).toContain('GPU 0 (NVIDIA L4): needs 100 GB, 18 GB available after the 2 GB reserve — too little');
+  });
 });

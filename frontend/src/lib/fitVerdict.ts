@@ -1,7 +1,7 @@
 // A fit check's verdict, phrased for the load dialog and the profiles page.
 
 import type { FitVerdict } from '../api/types';
-import { formatBytes } from './format';
+import { formatBytes as formatBinary, formatGB } from './format';
 
 export interface VerdictView {
   variant: 'success' | 'danger' | 'info';
@@ -15,8 +15,18 @@ const SOURCES: Record<FitVerdict['source'], string> = {
   unknown: 'nothing known about this model',
 };
 
-export function describeVerdict(v: FitVerdict): VerdictView {
-  const source = v.source === 'profile' && v.profileName ? `from profile “${v.profileName}”` : SOURCES[v.source];
+/** `unit`: 'GB' when the request carries a GPU memory limit (typed in GB), so the figures
+ * beside it read in the same unit; GiB otherwise, as every other memory figure. */
+export function describeVerdict(v: FitVerdict, unit: 'GB' | 'GiB' = 'GiB'): VerdictView {
+  const formatBytes = unit === 'GB' ? formatGB : formatBinary;
+  // Nothing known about the model but a verdict anyway: it judged the limit asked for.
+  const limitOnly = v.source === 'unknown' && v.fits !== null;
+  const source =
+    v.source === 'profile' && v.profileName
+      ? `from profile “${v.profileName}”`
+      : limitOnly
+        ? 'for the memory limit asked for'
+        : SOURCES[v.source];
   const gpuLines = v.gpus
     .filter((g) => g.neededBytes != null)
     .map(

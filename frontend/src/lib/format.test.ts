@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatBytes, formatDuration, formatGiB, formatMs, formatNumber, formatUptime } from './format';
+import { formatBytes, formatDuration, formatGiB, formatMs, formatNumber, formatTimestamp, formatUptime } from './format';
 
 describe('formatBytes', () => {
   it.each([
@@ -72,5 +72,14 @@ describe('numbers', () => {
     expect(formatNumber(12.34)).toBe('12.3');
     expect(formatNumber(123.4)).toBe('123');
     expect(formatNumber(12345)).toBe('12,345');
+  });
+});
+
+describe('formatTimestamp', () => {
+  it('is year first, to the second, in local time, whatever the locale', () => {
+    const d = new Date(2026, 11, 3, 17, 58, 4); // local time: Dec 3rd
+    expect(formatTimestamp(d.toISOString())).toBe('2026-12-03 17:58:04');
+    expect(formatTimestamp(null)).toBe('—');
+    expect(formatTimestamp('not a date')).toBe('—');
   });
 });

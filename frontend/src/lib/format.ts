@@ -17,6 +17,13 @@ export function formatBytes(bytes: number | null | undefined): string {
   return `${sign}${abs} B`;
 }
 
+/** Bytes in decimal GB ("93.1 GB" is 93.1e9 bytes): only beside a GPU memory limit, which the
+ * API takes in GB (the seed's `gpuMemoryLimit`), so the figures next to it need no converting. */
+export function formatGB(bytes: number | null | undefined): string {
+  if (bytes == null || !Number.isFinite(bytes)) return '—';
+  return `${trim(bytes / 1e9, 1)} GB`;
+}
+
 /** A GiB figure from the engine's log ("2.1 GiB"); "—" when the engine did not say. */
 export function formatGiB(gib: number | null | undefined): string {
   if (gib == null || !Number.isFinite(gib)) return '—';
@@ -54,11 +61,15 @@ export function formatUptime(since: string | null | undefined, now: number): str
   return formatDuration(Math.max(0, (now - started) / 1000));
 }
 
-/** A local date and time, to the second. */
+/** A local date and time, to the second: "2026-12-03 17:58:04". */
 export function formatTimestamp(iso: string | null | undefined): string {
   if (!iso) return '—';
   const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? '—' : d.toLocaleString(undefined, { hour12: false });
+  if (Number.isNaN(d.getTime())) return '—';
+  // Year first, as the CLI prints dates ("2026-12-03 17:58"): one form to search for,
+  // whatever the browser's locale would make of it ("12/3/2026", "03.12.2026").
+  const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+  return `${date} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
 /** A rate or count with sensible precision: 0, 0.25, 3.4, 1,234. */

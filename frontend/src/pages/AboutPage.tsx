@@ -25,7 +25,7 @@ export default function AboutPage() {
               <Terms
                 items={[
                   ['Version', <span data-testid="version">{h?.version ?? '…'}</span>],
-                  ['Mode', h ? (h.mode === 'demo' ? <>demo <SimulatedLabel what="simulated GPUs and engines" /></> : h.mode) : '…'],
+                  ['Mode', <span data-testid="mode">{h ? <ModeText mode={h.mode} /> : '…'}</span>],
                   ['Status', h?.status ?? '…'],
                   ['API', <a href="/docs">OpenAPI docs (/docs)</a>],
                   ['Metrics', <a href="/metrics">Prometheus (/metrics)</a>],
@@ -68,4 +68,10 @@ export default function AboutPage() {
       </PageSection>
     </>
   );
+}
+
+function ModeText({ mode }: { mode: string }) {
+  if (mode === 'demo') return <>demo <SimulatedLabel what="simulated GPUs and engines" /></>;
+  if (mode === 'simulated') return <>simulated GPUs <SimulatedLabel what="simulated GPUs" /></>;
+  return <>{mode}</>;
 }

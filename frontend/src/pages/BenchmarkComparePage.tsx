@@ -3,6 +3,7 @@ import {
   Card,
   CardBody,
   CardTitle,
+  Content,
   Flex,
   FlexItem,
   FormGroup,
@@ -42,9 +43,16 @@ function Comparison({ a, b }: { a: BenchmarkRun; b: BenchmarkRun }) {
           <Card data-pair={pair.title}>
             <CardTitle>{pair.title}</CardTitle>
             <CardBody>
+              {pair.concurrency && (
+                <Content component="small" data-testid="pair-note">
+                  Different concurrency: the same model and request shape at c={pair.concurrency.a} in A and c=
+                  {pair.concurrency.b} in B.
+                </Content>
+              )}
               {!pair.a || !pair.b ? (
                 <Empty title={`Only run ${pair.a ? 'A' : 'B'} has this scenario`}>
-                  Scenarios are paired by model, routing, concurrency and token shape.
+                  Scenarios are paired by model, routing and token shape, at the same concurrency first, then
+                  across concurrencies.
                 </Empty>
               ) : (
                 <Table aria-label={`Comparison of ${pair.title}`} variant="compact">

@@ -52,6 +52,8 @@ class SimReport(CamelModel):
 class EnginesReport(CamelModel):
     vllm: VllmReport
     sim: SimReport
+    default_engine: str
+    """The engine a load without ``engine`` gets (``SARDEENZ_DEFAULT_ENGINE``; sim in a demo)."""
 
 
 @router.get("/engines", response_model=EnginesReport, dependencies=[READONLY])
@@ -66,4 +68,8 @@ async def list_engines(services: ServicesDep, refresh: bool = False) -> EnginesR
     ``engine_unavailable``.
     """
     install = await services.vllm_install(refresh)
-    return EnginesReport(vllm=VllmReport.of(install), sim=SimReport())
+    return EnginesReport(
+        vllm=VllmReport.of(install),
+        sim=SimReport(),
+        default_engine=services.settings.effective_default_engine,
+    )

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 from sardeenz import __version__
 from sardeenz.api.deps import ServicesDep
+from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
 from sardeenz.security.policy import PUBLIC
 
@@ -23,14 +24,18 @@ class HealthReport(BaseModel):
 
 @router.get("", response_model=HealthReport, dependencies=[PUBLIC])
 async def health(services: ServicesDep) -> HealthReport:
-    """Summary: version, mode (`demo` or `real`) and how many instances are in each state."""
+    """Summary: version, mode and how many instances are in each state.
+
+    ``mode``: ``demo`` (``--demo``), ``simulated`` (simulated GPUs from ``--sim-gpus``
+    outside a demo: the GPUs are books, not hardware) or ``real``.
+    """
     counts = {s.value: 0 for s in InstanceStatus}
     for inst in services.supervisor.list_instances():
         counts[inst.status.value] += 1
     return HealthReport(
         status="ok" if services.started and not services.stopping else "starting",
         version=__version__,
-        mode="demo" if services.settings.demo else "real",
+        mode=_mode(services.settings),
         instances=counts,
     )
 
@@ -53,3 +58,9 @@ async def ready(services: ServicesDep) -> JSONResponse:
     return JSONResponse(
         {"detail": "not ready", "code": "not_ready", "status": "not_ready"}, status_code=503
     )
+
+
+def _mode(settings: Settings) -> str:
+    if settings.demo:
+        return "demo"
+    return "simulated" if settings.effective_sim_gpus else "real"

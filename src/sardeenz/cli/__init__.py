@@ -16,7 +16,17 @@ from typing import Any
 import typer
 import typer.core
 
-from sardeenz.cli import bench, catalog, cluster, models, moves, presets, profiles, server
+from sardeenz.cli import (
+    bench,
+    catalog,
+    cluster,
+    models,
+    moves,
+    presets,
+    profiles,
+    quickparams,
+    server,
+)
 from sardeenz.cli.bench import results_table as _results_table
 from sardeenz.cli.server import _configure_logging, config_error_line, demo_settings
 
@@ -65,6 +75,9 @@ def _flag_type(self: typer.core.TyperOption, ctx: Any) -> str | None:
 _plain_type: Any = getattr(typer.core.TyperOption, "display_type_rich", None)
 if hasattr(typer.core.TyperOption, "display_type_rich"):  # typer's rich help (0.2x)
     typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
+quickparams.install()
 
 
 def main() -> None:

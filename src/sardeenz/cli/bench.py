@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.table import Table
 
-from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt, die, err
+from sardeenz.cli.client import DEFAULT_URL, Api, ConnectionLost, TokenOpt, UrlOpt, die, err
 from sardeenz.cli.output import (
     Cell,
     Col,
@@ -18,6 +17,7 @@ from sardeenz.cli.output import (
     emit_json,
     is_terminal,
     table,
+    when,
 )
 from sardeenz.cli.resolve import resolve_instance, resolve_run
 
@@ -227,7 +227,7 @@ def bench_run(
     except KeyboardInterrupt:
         err.print("[yellow]cancelling the run...[/yellow]")
         final = api.call("POST", f"/api/benchmarks/{run['id']}/cancel")
-    except httpx.HTTPError as exc:
+    except ConnectionLost as exc:
         err.print(f"lost the progress stream: {exc}", markup=False, style="red")
         final = api.call("GET", f"/api/benchmarks/{run['id']}")
     if as_json:
@@ -249,7 +249,7 @@ def bench_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt
         Col("ID", is_id=True),
         Col("NAME"),
         Col("STATUS"),
-        Col("CREATED"),  # UTC, month-day hour:minute
+        Col("CREATED (UTC)"),
         Col("OK/FAIL OF", right=True),
     )
     rows: list[list[Cell]] = [
@@ -257,7 +257,7 @@ def bench_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt
             r["id"],
             r.get("name") or "-",
             (r["status"], _RUN_STYLE.get(r["status"], "white")),
-            r["createdAt"][5:16].replace("T", " "),
+            when(r["createdAt"]),
             f"{r['successfulRequests']}/{r['failedRequests']} of {r['totalRequests']}",
         ]
         for r in runs

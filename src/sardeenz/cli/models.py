@@ -4,21 +4,31 @@ from __future__ import annotations
 
 import re
 import time
+from collections import deque
 from typing import Annotated, Any
 
-import httpx
 import typer
 
-from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt, die, err
+from sardeenz.cli.client import (
+    DEFAULT_URL,
+    EXIT_USAGE,
+    Api,
+    ConnectionLost,
+    TokenOpt,
+    UrlOpt,
+    die,
+    err,
+)
 from sardeenz.cli.output import Cell, Col, JsonOpt, emit, emit_json
 from sardeenz.cli.resolve import resolve_instance
-from sardeenz.engines.logparse import load_phase
 
 __all__ = ["EXIT_FAILED", "app", "is_health_poll"]
 
 app = typer.Typer(help="Load, unload and inspect model instances on a running server.")
 
 EXIT_FAILED = 1
+MAX_LOG_LINES = 100_000
+"""The most ``GET .../logs`` returns (its ``lines`` bound); the buffer holds fewer."""
 
 InstanceArg = Annotated[
     str,
@@ -44,8 +54,12 @@ LOAD_FLAGS = {
     "tensorParallelSize": "--tp",
     "enableSleepMode": "--sleep-mode",
     "extraArgs": "--arg",
+    "force": "--force",
 }
 """Load request fields -> this command's flags, for the server's validation errors."""
+
+SLEEP_FLAGS = {"force": "--force", "enableSleepMode": "--sleep-mode"}
+"""A sleep refusal names the sleep's --force and the load flag that enables sleep mode."""
 
 
 _HEALTH_ACCESS = re.compile(r'"GET /health(?:\?[^ "]*)? HTTP/[0-9.]+"')
@@ -149,7 +163,12 @@ def models_load(
         bool, typer.Option("--sleep-mode", help="Start the engine with sleep mode enabled.")
     ] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Skip the server's memory checks.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Load even if the memory estimate says it will not fit (free GPU memory "
+            "is still required).",
+        ),
     ] = False,
     wait: Annotated[
         bool,
@@ -212,6 +231,8 @@ def _wait_active(api: Api, inst: dict[str, Any]) -> dict[str, Any]:
     pid = inst.get("processId")
     phase("spawned", f" (port {inst['port']}" + (f", pid {pid})" if pid else ")"))
     path = f"/api/v1/models/instances/{inst['id']}/events"
+    from sardeenz.engines.logparse import load_phase  # pydantic's domain: only when waiting
+
     try:
         for event, data in api.sse(path, {"replay": "true"}):
             if event == "log":
@@ -237,7 +258,7 @@ def _wait_active(api: Api, inst: dict[str, Any]) -> dict[str, Any]:
                 die("the instance was removed before it became active")
     except KeyboardInterrupt:
         die("stopped waiting; the load goes on (see `sardeenz models ls`)", 130)
-    except httpx.HTTPError as exc:
+    except ConnectionLost as exc:
         die(f"lost the event stream: {exc}")
     return api.call("GET", f"/api/v1/models/{inst['id']}")  # type: ignore[no-any-return]
 
@@ -273,7 +294,7 @@ def models_sleep(
     as_json: JsonOpt = False,
 ) -> None:
     """Put an instance to sleep (it must have been loaded with --sleep-mode)."""
-    api = Api(url, token)
+    api = Api(url, token, SLEEP_FLAGS)
     inst_id = resolve_instance(api, instance)
     inst = api.call(
         "POST", f"/api/v1/models/{inst_id}/sleep", json={"level": level, "force": force}
@@ -303,7 +324,10 @@ def models_logs(
         bool, typer.Option("--follow", "-f", help="Keep printing new lines as they come.")
     ] = False,
     lines: Annotated[
-        int, typer.Option("--lines", "-n", help="How many past lines to print.")
+        int,
+        typer.Option(
+            "--lines", "-n", help="How many past lines to print (health polls not counted)."
+        ),
     ] = 200,
     health: Annotated[
         bool,
@@ -317,35 +341,58 @@ def models_logs(
 
     The access lines of the controller's health polls (one every couple of seconds)
     are hidden unless --health is given; vLLM's other lines are kept as they are.
+    -n counts the lines printed: the last N once the polls are left out.
     """
+    if lines < 1:
+        die("--lines must be at least 1", EXIT_USAGE)
     api = Api(url, token)
     inst_id = resolve_instance(api, instance)
+
+    def shown(line: str) -> bool:
+        return health or not is_health_poll(line)
+
     if not follow:
-        out = api.call("GET", f"/api/v1/models/{inst_id}/logs", params={"lines": lines})
-        if not health:
-            out["lines"] = [ln for ln in out["lines"] if not is_health_poll(ln)]
+        # Hidden polls must not use up the count: ask for the whole buffer, then cut.
+        asked = lines if health else MAX_LOG_LINES
+        out = api.call("GET", f"/api/v1/models/{inst_id}/logs", params={"lines": asked})
+        out["lines"] = [ln for ln in out["lines"] if shown(ln)][-lines:]
         if as_json:
             emit_json(out)
             return
         for line in out["lines"]:
             print(line)
         return
+    # The replayed buffer comes first, marked ``replayed``; the first event that is
+    # not (the instance's status, sent right after it) ends it: print its last N.
+    backlog: deque[dict[str, Any]] = deque(maxlen=lines)
+    replaying = True
+
+    def emit_event(event: str, data: dict[str, Any]) -> None:
+        if as_json:
+            emit_json({"event": event, **data})
+        elif event == "log":
+            print(data["line"], flush=True)
+        elif event == "status":
+            err.print(f"[bold]-- status: {data['status']}[/bold]")
+
     try:
         path = f"/api/v1/models/instances/{inst_id}/events"
         for event, data in api.sse(path, {"replay": "true"}):
-            if event == "log" and not health and is_health_poll(data["line"]):
+            if event == "log" and not shown(data["line"]):
                 continue
-            if as_json:
-                emit_json({"event": event, **data})
-            elif event == "log":
-                print(data["line"], flush=True)
-            elif event == "status":
-                err.print(f"[bold]-- status: {data['status']}[/bold]")
+            if replaying and event == "log" and data.get("replayed"):
+                backlog.append(data)
+                continue
+            if replaying:
+                replaying = False
+                for old in backlog:
+                    emit_event("log", old)
+            emit_event(event, data)
             if event == "removed":
                 if not as_json:
                     err.print("[bold]-- instance removed[/bold]")
                 return
     except KeyboardInterrupt:
         return
-    except httpx.HTTPError as exc:
+    except ConnectionLost as exc:
         die(f"connection lost: {exc}")

@@ -6,8 +6,12 @@
   line then one line per row, cells separated by a tab, no colour, nothing cut.
 
 Ids are what an operator copies into the next command: a table that shortens
-them ("3fa8c…") breaks the composition, so id columns keep their full width and
-the other columns fold instead.
+them ("3fa8c…") breaks the composition, so id columns keep their full width.
+No cell is ever broken inside a word ("NAM/E", "phi/-pr/ofi/le"): on a terminal a
+column wraps only between words, a column with nothing to say ("-" in every
+row) is left out, and when the words still do not fit side by side at the
+terminal's width the rows are printed as records instead, one "HEADER  value"
+line per column. Pipes always get every column, tab-separated.
 """
 
 from __future__ import annotations
@@ -25,7 +29,20 @@ from rich.text import Text
 
 from sardeenz.safetext import escape_unsafe
 
-__all__ = ["Cell", "Col", "JsonOpt", "console", "emit", "emit_json", "is_terminal", "table"]
+__all__ = [
+    "Cell",
+    "Col",
+    "JsonOpt",
+    "console",
+    "emit",
+    "emit_json",
+    "fits",
+    "is_terminal",
+    "records",
+    "table",
+    "when",
+    "without_empty_columns",
+]
 
 console = Console(highlight=False, emoji=False)
 """No emoji codes: a name such as ``a:b:c`` is printed as it is, not as ``a🅱c``."""
@@ -55,7 +72,11 @@ def emit_json(data: Any) -> None:
 
 
 def table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]) -> Table:
-    """A rich table whose id columns keep every character, at any terminal width."""
+    """A rich table whose id columns keep every character and whose words are never cut.
+
+    Each column is at least as wide as its longest word (headers included), so rich
+    wraps between words only; :func:`fits` says whether that fits a width at all.
+    """
     # No outer frame and one space between columns: an 80-column terminal keeps
     # room for a 36-character id next to the columns that matter.
     tab = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
@@ -64,20 +85,91 @@ def table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
             widest = max([len(_text(r[i])) for r in rows] + [len(col.header)])
             tab.add_column(col.header, no_wrap=True, min_width=widest, overflow="ignore")
         else:
-            tab.add_column(col.header, overflow="fold", justify="right" if col.right else "left")
+            tab.add_column(
+                col.header,
+                min_width=_longest_word(col, i, rows),
+                overflow="fold",
+                justify="right" if col.right else "left",
+            )
     for row in rows:
         tab.add_row(*(_rich(c) for c in row))
     return tab
 
 
+def _longest_word(col: Col, index: int, rows: Sequence[Sequence[Cell]]) -> int:
+    texts = [col.header, *(_text(r[index]) for r in rows)]
+    return max(len(word) for text in texts for word in (text.split() or [""]))
+
+
+def fits(cols: Sequence[Col], rows: Sequence[Sequence[Cell]], width: int) -> bool:
+    """Whether :func:`table` fits ``width`` with every word whole.
+
+    Each column at its narrowest (an id whole, any other its longest word) plus, as
+    :func:`table` lays it out, one space of padding after every column and one
+    separator between two.
+    """
+    narrowest = [
+        max([len(_text(r[i])) for r in rows] + [len(c.header)])
+        if c.is_id
+        else _longest_word(c, i, rows)
+        for i, c in enumerate(cols)
+    ]
+    return sum(narrowest) + 2 * len(narrowest) - 1 <= width
+
+
+def without_empty_columns(
+    cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
+) -> tuple[list[Col], list[list[Cell]]]:
+    """The columns with something in at least one row (ids are always kept)."""
+    keep = [
+        i
+        for i, c in enumerate(cols)
+        if c.is_id or not rows or any(_text(r[i]).strip() not in ("", "-") for r in rows)
+    ]
+    return [cols[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
+def records(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]) -> None:
+    """Each row as a block of "HEADER  value" lines: any width, every word whole.
+
+    A value too long for the line wraps between words, indented under itself.
+    """
+    if title:
+        console.print(Text(title, style="italic"))
+    for n, row in enumerate(rows):
+        if n:
+            console.print()
+        grid = Table.grid(padding=(0, 2, 0, 0))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for col, cell in zip(cols, row, strict=True):
+            grid.add_row(col.header, _rich(cell))
+        console.print(grid)
+
+
 def emit(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]) -> None:
     """Print rows as a table on a terminal, as tab-separated lines in a pipe."""
     if is_terminal():
-        console.print(table(title, cols, rows))
+        shown_cols, shown_rows = without_empty_columns(cols, rows)
+        if fits(shown_cols, shown_rows, console.width):
+            console.print(table(title, shown_cols, shown_rows))
+        else:
+            records(title, shown_cols, shown_rows)
         return
     print("\t".join(c.header for c in cols))
     for row in rows:
         print("\t".join(_plain(c) for c in row))
+
+
+def when(iso: str | None) -> str:
+    """``2026-12-03 17:58``: an API timestamp (UTC) as every table prints it.
+
+    The same year-first form as the dashboard (``formatDate``), so a date read in
+    one is found in the other; the year stays, as runs and profiles outlive one.
+    """
+    if not iso:
+        return "-"
+    return iso[:16].replace("T", " ")
 
 
 def _text(cell: Cell) -> str:

@@ -1,4 +1,9 @@
-"""``sardeenz serve`` and the process-level commands: sim-engine, version."""
+"""``sardeenz serve`` and the process-level commands: sim-engine, version.
+
+Settings (pydantic), the cluster checks and the server itself are imported when
+``serve`` runs, not when the CLI starts: every operator command (``models ls``,
+``version``) would otherwise pay their import time (tests/unit/test_cli_imports.py).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
-from sardeenz import __version__
-from sardeenz.cluster.identity import check_cluster_settings
-from sardeenz.config import ConfigError, Settings, load_settings
 from sardeenz.exitcodes import (
     EXIT_ADDRESS_IN_USE,
     EXIT_CONFIG,
@@ -23,8 +24,12 @@ from sardeenz.exitcodes import (
     EXIT_STARTUP_FAILED,
     EXIT_STORAGE,
 )
-from sardeenz.logsetup import configure_logging
 from sardeenz.safetext import escape_unsafe
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from sardeenz.config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from sardeenz.gateway import Gateway
@@ -71,6 +76,10 @@ def serve(
     ] = None,
 ) -> None:
     """Run the Sardeenz server on this node."""
+    from pydantic import ValidationError
+
+    from sardeenz.config import ConfigError, load_settings
+
     try:
         settings = load_settings(
             config,
@@ -135,6 +144,7 @@ def _check_settings(settings: Settings) -> None:
     """What the settings cannot say of themselves, checked before anything starts (or
     logs): the cluster settings together, the API keys file, the port-claim dir. The
     services check them again when they are built; here a bad one is one line."""
+    from sardeenz.cluster.identity import check_cluster_settings
     from sardeenz.runtime.ports import prepare_lock_dir
     from sardeenz.security.auth import ApiKeys
 
@@ -190,6 +200,8 @@ def demo_settings(settings: Settings) -> Settings:
 
 def config_error_line(exc: ConfigError | ValidationError) -> str:
     """One line per start-up: which setting is wrong and why, without pydantic's banner."""
+    from sardeenz.config import ConfigError
+
     if isinstance(exc, ConfigError):
         return str(exc)
     parts = []
@@ -202,6 +214,8 @@ def config_error_line(exc: ConfigError | ValidationError) -> str:
 
 def _configure_logging(settings: Settings) -> None:
     """One record per line (``logsetup``): user text in a message cannot forge a record."""
+    from sardeenz.logsetup import configure_logging
+
     configure_logging(settings.log_level, settings.log_format)
 
 
@@ -248,4 +262,6 @@ def version(
     as_json: Annotated[bool, typer.Option("--json", help='Print {"version": ...}.')] = False,
 ) -> None:
     """Print the version."""
+    from sardeenz import __version__
+
     print(json.dumps({"version": __version__}) if as_json else __version__)

@@ -7,7 +7,10 @@ vLLM as ``--gpu-memory-utilization``.
 Units. The API's ``gpuMemoryLimit`` is in GB and the seed's reserve is "2GB";
 both are decimal gigabytes (10**9 bytes), the unit the seed's figures and
 the load dialog use. Messages print GiB with one decimal (``sardeenz.units.gib``),
-as vLLM's own log lines do: the reserve reads "1.9 GiB".
+as vLLM's own log lines do: the reserve reads "1.9 GiB"; a refusal of a given
+``gpuMemoryLimit`` speaks GB, the unit the caller typed (``sardeenz.units.gb``).
+No ``force`` overrides this module's refusals: the memory is not free, so an
+engine given it could not start (``force`` skips the fit estimate only).
 
 No ``gpuMemoryLimit``. vLLM would take its default 0.9 of TOTAL memory,
 which fails vLLM's own start-up check as soon as anything else holds memory
@@ -25,12 +28,12 @@ on the GPU. Instead:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sardeenz.errors import Conflict, InvalidRequest
 from sardeenz.gpu.inventory import GpuInfo
-from sardeenz.units import gib
+from sardeenz.units import gb, gib
 
 GB = 10**9
 RESERVED_BYTES = 2 * GB
@@ -63,16 +66,13 @@ class Placement:
     gpus: list[GpuInfo] = field(default_factory=list)
 
 
-_RESERVE = gib(RESERVED_BYTES)
-
-
 def available_bytes(gpu: GpuInfo) -> int:
     """Free memory after the reserve (never negative)."""
     return max(0, gpu.free_bytes - RESERVED_BYTES)
 
 
-def _describe(gpu: GpuInfo) -> str:
-    return f"GPU{gpu.index} {gpu.name} {gib(available_bytes(gpu))}"
+def _describe(gpu: GpuInfo, unit: Callable[[float | None], str] = gib) -> str:
+    return f"GPU{gpu.index} {gpu.name} {unit(available_bytes(gpu))}"
 
 
 def _free_report(gpus: Sequence[GpuInfo]) -> list[dict[str, object]]:
@@ -89,11 +89,16 @@ def _free_report(gpus: Sequence[GpuInfo]) -> list[dict[str, object]]:
 
 
 def _insufficient(
-    what: str, all_gpus: Sequence[GpuInfo], chosen: Sequence[GpuInfo], required: int
+    what: str,
+    all_gpus: Sequence[GpuInfo],
+    chosen: Sequence[GpuInfo],
+    required: int,
+    unit: Callable[[float | None], str] = gib,
 ) -> Conflict:
-    free = ", ".join(_describe(g) for g in all_gpus)
+    free = ", ".join(_describe(g, unit) for g in all_gpus)
     return Conflict(
-        f"not enough free GPU memory: {what}; free after {_RESERVE} reserve: {free}",
+        f"not enough free GPU memory: {what}; free after the {unit(RESERVED_BYTES)} reserve: "
+        f"{free} (force cannot override this: it skips the memory estimate, not free memory)",
         code="insufficient_gpu_memory",
         requiredBytesPerGpu=required,
         reservedBytesPerGpu=RESERVED_BYTES,
@@ -199,7 +204,10 @@ def plan_placement(
         for g in chosen:
             need = limit * g.total_bytes // smallest
             if need > available_bytes(g):
-                raise _insufficient(f"needs {gib(limit)} {on}", gpus, chosen, limit)
+                if gpu_memory_limit_gb is None:
+                    raise _insufficient(f"needs {gib(limit)} {on}", gpus, chosen, limit)
+                asked = f"gpuMemoryLimit {gpu_memory_limit_gb:g} GB {on}"
+                raise _insufficient(asked, gpus, chosen, limit, gb)
         if len({g.total_bytes for g in chosen}) > 1:
             shares = ", ".join(f"GPU{g.index} {gib(fraction * g.total_bytes)}" for g in chosen)
             warnings.append(

@@ -50,11 +50,12 @@ from sardeenz.memory.models import (
     MemoryProfile,
 )
 from sardeenz.store.profiles import ProfileRepository
-from sardeenz.units import gib
+from sardeenz.units import gb, gib
 
 log = logging.getLogger(__name__)
 
-_RESERVE = gib(RESERVED_BYTES)
+_BASIS = {"profile": "measured profile", "estimate": "estimate"}
+"""What a verdict's figures come from, as its reason says it (``source``)."""
 
 
 def choose_profile(
@@ -230,8 +231,12 @@ async def check_fit(
             }
         )
     needed = minimum
+    # A limit the caller gave is judged in its unit (GB), free memory with it.
+    unit = gib if request.gpu_memory_limit is None else gb
+    basis = _BASIS.get(source, "")
     if request.gpu_memory_limit is not None:
         limit = round(request.gpu_memory_limit * GB)
+        asked = f"gpuMemoryLimit {request.gpu_memory_limit:g} GB"
         if minimum is not None and limit < minimum:
             fits_gpus = [_gpu_fit(g, minimum) for g in gpus]
             return FitVerdict.model_validate(
@@ -240,11 +245,13 @@ async def check_fit(
                     "fits": False,
                     "needed_bytes_per_gpu": minimum,
                     "gpus": fits_gpus,
-                    "reason": f"gpuMemoryLimit {request.gpu_memory_limit:g} GB ({gib(limit)}) is "
-                    f"below the {gib(minimum)} per GPU "
-                    f"the model needs to start ({source})",
+                    "reason": f"{asked} is below the {gb(minimum)} per GPU "
+                    f"the model needs to start ({basis})",
                 }
             )
+        if minimum is None:
+            # Nothing known about the model: the limit alone is what it needs.
+            basis = asked
         needed = limit if minimum is None else max(limit, minimum)
     per_gpu = [_gpu_fit(g, needed) for g in gpus]
     if needed is None:
@@ -261,13 +268,14 @@ async def check_fit(
         chosen = sorted(fitting[:tp], key=lambda f: f.index)
         fits = len(fitting) >= tp
     on = "per GPU" if tp == 1 else f"on each of {tp} GPUs"
+    reserve = unit(RESERVED_BYTES)
     if fits:
-        where = ", ".join(f"GPU{f.index} {f.name} ({gib(f.available_bytes)} free)" for f in chosen)
-        reason = f"fits ({source}): needs {gib(needed)} {on}; {where} after the {_RESERVE} reserve"
+        where = ", ".join(f"GPU{f.index} {f.name} ({unit(f.available_bytes)} free)" for f in chosen)
+        reason = f"fits ({basis}): needs {unit(needed)} {on}; {where} after the {reserve} reserve"
     else:
-        free = ", ".join(f"GPU{f.index} {f.name} {gib(f.available_bytes)}" for f in per_gpu)
+        free = ", ".join(f"GPU{f.index} {f.name} {unit(f.available_bytes)}" for f in per_gpu)
         reason = (
-            f"does not fit ({source}): needs {gib(needed)} {on}; free after the {_RESERVE} "
+            f"does not fit ({basis}): needs {unit(needed)} {on}; free after the {reserve} "
             f"reserve: {free}"
         )
     return FitVerdict.model_validate(
@@ -317,7 +325,8 @@ def load_refusal(verdict: FitVerdict) -> Conflict | None:
     if verdict.fits is not False:
         return None
     return Conflict(
-        f"{verdict.reason}; pass force: true to load anyway",
+        f"{verdict.reason}; force: true skips this check and starts the engine anyway "
+        "(it fails if the memory really is short; free memory itself is never overridden)",
         code="model_does_not_fit",
         fit=verdict.model_dump(mode="json"),
     )

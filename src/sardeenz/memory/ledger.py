@@ -164,14 +164,18 @@ class MemoryLedger:
         """
         async with self._lock:
             gpus = await self.inventory.snapshot()
+            refusal = None
             if not req.force:
                 refusal = load_refusal(await self._verdict(fit_request_for_load(req), gpus))
-                if refusal is not None:
-                    raise refusal
             if not target.uses_gpus:
                 gpus = []
             gpus, pending = await self._with_promises(gpus)
+            # Placement first: its refusals (memory that is not free) are the ones
+            # ``force`` cannot override, so a refusal that offers ``force`` is only
+            # given when forcing would actually start the engine.
             admission = self._place(req, target, gpus, pending, extra_args, default_bytes)
+            if refusal is not None:
+                raise refusal
             if not target.uses_gpus:
                 admission = dataclasses.replace(
                     admission, host_bytes=await self._host_bytes(req, extra_args)
