@@ -6,8 +6,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sardeenz.cli.client import die
 
 
@@ -17,6 +15,8 @@ def read_document(source: str) -> Any:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as exc:
         die(f"cannot read {source}: {exc.strerror or exc}")
+    import yaml  # only a command that reads a document pays for it
+
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
