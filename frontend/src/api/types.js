@@ -1,2 +1,0 @@
-// Shapes of the Sardeenz admin API (camelCase JSON; see docs/api.md and /openapi.json).
-export {};
