@@ -137,7 +137,10 @@ def test_a_catalog_entry_put_through_any_pod_starts_on_demand_through_every_pod(
         body = {"model": "everywhere", "prompt": "hi", "max_tokens": 2}
         answer = httpx.post(f"{cluster.pods[pod].url}/v1/completions", json=body, timeout=60)
         assert answer.status_code == 200, (pod, answer.text)
-    assert [i["modelPath"] for i in everything(cluster) if i["servedModelName"] == "everywhere"]
+    # One instance: the pods that entered later asked the leader, which answered with
+    # the one it had placed (before their heartbeats could tell them of it).
+    started = [i for i in everything(cluster) if i["servedModelName"] == "everywhere"]
+    assert len(started) == 1, started
     listed = httpx.get(f"{cluster.pods['pod-b'].url}/api/v1/catalog", follow_redirects=True)
     assert "everywhere" in [m["name"] for m in listed.json()]
 

@@ -22,7 +22,9 @@ away any of them; config-file entries are each pod's own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -41,10 +43,17 @@ class _PlaceOrder(BaseModel):
     request: LoadRequest
 
 
+_LIVE = (InstanceStatus.STARTING, InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
+
+
 class ClusterStarts:
     def __init__(self, manager: ClusterManager, placement: ClusterPlacement) -> None:
         self._m = manager
         self._placement = placement
+        self._lock = asyncio.Lock()
+        self._recent: dict[str, tuple[str, ModelInstance, float]] = {}
+        """Served name -> (pod, instance, monotonic time) of the leader's last on-demand
+        placement: until the chosen pod's heartbeat lists it, only the leader knows."""
 
     @property
     def pod_id(self) -> str:
@@ -84,19 +93,47 @@ class ClusterStarts:
         return pod, instance
 
     async def place(self, req: LoadRequest) -> dict[str, Any]:
-        """The leader's side: place ``req`` with the scheduler; never raises."""
-        try:
-            instance = await self._placement.place(req.model_copy(update={"pod_id": None}))
-        except SardeenzError as exc:  # no_pod_fits, not_leader, the chosen pod's refusal
-            return {"placed": False, "reason": exc.message, "code": exc.code}
-        if instance is None:  # not in a cluster after all
-            return {"placed": False, "reason": "not in a cluster", "code": "not_clustered"}
-        pod = instance.pod_id or self._m.identity.pod_id
-        return {
-            "placed": True,
-            "podId": pod,
-            "instance": instance.model_dump(mode="json", by_alias=True),
-        }
+        """The leader's side: place ``req`` with the scheduler; never raises.
+
+        Idempotent per served name: first requests for one model entering through
+        several pods (each before its pod heard of the others' start) get the one
+        instance already starting or running, not one each. One placement at a time, so
+        two asks that arrive together cannot both miss it.
+        """
+        async with self._lock:
+            name = req.served_model_name
+            found = self._existing(name) if name is not None else None
+            if found is not None:
+                pod, instance = found
+                log.info("on-demand start of %s: already on %s (%s)", name, pod, instance.id)
+                return _placed(pod, instance)
+            try:
+                made = await self._placement.place(req.model_copy(update={"pod_id": None}))
+            except SardeenzError as exc:  # no_pod_fits, not_leader, the chosen pod's refusal
+                return {"placed": False, "reason": exc.message, "code": exc.code}
+            if made is None:  # not in a cluster after all
+                return {"placed": False, "reason": "not in a cluster", "code": "not_clustered"}
+            pod = made.pod_id or self._m.identity.pod_id
+            if name is not None:
+                self._recent[name] = (pod, made, time.monotonic())
+            return _placed(pod, made)
+
+    def _existing(self, name: str) -> tuple[str, ModelInstance] | None:
+        """A live instance of ``name`` anywhere in the cluster: one a heartbeat lists, or
+        one this leader placed too recently for a heartbeat to list it yet."""
+        for inst in self._m.instances():
+            if inst.served_model_name == name and inst.status in _LIVE:
+                return inst.pod_id or self._m.identity.pod_id, inst
+        recent = self._recent.get(name)
+        if recent is None:
+            return None
+        pod, placed, at = recent
+        listed = self._m.instance_on(pod, placed.id)
+        fresh = time.monotonic() - at < self._m.settings.cluster_unavailable_after_seconds
+        if listed is None and fresh:
+            return pod, placed  # not in that pod's heartbeat yet
+        del self._recent[name]  # gone, failed or stopping: place anew
+        return None
 
     async def receive(self, request: InternalRequest) -> dict[str, Any]:
         """``POST /internal/ondemand/place`` (signed; answered by the leader)."""
@@ -110,3 +147,11 @@ class ClusterStarts:
         lists it yet."""
         found = self._m.instance_on(pod_id, instance_id)
         return (found.status, found.error_message) if found is not None else (None, None)
+
+
+def _placed(pod: str, instance: ModelInstance) -> dict[str, Any]:
+    return {
+        "placed": True,
+        "podId": pod,
+        "instance": instance.model_dump(mode="json", by_alias=True),
+    }
