@@ -8,7 +8,7 @@ else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
 ``/api`` so an admin endpoint cannot be fed an unbounded body either.
 
 ``sardeenz serve`` puts FastAPI behind it; the proxy without a supervisor
-(proxy/standalone.py) puts a bare 404 app there and no audit trail, so both
+(standalone.py) puts a bare 404 app there and no audit trail, so both
 dispatch with this one class.
 """
 

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from sardeenz.config import Settings
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
 from sardeenz.sim.text import completion_text
+from sardeenz.standalone import ThreadedProxyServer, make_instance
 from tests.support import Sim, read_request
 
 pytestmark = pytest.mark.timeout(60)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from sardeenz.config import Settings
 from sardeenz.proxy.fastlane import fast_lane_protocol
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from sardeenz.standalone import ThreadedProxyServer, make_instance
 from tests.support import Sim
 
 pytestmark = pytest.mark.timeout(60)

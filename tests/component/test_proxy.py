@@ -21,8 +21,8 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
 from sardeenz.sim.text import completion_text
+from sardeenz.standalone import ThreadedProxyServer, make_instance
 from tests.support import Sim, free_port
 
 pytestmark = pytest.mark.timeout(60)

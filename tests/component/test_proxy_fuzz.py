@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sardeenz.config import Settings
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from sardeenz.standalone import ThreadedProxyServer, make_instance
 
 pytestmark = pytest.mark.timeout(60)
 

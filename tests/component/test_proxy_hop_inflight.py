@@ -18,7 +18,7 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.proxy.routing import Endpoint
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from sardeenz.standalone import ThreadedProxyServer, make_instance
 from tests.support import Sim
 
 pytestmark = pytest.mark.timeout(60)

@@ -26,7 +26,7 @@ import pytest
 from sardeenz.config import Settings
 from sardeenz.proxy import metrics
 from sardeenz.proxy.metrics import LANE
-from sardeenz.proxy.standalone import ThreadedProxyServer, make_instance
+from sardeenz.standalone import ThreadedProxyServer, make_instance
 from tests.support import free_port, read_request
 
 pytestmark = pytest.mark.timeout(60)

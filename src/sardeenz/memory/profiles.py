@@ -12,7 +12,7 @@ whatever the parts do not explain is ``overheadMemoryGib``.
 from __future__ import annotations
 
 import uuid
-from typing import overload
+from typing import Protocol, overload
 
 from sardeenz.domain import InstanceStatus, ModelInstance, utcnow
 from sardeenz.errors import Conflict, InvalidRequest, NotFound
@@ -20,7 +20,6 @@ from sardeenz.gpu.inventory import GpuInventory
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.estimate import GIB
 from sardeenz.memory.models import MemoryProfile, ProfileCreate
-from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.profiles import ProfileRepository
 
 _SERVING = (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
@@ -45,9 +44,18 @@ def _not_found(profile_id: str) -> NotFound:
     return NotFound(f"no memory profile with id {profile_id!r}", code="profile_not_found")
 
 
+class Instances(Protocol):
+    """What a profile is made from: the instances this node runs (the supervisor's, which
+    imports the ledger, so memory/ names only this much of it)."""
+
+    def get(self, instance_id: str) -> ModelInstance: ...
+
+    def list_instances(self) -> list[ModelInstance]: ...
+
+
 class ProfileService:
     def __init__(
-        self, repo: ProfileRepository, supervisor: Supervisor, inventory: GpuInventory
+        self, repo: ProfileRepository, supervisor: Instances, inventory: GpuInventory
     ) -> None:
         self.repo = repo
         self._supervisor = supervisor
