@@ -47,7 +47,7 @@ from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
-from sardeenz.cluster.wiring import install_cluster
+from sardeenz.cluster.wiring import gateway_hooks, proxy_remote_headers
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
@@ -107,23 +107,6 @@ def build_services(settings: Settings) -> Services:
         supervisor.list_instances,
     )
     room = RoomMaker(settings, supervisor, bus, ledger.host_room)
-    ondemand = OnDemand(settings, catalog, table, supervisor, room)
-    reaper = IdleReaper(settings, catalog, supervisor, bus=bus)
-    ondemand.evictor = reaper
-    warmup = WarmUp(settings, catalog, bus)
-    supervisor.after_wake = warmup.after_wake
-    external = ExternalServers(settings, catalog, table)
-    ondemand.external = external
-    catalog.external_state = external.catalog_state
-    proxy = InferenceProxy(settings, table)
-    proxy.demand = ondemand
-    proxy.requests.pod = identity_of(settings).pod_id
-    retention = (
-        RequestRepository(db, settings.request_log_max_rows)
-        if settings.request_log_retention
-        else None
-    )
-    supervisor.traffic = ProxyTraffic(table, proxy.inflight)
     cluster = ClusterManager(
         settings,
         table,
@@ -133,6 +116,27 @@ def build_services(settings: Settings) -> Services:
         profiles_version=lambda: profiles.version,
     )
     placement = ClusterPlacement(cluster, profiles)
+    starts = ClusterStarts(cluster, placement)
+    ondemand = OnDemand(
+        settings, catalog, table, supervisor, room, cluster=starts if cluster.active else None
+    )
+    reaper = IdleReaper(settings, catalog, supervisor, bus=bus)
+    ondemand.evictor = reaper
+    warmup = WarmUp(settings, catalog, bus)
+    supervisor.after_wake = warmup.after_wake
+    external = ExternalServers(settings, catalog, table)
+    ondemand.external = external
+    catalog.external_state = external.catalog_state
+    proxy = InferenceProxy(settings, table, proxy_remote_headers(cluster))
+    proxy.demand = ondemand
+    proxy.requests.pod = identity_of(settings).pod_id
+    retention = (
+        RequestRepository(db, settings.request_log_max_rows)
+        if settings.request_log_retention
+        else None
+    )
+    supervisor.traffic = ProxyTraffic(table, proxy.inflight)
+    moves = MoveService(Pods(cluster), settings)
     return Services(
         settings=settings,
         bus=bus,
@@ -157,9 +161,10 @@ def build_services(settings: Settings) -> Services:
         reaper=reaper,
         warmup=warmup,
         cluster=cluster,
-        moves=MoveService(Pods(cluster), settings),
+        moves=moves,
         placement=placement,
-        presets=PresetService(cluster, PresetRepository(db), placement),
+        starts=starts,
+        presets=PresetService(cluster, PresetRepository(db), placement, moving=moves.moving_models),
         profile_sync=ProfileSync(cluster, profiles),
         node=node_metrics.NodeSampler(inventory, supervisor, ledger),
         metrics_history=MetricsHistory(inventory),
@@ -272,6 +277,9 @@ def create_app(settings: Settings) -> Gateway:
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
+    hooks = gateway_hooks(
+        services.cluster, services.profile_sync, services.presets, services.starts
+    )
     gateway = Gateway(
         app,
         services.proxy,
@@ -279,23 +287,13 @@ def create_app(settings: Settings) -> Gateway:
         services.api_keys,
         settings.api_max_body_bytes,
         services.audit,
+        services=services,
+        internal=hooks.internal,
+        trusted_forward=hooks.trusted_forward,
+        redirect=hooks.redirect,
+        before_scrape=services.node.refresh,
     )
-    gateway.api = app
-    gateway.services = services
-    services.presets.moving = services.moves.moving_models  # reconcile waits for moves
     node_metrics.COLLECTOR.sampler = services.node
-    gateway.before_scrape = services.node.refresh
-    if services.cluster.active:
-        starts = ClusterStarts(services.cluster, services.placement)
-        services.ondemand.cluster = starts
-        install_cluster(
-            gateway,
-            services.cluster,
-            services.proxy,
-            services.profile_sync,
-            services.presets,
-            starts,
-        )
     return gateway
 
 

@@ -51,6 +51,12 @@ class Gateway:
         api_keys: ApiKeys,
         api_max_body_bytes: int,
         audit: AuditTrail | None,
+        *,
+        services: Any = None,
+        internal: ASGIApp | None = None,
+        trusted_forward: TrustedForward | None = None,
+        redirect: Callable[[Scope, Send], Awaitable[bool]] | None = None,
+        before_scrape: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._api = api
         self._proxy = proxy
@@ -62,15 +68,15 @@ class Gateway:
         self._admin = ADMIN_API.wrap(self._admin)  # count + latency by route template
         self._direct = audit.wrap(self._direct_proxy) if audit is not None else self._direct_proxy
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
-        self.services: Any = None
+        self.services = services
         # Cluster mode only (cluster/wiring.py); None on a single node.
-        self.internal: ASGIApp | None = None
+        self.internal = internal
         """``/internal/*``: the HMAC-guarded pod-to-pod API."""
-        self.trusted_forward: TrustedForward | None = None
+        self.trusted_forward = trusted_forward
         """A /v1 request another pod forwarded (cluster signature instead of an API key)."""
-        self.redirect: Callable[[Scope, Send], Awaitable[bool]] | None = None
+        self.redirect = redirect
         """A follower sends admin and dashboard requests to the leader (True: answered)."""
-        self.before_scrape: Callable[[], Awaitable[None]] | None = None
+        self.before_scrape = before_scrape
         """Refreshes what ``/metrics`` reads at scrape time (GPU and instance memory)."""
 
     def http_protocol(self, settings: Settings) -> type[asyncio.Protocol]:

@@ -66,8 +66,10 @@ class InferenceProxy(AsgiRelay):
     ``AsgiRelay``'s.
     """
 
-    def __init__(self, settings: Settings, table: RoutingTable) -> None:
-        super().__init__(settings, table)
+    def __init__(
+        self, settings: Settings, table: RoutingTable, remote_headers: RemoteHeaders | None = None
+    ) -> None:
+        super().__init__(settings, table, remote_headers)
         self._reader = RequestReader(settings.proxy_max_body_bytes)
         self._listing = ModelListing(table)
         table.add_listener(metrics.observe_instance)
