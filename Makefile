@@ -37,6 +37,7 @@ CHROMIUM     := /usr/bin/chromium
 SUDO         := $(if $(filter 0,$(shell id -u)),,sudo)
 
 $(STAMP): pyproject.toml
+	@echo "venv: installing Sardeenz and its dev tools into $(VENV) (1-2 minutes when new)" >&2
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -44,10 +45,12 @@ $(STAMP): pyproject.toml
 
 $(NODE_MODULES): frontend/package.json frontend/package-lock.json
 	@command -v $(NPM) >/dev/null || { echo "Node.js 20.19+ and npm are needed to build the dashboard" >&2; exit 1; }
+	@echo "web: installing the dashboard's npm packages (npm ci, about a minute once)" >&2
 	cd frontend && $(NPM) ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(WEB_STAMP): $(NODE_MODULES) $(FRONTEND_SRC)
+	@echo "web: building the dashboard into $(WEB_DIR) (vite, 20-40 s; again only when frontend/ changes)" >&2
 	cd frontend && $(NPM) run --silent build -- --logLevel warn
 	touch $@
 
@@ -58,7 +61,8 @@ frontend-test: $(NODE_MODULES)
 	cd frontend && $(NPM) test --silent
 
 browser-deps:
-	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	@test -x $(CHROMIUM) || { echo "browser-deps: installing Debian's chromium with apt-get (about a minute once)" >&2; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 # Real mode when this node has an NVIDIA driver and a Python that imports vLLM;
 # otherwise the demo: simulated GPUs and the simulated engine, said so loudly.
@@ -74,8 +78,8 @@ demo: $(STAMP) web
 	exec $(BIN)/sardeenz serve --demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src testkit tests benchmarks
+	$(BIN)/ruff format --check src testkit tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -97,14 +101,17 @@ deploy-base:
 # SARDEENZ_VLLM_PYTHON is what makes the `vllm` tests run instead of skipping,
 # SARDEENZ_KUBE_APISERVER / SARDEENZ_ETCD (+ SARDEENZ_KUBECTL) the `kube` tests, and
 # SARDEENZ_DEPLOY_BASE / SARDEENZ_DEPLOY_NODE_BASE the `deploy` image test.
-# Two workers, one test file each at a time: most tests wait on real processes,
-# and the real-vLLM tier overlaps with the rest instead of adding its minutes.
+# Workers take one test file at a time (module-scoped servers and clusters start once),
+# the longest files first (tests/scheduling.py): the real-vLLM modules and the image
+# build start at once, side by side, and the short files fill in around them.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps
+	@echo "pytest: every tier on $(PYTEST_WORKERS) workers, longest files first (about 8 minutes on a quiet 2-core machine)" >&2
 	SARDEENZ_VLLM_PYTHON="$(VLLM_ENV_PYTHON)" \
 	SARDEENZ_DEPLOY_BASE="$(DEPLOY_BASE)" SARDEENZ_DEPLOY_NODE_BASE="$(DEPLOY_NODE_BASE)" \
 	SARDEENZ_KUBE_APISERVER="$(KUBE_ENV_BIN)/kube-apiserver" SARDEENZ_ETCD="$(KUBE_ENV_BIN)/etcd" \
 	SARDEENZ_KUBECTL="$(KUBE_ENV_BIN)/kubectl" \
-	$(BIN)/pytest -q -n 2 --dist loadfile
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck frontend-test pytest
 

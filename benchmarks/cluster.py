@@ -1,7 +1,7 @@
 """Cluster benchmark: failover, route convergence, and what a cross-pod hop costs.
 
 A 3-pod static cluster of real `sardeenz serve` processes on 127.0.0.1-3
-(tests/cluster/harness.py), sim engines at zero latency.
+(testkit/cluster.py), sim engines at zero latency.
 
 1. **Hop cost**: a model loaded on pod B only. The same non-streaming chat
    completion, sequentially over keep-alive, straight to pod B ("local") and
@@ -37,8 +37,8 @@ import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.cluster.harness import TIMING, Cluster, agreed_leader
-from tests.support import load_active
+from testkit.cluster import TIMING, Cluster, agreed_leader
+from testkit.servers import load_active
 
 BODY = {"model": "hop", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 

@@ -28,7 +28,7 @@ import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support import ServerProcess, kill_engines, wait_for_status
+from testkit.servers import ServerProcess, kill_engines, wait_for_status
 
 
 def _watch_active(url: str, instance_id: str, out: dict[str, float]) -> threading.Thread:

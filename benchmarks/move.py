@@ -1,8 +1,8 @@
 """Move benchmark: what a blue-green move costs the streams it happens under.
 
 A 3-pod static cluster of real `sardeenz serve` processes on 127.0.0.1-3
-(tests/cluster/harness.py), two simulated GPUs each. A sim model on pod A;
-``--clients`` streaming clients (tests/cluster/streams.py) through pod C, the
+(testkit/cluster.py), two simulated GPUs each. A sim model on pod A;
+``--clients`` streaming clients (testkit/streams.py) through pod C, the
 pod that is neither source nor target. After ``--baseline`` seconds the model
 is moved from pod A to pod B (``POST /api/cluster/moves``).
 
@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.cluster.harness import Cluster
-from tests.cluster.streams import Load, run_clients
+from testkit.cluster import Cluster
+from testkit.streams import Load, run_clients
 
 
 def pct(values: list[float], q: float) -> float:

@@ -47,7 +47,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support import ServerProcess, free_port, kill_engines
+from testkit.ports import free_port
+from testkit.servers import ServerProcess, kill_engines
 
 WAKE_LINE = re.compile(r"It took ([0-9.]+) seconds to wake up")
 MODEL = "switch-bench"

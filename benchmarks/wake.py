@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support import ServerProcess, kill_engines, wait_for_status
+from testkit.servers import ServerProcess, kill_engines, wait_for_status
 
 WAKE_LINE = re.compile(r"It took ([0-9.]+) seconds to wake up")
 

@@ -60,14 +60,18 @@ if [[ -z "$mirror" ]]; then
         sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p'
     } | grep -E '/debian/?$' | head -n 1
   ) || true
-  mirror="${mirror:-http://deb.debian.org/debian}"
+fi
+if [[ -z "$mirror" ]]; then
+  # No public address as a fallback: the machine's apt sources decide, or the operator does.
+  echo "deploy-base: no Debian archive in this machine's apt sources; set SARDEENZ_DEBIAN_MIRROR" >&2
+  exit 1
 fi
 
 start=$(date +%s)
 rm -rf "$dir"
 mkdir -p "$dir"
 rootfs="$dir/rootfs"
-echo "deploy-base: mmdebstrap $suite ($packages) from $mirror" >&2
+echo "deploy-base: making the deploy tier's base images: mmdebstrap $suite ($packages) from $mirror (1-2 minutes once per machine)" >&2
 mmdebstrap --quiet --variant=minbase --include="$packages" \
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
   "$suite" "$rootfs" "$mirror"

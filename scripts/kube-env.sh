@@ -53,7 +53,7 @@ if [[ -e "$dir" || -e "$work" ]]; then
   rm -rf "$dir" "$work"
 fi
 echo "kube-env: building kube-apiserver v$version and unpacking etcd into $dir" \
-  "(about 10 minutes once per machine; log: $log)" >&2
+  "(10-15 minutes once per machine on 2 cores; log: $log)" >&2
 : >"$log"
 
 fail() {

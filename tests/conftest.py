@@ -12,8 +12,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from xdist.remote import Producer
 
-from tests.support import ServerPool, ServerProcess
+from testkit.servers import ServerPool, ServerProcess
+from tests import scheduling
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    scheduling.register(config)
+
+
+def pytest_xdist_make_scheduler(
+    config: pytest.Config, log: Producer
+) -> scheduling.LongestFileFirst | None:
+    """``--dist loadfile`` hands out the longest files first (tests/scheduling.py)."""
+    return scheduling.make_scheduler(config, log)
 
 
 @pytest.fixture

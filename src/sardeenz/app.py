@@ -56,9 +56,11 @@ from sardeenz.engines.vllm_probe import VllmProbe
 from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus
 from sardeenz.gateway import Gateway
-from sardeenz.gpu.inventory import create_inventory
+from sardeenz.gpu.budget import compute_budget
+from sardeenz.gpu.inventory import GpuInventory, create_inventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.logsetup import RequestIdMiddleware
+from sardeenz.memory.kvlimits import KvcachedLimits, RoomByGpu
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.metrics_history import MetricsHistory
@@ -89,6 +91,7 @@ def build_services(settings: Settings) -> Services:
     db = Database(settings.effective_database_url)
     inventory = create_inventory(settings)
     segments = SegmentTracker()
+    kvctl = Kvctl.for_settings(settings)
     profiles = ProfileRepository(db)
     ledger = MemoryLedger(settings, inventory, profiles, segments)
     vllm_probe = VllmProbe(
@@ -120,7 +123,7 @@ def build_services(settings: Settings) -> Services:
     ondemand = OnDemand(
         settings, catalog, table, supervisor, room, cluster=starts if cluster.active else None
     )
-    reaper = IdleReaper(settings, catalog, supervisor, bus=bus)
+    reaper = IdleReaper(settings, catalog, supervisor, bus=bus, host_room=ledger.host_room)
     ondemand.evictor = reaper
     warmup = WarmUp(settings, catalog, bus)
     supervisor.after_wake = warmup.after_wake
@@ -146,7 +149,8 @@ def build_services(settings: Settings) -> Services:
         ledger=ledger,
         vllm_probe=vllm_probe,
         segments=segments,
-        kvctl=Kvctl.for_settings(settings),
+        kvctl=kvctl,
+        kv_limits=KvcachedLimits(bus, kvctl, segments, _kv_room(inventory, supervisor, ledger)),
         routing=table,
         proxy=proxy,
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
@@ -170,6 +174,22 @@ def build_services(settings: Settings) -> Services:
         metrics_history=MetricsHistory(inventory),
         external=external,
     )
+
+
+def _kv_room(inventory: GpuInventory, supervisor: Supervisor, ledger: MemoryLedger) -> RoomByGpu:
+    """The KV cache room per GPU that kvcached limits share out (memory/kvlimits.py):
+    the GPU budget's ``kvCacheTotalBytes`` less what starting or waking engines were
+    promised and have not taken yet."""
+
+    async def room() -> dict[int, int]:
+        gpus = await inventory.snapshot()
+        budgets = compute_budget(
+            gpus, supervisor.baselines_bytes(), instance_pids=supervisor.instance_pids()
+        )
+        promised = await ledger.promised_bytes_by_gpu(gpus)
+        return {b.index: max(0, b.kv_cache_total_bytes - promised.get(b.index, 0)) for b in budgets}
+
+    return room
 
 
 def _waker(supervisor: Supervisor) -> Callable[[str, Sequence[InstanceView]], Awaitable[None]]:
@@ -214,6 +234,7 @@ def create_app(settings: Settings) -> Gateway:
             services.external.start()
         await services.ondemand.preload()
         services.reaper.start()
+        services.kv_limits.start()
         services.metrics_history.start()
         await services.cluster.start()  # static peers: one task; single node: nothing
         services.profile_sync.start()  # cluster only: the leader's profile reconciliation
@@ -229,6 +250,7 @@ def create_app(settings: Settings) -> Gateway:
             log.info("shutting down: stopping %d engine(s)", count)
             await services.benchmarks.shutdown()  # cancel runs before their engines go
             await services.reaper.stop()
+            await services.kv_limits.stop()
             await services.metrics_history.stop()
             await services.ondemand.close()
             await services.moves.stop()

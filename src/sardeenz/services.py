@@ -24,6 +24,7 @@ from sardeenz.events import EventBus
 from sardeenz.gpu.budget import GpuBudget, compute_budget
 from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
+from sardeenz.memory.kvlimits import KvcachedLimits
 from sardeenz.memory.ledger import MemoryLedger
 from sardeenz.memory.profiles import ProfileService
 from sardeenz.metrics_history import MetricsHistory
@@ -50,6 +51,8 @@ class Services:
     vllm_probe: VllmProbe
     segments: SegmentTracker
     kvctl: Kvctl
+    kv_limits: KvcachedLimits
+    """Keeps every kvcached segment's limit within its GPU's KV room (memory/kvlimits.py)."""
     routing: RoutingTable
     proxy: InferenceProxy
     routing_updater: RoutingUpdater

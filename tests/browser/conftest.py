@@ -26,7 +26,8 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.support import ServerProcess, host_network, kill_engines
+from testkit.servers import ServerProcess, kill_engines
+from tests.hostnet import host_network
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from testkit.servers import ServerProcess
 from tests.browser.conftest import Session, has_route, open_session, start_server, stop_server
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.browser
 

@@ -10,6 +10,7 @@ import jwt
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from testkit.servers import ServerProcess, sim_load, wait_for_status
 from tests.browser.conftest import (
     ROW_MENU,
     Session,
@@ -19,7 +20,6 @@ from tests.browser.conftest import (
     start_server,
     stop_server,
 )
-from tests.support import ServerProcess, sim_load, wait_for_status
 
 pytestmark = pytest.mark.browser
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
+from testkit.servers import ServerProcess, sim_load, wait_for_status
 from tests.browser.conftest import Session, has_route
-from tests.support import ServerProcess, sim_load, wait_for_status
 
 pytestmark = pytest.mark.browser
 

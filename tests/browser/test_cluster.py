@@ -1,4 +1,4 @@
-"""The dashboard of a 3-pod static cluster (tests/cluster/harness.py) in real Chromium.
+"""The dashboard of a 3-pod static cluster (testkit/cluster.py) in real Chromium.
 
 The Cluster page lists the pods and the leader; a follower's dashboard lands on the
 leader (the browser follows the follower's 307 on navigation), and a load made there
@@ -18,9 +18,9 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from testkit.cluster import Cluster, agreed_leader
+from testkit.servers import ServerProcess
 from tests.browser.conftest import Session, open_session
-from tests.cluster.harness import Cluster, agreed_leader
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.browser
 
@@ -198,4 +198,4 @@ def test_no_orphan_engines(cluster: Cluster) -> None:
     deadline = time.monotonic() + 10
     while cluster.orphans() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert cluster.orphans() == []
+    assert cluster.orphans() == [], "engines still running 10 s after every pod stopped"

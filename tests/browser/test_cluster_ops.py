@@ -17,9 +17,9 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from testkit.cluster import Cluster
+from testkit.servers import ServerProcess, load_active
 from tests.browser.conftest import Session, open_session, row_action
-from tests.cluster.harness import Cluster
-from tests.support import ServerProcess, load_active
 
 pytestmark = pytest.mark.browser
 
@@ -172,7 +172,9 @@ def test_move_an_instance_and_follow_its_steps(tab: Session, cluster: Cluster) -
     name = inst["servedModelName"]
     on_a = [i for i in cluster.instances("pod-a") if i["servedModelName"] == name]
     assert [i["gpuIds"] for i in on_a] == [[1]]
-    assert [i for i in cluster.instances("pod-b") if i["id"] == inst["id"]] == []
+    assert [i for i in cluster.instances("pod-b") if i["id"] == inst["id"]] == [], (
+        "the moved instance is still on pod-b 10 s after the move"
+    )
     with httpx.Client(base_url=cluster.leader_url(), timeout=30) as api:
         assert api.post(f"/api/v1/models/{on_a[0]['id']}/unload").status_code == 200
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from testkit.servers import ServerProcess
 from tests.browser.conftest import Session, row_action
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.browser
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from playwright.sync_api import Route, expect
 
+from testkit.servers import ServerProcess, sim_load, wait_for_status
 from tests.browser.conftest import Session, row_action
-from tests.support import ServerProcess, sim_load, wait_for_status
 
 pytestmark = pytest.mark.browser
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import expect
 
+from testkit.servers import ServerProcess, sim_load, wait_for_status
 from tests.browser.conftest import Session, has_route, row_menu_item
-from tests.support import ServerProcess, sim_load, wait_for_status
 
 pytestmark = pytest.mark.browser
 

@@ -6,8 +6,8 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
+from testkit.servers import ServerProcess, load_active
 from tests.browser.conftest import Session, has_route
-from tests.support import ServerProcess, load_active
 
 pytestmark = pytest.mark.browser
 

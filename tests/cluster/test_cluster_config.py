@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import ServerProcess
+from testkit.servers import ServerProcess
 
 
 def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer, signature
-from tests.cluster.harness import SECRET, Cluster
-from tests.support import ServerProcess
+from testkit.cluster import SECRET, Cluster
+from testkit.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -123,6 +123,8 @@ def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Clust
         if any(m["id"] == "keyed" for m in models["data"]):
             break
         time.sleep(0.05)
+    else:
+        raise AssertionError("pod A does not list pod B's keyed model within 10 s")
     body = b'{"model": "keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}'
     # Through pod A with the client's key: forwarded to B, which trusts A's signature.
     via_a = httpx.post(

@@ -19,8 +19,8 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.cluster.harness import Cluster
-from tests.cluster.streams import Load, run_clients
+from testkit.cluster import Cluster
+from testkit.streams import Load, run_clients
 
 pytestmark = pytest.mark.slow
 
@@ -248,7 +248,7 @@ def test_no_orphan_engines_after_a_clean_stop(cluster: Cluster) -> None:
     deadline = time.monotonic() + 10
     while cluster.orphans() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert cluster.orphans() == []
+    assert cluster.orphans() == [], "engines still running 10 s after every pod stopped"
 
 
 def _wait_model(url: str, name: str, timeout: float = 10) -> None:

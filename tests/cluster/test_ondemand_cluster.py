@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.cluster.harness import Cluster
+from testkit.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -21,9 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit.cluster import SECRET, TIMING
+from testkit.servers import ServerProcess, kill_engines
 from tests.cluster import netns
-from tests.cluster.harness import SECRET, TIMING
-from tests.support import ServerProcess, host_network, kill_engines
+from tests.hostnet import host_network
 
 pytestmark = [
     pytest.mark.slow,
@@ -115,8 +116,13 @@ def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
         fabric = netns.Fabric(LEFT, len(NAMES) - LEFT).open()
         cluster = Pods(fabric, tmp_path_factory.mktemp("partition"))
         try:
-            for srv in cluster.servers.values():
-                srv.start()
+            # pod-a first (it must lead, as in a one-by-one start), the rest side by side.
+            first, *rest = cluster.servers.values()
+            first.start()
+            for srv in rest:
+                srv.spawn()
+            for srv in rest:
+                srv.wait_ready(60.0)
             yield cluster
         finally:
             for srv in cluster.servers.values():

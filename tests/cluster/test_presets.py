@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from tests.cluster.harness import SECRET, Cluster
+from testkit.cluster import SECRET, Cluster
 
 pytestmark = pytest.mark.slow
 

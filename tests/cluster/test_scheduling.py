@@ -19,7 +19,7 @@ import pytest
 
 from sardeenz.cluster.transport.routes import PROFILES
 from sardeenz.security.cluster_hmac import Signer
-from tests.cluster.harness import SECRET, Cluster
+from testkit.cluster import SECRET, Cluster
 
 PATH = PROFILES.path()
 

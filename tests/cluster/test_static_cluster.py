@@ -1,17 +1,19 @@
 """A 3-pod static-peers cluster of real `sardeenz serve` processes (sim engines).
 
-One cluster for the module, the tests in order: election, inference across
-pods, a load ordered through the leader, leader failover (SIGKILL), rejoin
-after restart, and no orphan engine at the end. Failover times are printed.
+On the tier's shared cluster (tests/cluster/conftest.py), the tests in order: election,
+inference across pods, a load ordered through the leader, the leader acting on other
+pods' instances, stale terms refused. Each leaves the cluster as it found it. Failover,
+rejoin and a clean stop kill and restart pods: test_static_failover.py, on a cluster of
+its own.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,27 +21,27 @@ import openai
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from tests.cluster.harness import SECRET, Cluster, agreed_leader
-from tests.support import engine_processes, load_active
+from testkit.cluster import SECRET, Cluster
+from testkit.servers import engine_processes
 
 pytestmark = pytest.mark.slow
 
 
-def test_one_leader_within_15s_and_the_same_term_everywhere(cluster3: Cluster) -> None:
+def test_one_leader_within_15s_and_the_same_term_everywhere(shared_cluster: Cluster) -> None:
     t0 = time.monotonic()
-    leader, term = cluster3.wait_one_leader(15.0)
+    leader, term = shared_cluster.wait_one_leader(15.0)
     took = time.monotonic() - t0
     print(f"\nleader {leader} (term {term}) agreed by all pods {took:.2f}s after start")
     assert leader == "pod-a"  # Bully: the lowest pod id wins
     assert term >= 1
-    status = cluster3.status("pod-b")
+    status = shared_cluster.status("pod-b")
     assert status is not None
     assert status["mode"] == "static"
     pods = {p["id"]: p for p in status["pods"]}
     assert set(pods) == {"pod-a", "pod-b", "pod-c"}
     assert all(p["state"] == "healthy" for p in pods.values())
     assert [p["id"] for p in pods.values() if p["isLeader"]] == ["pod-a"]
-    assert pods["pod-a"]["address"] == f"127.0.0.1:{cluster3.pods['pod-a'].port}"
+    assert pods["pod-a"]["address"] == f"127.0.0.1:{shared_cluster.pods['pod-a'].port}"
     cli = subprocess.run(
         [
             sys.executable,
@@ -48,7 +50,7 @@ def test_one_leader_within_15s_and_the_same_term_everywhere(cluster3: Cluster) -
             "cluster",
             "status",
             "--url",
-            cluster3.pods["pod-c"].url,
+            shared_cluster.pods["pod-c"].url,
         ],
         capture_output=True,
         text=True,
@@ -73,12 +75,23 @@ def _wait_models(url: str, want: bool, name: str, timeout: float = 10.0) -> floa
     raise AssertionError(f"{name} {'not ' if want else ''}listed at {url} in {timeout}s")
 
 
-def test_model_on_pod_b_answers_through_pod_a(cluster3: Cluster) -> None:
-    a, b = cluster3.pods["pod-a"], cluster3.pods["pod-b"]
-    inst = cluster3.load_on("pod-b", "remote-b")
-    assert inst["status"] == "active"
+@pytest.fixture(scope="module")
+def remote_b(shared_cluster: Cluster) -> Iterator[dict[str, Any]]:
+    """``remote-b`` on pod B for the module's tests, unloaded after them."""
+    inst = shared_cluster.load_on("pod-b", "remote-b")
+    yield inst
+    with shared_cluster.pods["pod-a"].client() as client:
+        assert client.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
+    shared_cluster.wait_instance("pod-b", inst["id"], None)
+
+
+def test_model_on_pod_b_answers_through_pod_a(
+    shared_cluster: Cluster, remote_b: dict[str, Any]
+) -> None:
+    a, b = shared_cluster.pods["pod-a"], shared_cluster.pods["pod-b"]
+    assert remote_b["status"] == "active"
     _wait_models(a.url, True, "remote-b")
-    assert "remote-b" in _models(cluster3.pods["pod-c"].url)
+    assert "remote-b" in _models(shared_cluster.pods["pod-c"].url)
 
     oai = openai.OpenAI(base_url=f"{a.url}/v1", api_key="unused", max_retries=0)
     reply = oai.chat.completions.create(
@@ -109,11 +122,13 @@ def test_model_on_pod_b_answers_through_pod_a(cluster3: Cluster) -> None:
         assert "CLUSTER_SECRET" not in proc.environ()
 
 
-def test_forwarded_request_needs_a_valid_cluster_signature(cluster3: Cluster) -> None:
+def test_forwarded_request_needs_a_valid_cluster_signature(
+    shared_cluster: Cluster, remote_b: dict[str, Any]
+) -> None:
     """Without an API key check configured, pod B serves /v1 anyway; the hop header
     only stops a second hop. What the signature is for is checked in
     test_internal_auth.py with API keys on."""
-    b = cluster3.pods["pod-b"]
+    b = shared_cluster.pods["pod-b"]
     resp = httpx.post(
         f"{b.url}/v1/chat/completions",
         json={"model": "remote-b", "messages": [{"role": "user", "content": "x"}]},
@@ -123,9 +138,9 @@ def test_forwarded_request_needs_a_valid_cluster_signature(cluster3: Cluster) ->
     assert resp.status_code == 200
 
 
-def test_load_with_pod_id_goes_through_the_leader(cluster3: Cluster) -> None:
-    leader, _ = cluster3.wait_one_leader(10.0)
-    lead = cluster3.pods[leader]
+def test_load_with_pod_id_goes_through_the_leader(shared_cluster: Cluster) -> None:
+    leader, _ = shared_cluster.wait_one_leader(10.0)
+    lead = shared_cluster.pods[leader]
     with lead.client() as client:
         resp = client.post(
             "/api/v1/models/load",
@@ -145,15 +160,15 @@ def test_load_with_pod_id_goes_through_the_leader(cluster3: Cluster) -> None:
         )
         assert missing.status_code == 404
         assert missing.json()["code"] == "pod_not_found"
-    placed = cluster3.wait_instance("pod-c", iid, "active")
+    placed = shared_cluster.wait_instance("pod-c", iid, "active")
     assert placed is not None
     assert placed["servedModelName"] == "placed-on-c"
 
 
-def test_followers_send_admin_and_dashboard_requests_to_the_leader(cluster3: Cluster) -> None:
-    leader, _ = cluster3.wait_one_leader(10.0)
-    lead_url = cluster3.pods[leader].url
-    follower = cluster3.pods[next(n for n in cluster3.names if n != leader)]
+def test_followers_send_admin_and_dashboard_requests_to_the_leader(shared_cluster: Cluster) -> None:
+    leader, _ = shared_cluster.wait_one_leader(10.0)
+    lead_url = shared_cluster.pods[leader].url
+    follower = shared_cluster.pods[next(n for n in shared_cluster.names if n != leader)]
     with follower.client() as client:
         load = client.post("/api/v1/models/load?x=1", json={"modelPath": "x", "engine": "sim"})
         assert load.status_code == 307  # the method and body are repeated at the leader
@@ -177,12 +192,12 @@ def test_followers_send_admin_and_dashboard_requests_to_the_leader(cluster3: Clu
     assert cli.returncode == 0, cli.stderr
 
 
-def test_leader_unloads_an_instance_of_another_pod(cluster3: Cluster) -> None:
-    leader, _ = cluster3.wait_one_leader(10.0)
+def test_leader_unloads_an_instance_of_another_pod(shared_cluster: Cluster) -> None:
+    leader, _ = shared_cluster.wait_one_leader(10.0)
     iid = next(
-        i["id"] for i in cluster3.instances("pod-c") if i["servedModelName"] == "placed-on-c"
+        i["id"] for i in shared_cluster.instances("pod-c") if i["servedModelName"] == "placed-on-c"
     )
-    with cluster3.pods[leader].client() as client:
+    with shared_cluster.pods[leader].client() as client:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # the leader learns of it from pod-c's heartbeat
             resp = client.post(f"/api/v1/models/{iid}/unload")
@@ -191,7 +206,7 @@ def test_leader_unloads_an_instance_of_another_pod(cluster3: Cluster) -> None:
             time.sleep(0.1)
         assert resp.status_code == 200, resp.text
         assert resp.json()["id"] == iid
-    assert cluster3.wait_instance("pod-c", iid, None) is None  # gone from pod-c
+    assert shared_cluster.wait_instance("pod-c", iid, None) is None  # gone from pod-c
 
 
 def _pods_instances(status: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -204,11 +219,11 @@ def _pods_instances(status: dict[str, Any]) -> set[tuple[str, str, str]]:
 
 
 def test_leader_lists_every_pods_instances_and_sleeps_and_wakes_a_remote_one(
-    cluster3: Cluster,
+    shared_cluster: Cluster,
 ) -> None:
-    leader, _ = cluster3.wait_one_leader(10.0)
-    follower = next(n for n in cluster3.names if n != leader)
-    with cluster3.pods[leader].client() as client:
+    leader, _ = shared_cluster.wait_one_leader(10.0)
+    follower = next(n for n in shared_cluster.names if n != leader)
+    with shared_cluster.pods[leader].client() as client:
         resp = client.post(
             "/api/v1/models/load",
             json={
@@ -222,7 +237,7 @@ def test_leader_lists_every_pods_instances_and_sleeps_and_wakes_a_remote_one(
         assert resp.status_code == 202, resp.text
         assert resp.json()["podId"] == follower
         iid = resp.json()["id"]
-        cluster3.wait_instance(follower, iid, "active")
+        shared_cluster.wait_instance(follower, iid, "active")
 
         # The leader's list is every pod's instances as its status shows them (both
         # from the heartbeats it holds), each naming its pod.
@@ -241,28 +256,28 @@ def test_leader_lists_every_pods_instances_and_sleeps_and_wakes_a_remote_one(
         slept = client.post(f"/api/v1/models/{iid}/sleep", json={"level": 1})
         assert slept.status_code == 200, slept.text
         assert (slept.json()["status"], slept.json()["podId"]) == ("sleeping", follower)
-        cluster3.wait_instance(follower, iid, "sleeping")
+        shared_cluster.wait_instance(follower, iid, "sleeping")
         woke = client.post(f"/api/v1/models/{iid}/wake")
         assert woke.status_code == 200, woke.text
         assert (woke.json()["status"], woke.json()["podId"]) == ("active", follower)
-        cluster3.wait_instance(follower, iid, "active")
+        shared_cluster.wait_instance(follower, iid, "active")
 
     # A follower's list redirects to the leader, which answers for the whole cluster.
     via = httpx.get(
-        f"{cluster3.pods[follower].url}/api/v1/models", follow_redirects=True, timeout=5
+        f"{shared_cluster.pods[follower].url}/api/v1/models", follow_redirects=True, timeout=5
     )
     assert via.status_code == 200
-    assert str(via.url).startswith(cluster3.pods[leader].url)
+    assert str(via.url).startswith(shared_cluster.pods[leader].url)
     assert {(i["id"], i["podId"]) for i in via.json()} >= {(iid, follower)}
 
-    with cluster3.pods[leader].client() as client:
+    with shared_cluster.pods[leader].client() as client:
         assert client.post(f"/api/v1/models/{iid}/unload").status_code == 200
-    assert cluster3.wait_instance(follower, iid, None) is None
+    assert shared_cluster.wait_instance(follower, iid, None) is None
 
 
-def test_orders_of_an_old_term_are_refused(cluster3: Cluster) -> None:
-    _, term = cluster3.wait_one_leader(10.0)
-    c = cluster3.pods["pod-c"]
+def test_orders_of_an_old_term_are_refused(shared_cluster: Cluster) -> None:
+    _, term = shared_cluster.wait_one_leader(10.0)
+    c = shared_cluster.pods["pod-c"]
     signer = Signer(SECRET.encode())
     body = b'{"term": 0, "level": 1}'
     path = "/internal/models/nope/sleep"
@@ -272,68 +287,3 @@ def test_orders_of_an_old_term_are_refused(cluster3: Cluster) -> None:
     assert term >= 1
     assert resp.status_code == 409
     assert resp.json()["code"] == "stale_term"
-
-
-def test_leader_sigkill_new_leader_and_routes_to_the_dead_pod_go(cluster3: Cluster) -> None:
-    old, old_term = cluster3.wait_one_leader(10.0)
-    dead = cluster3.pods[old]
-    with dead.client() as client:
-        load_active(client, "on-the-leader")
-    survivors = [n for n in cluster3.names if n != old]
-    for name in survivors:
-        _wait_models(cluster3.pods[name].url, True, "on-the-leader")
-    t0 = time.monotonic()
-    dead.stop(signal.SIGKILL)
-    statuses = cluster3.wait(
-        lambda s: agreed_leader(s) and next(iter(s.values()))["leader"] != old,
-        20.0,
-        "a new leader",
-    )
-    elected = time.monotonic() - t0
-    new, new_term = next(iter(statuses.values()))["leader"], next(iter(statuses.values()))["term"]
-    for name in survivors:
-        _wait_models(cluster3.pods[name].url, False, "on-the-leader", 15.0)
-    routes_gone = time.monotonic() - t0
-    print(
-        f"\nfailover: leader {old} (term {old_term}) killed -> {new} (term {new_term}) "
-        f"leads after {elected:.2f}s; routes to {old} gone after {routes_gone:.2f}s"
-    )
-    assert new == min(survivors)
-    assert new_term > old_term
-    assert elected < 20.0
-    assert routes_gone < 15.0 + elected
-    for name in survivors:
-        st = statuses[name]
-        states = {p["id"]: p["state"] for p in st["pods"]}
-        assert states[old] in ("suspect", "unavailable")
-
-
-def test_restarted_pod_rejoins(cluster3: Cluster) -> None:
-    dead = next(n for n in cluster3.names if n not in cluster3.alive())
-    t0 = time.monotonic()
-    cluster3.pods[dead].start()
-    statuses = cluster3.wait(
-        lambda s: (
-            agreed_leader(s)
-            and dead in s
-            and all(p["state"] == "healthy" for st in s.values() for p in st["pods"])
-        ),
-        15.0,
-        "the restarted pod back",
-    )
-    leader = statuses[dead]["leader"]
-    print(f"\n{dead} rejoined after {time.monotonic() - t0:.2f}s; leader {leader}")
-    assert leader != dead  # a healthy leader with quorum is not deposed by a returning pod
-    # Its re-adopted engine is routable cluster-wide again.
-    for name in cluster3.names:
-        _wait_models(cluster3.pods[name].url, True, "on-the-leader", 15.0)
-
-
-def test_no_orphan_engines_after_a_clean_stop(cluster3: Cluster) -> None:
-    for pod in cluster3.pods.values():
-        # uvicorn re-raises the signal after its graceful shutdown: -15 is a clean stop.
-        assert pod.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while cluster3.orphans() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert cluster3.orphans() == []

@@ -10,15 +10,15 @@ A module that needs other settings builds its shared server from
 ``module_server_factory`` the same way.
 
 The helpers the component tests share (``load_active``, ``tree_pids``,
-``wait_gone``, ...) live in ``tests.support`` with the rest, so e2e tests can
-use them too.
+``wait_gone``, ...) live in the top-level ``testkit`` package, which the e2e
+tests and the benchmarks use too.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support import ServerPool, ServerProcess
+from testkit.servers import ServerPool, ServerProcess
 
 
 @pytest.fixture(scope="module")

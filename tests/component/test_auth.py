@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from sardeenz.app import create_app
 from sardeenz.config import load_settings
 from sardeenz.security.policy import QUERY_POSTS, is_mutation, iter_api_routes, policy_of
-from tests.support import ServerProcess, free_port, sim_load, wait_for_status
+from testkit.ports import free_port
+from testkit.servers import ServerProcess, sim_load, wait_for_status
 
 SECRET = "s3cr3t-hs256-key-for-tests-only-0123456789"
 ISSUER = "https://issuer.test"

@@ -26,7 +26,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from sardeenz import cli
-from tests.support import ServerProcess, kill_engines, sim_load, wait_for_status
+from testkit.servers import ServerProcess, kill_engines, sim_load, wait_for_status
 
 TTFT_MS = 50.0
 ITL_MS = 10.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ServerPool, ServerProcess
+from testkit.servers import ServerPool, ServerProcess
 
 CONFIG = """
 catalog:

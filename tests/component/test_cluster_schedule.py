@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.servers import ServerPool, ServerProcess
 from tests.component.test_memory_profiles import _model_dir
-from tests.support import ServerPool, ServerProcess
 
 GIB = 2**30
 

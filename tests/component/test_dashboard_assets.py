@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import ServerProcess, kill_engines
+from testkit.servers import ServerProcess, kill_engines
 
 WEB = Path(__file__).resolve().parents[2] / "src" / "sardeenz" / "web"
 COMPRESSIBLE = {".js", ".mjs", ".css", ".html", ".svg", ".json", ".map", ".txt"}

@@ -6,7 +6,7 @@ import re
 
 import httpx
 
-from tests.support import ServerProcess
+from testkit.servers import ServerProcess
 
 
 def test_docs_page_loads_nothing_from_another_host(module_server: ServerProcess) -> None:

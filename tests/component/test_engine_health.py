@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.support import (
+from testkit.servers import (
     ServerPool,
     ServerProcess,
     engine_processes,

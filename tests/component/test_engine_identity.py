@@ -20,7 +20,8 @@ import pytest
 
 from sardeenz.runtime import identity
 from sardeenz.runtime.ports import PortAllocator, port_is_free
-from tests.support import ServerProcess, free_port_range, sim_load, wait_for_status
+from testkit.ports import free_port_range
+from testkit.servers import ServerProcess, sim_load, wait_for_status
 
 
 def _foreign_listener(port: int) -> socket.socket:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support import ServerProcess
+from testkit.servers import ServerProcess
 
 
 def test_a_python_without_vllm_is_reported_as_not_found(server_factory: Any) -> None:

@@ -21,8 +21,9 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.sim.text import completion_text
-from sardeenz.standalone import ThreadedProxyServer, make_instance
-from tests.support import Sim, read_request
+from sardeenz.standalone import make_instance
+from testkit.proxy import ThreadedProxyServer
+from testkit.sim import Sim, read_request
 
 pytestmark = pytest.mark.timeout(60)
 

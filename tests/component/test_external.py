@@ -17,7 +17,9 @@ import httpx
 import openai
 import pytest
 
-from tests.support import ServerPool, ServerProcess, Sim, free_port
+from testkit.ports import free_port
+from testkit.servers import ServerPool, ServerProcess
+from testkit.sim import Sim
 
 CLIENT_KEY = "sk-client-key-for-sardeenz"
 UPSTREAM_KEY = "sk-upstream-secret-do-not-leak-93"

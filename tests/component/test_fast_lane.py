@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from sardeenz.config import Settings
 from sardeenz.proxy.fastlane import fast_lane_protocol
-from sardeenz.standalone import ThreadedProxyServer, make_instance
-from tests.support import Sim
+from sardeenz.standalone import make_instance
+from testkit.proxy import ThreadedProxyServer
+from testkit.sim import Sim
 
 pytestmark = pytest.mark.timeout(60)
 

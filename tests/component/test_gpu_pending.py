@@ -21,7 +21,8 @@ from sardeenz import app as app_module
 from sardeenz.app import create_app
 from sardeenz.config import Settings, load_settings
 from sardeenz.gpu.inventory import GpuInfo
-from tests.support import engine_processes, free_port_range, kill_engines
+from testkit.ports import free_port_range
+from testkit.servers import engine_processes, kill_engines
 
 GIB = 2**30
 GPU_BYTES = 24 * GIB

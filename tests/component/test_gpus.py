@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.support import ServerProcess, engine_processes, load_active, sim_load, wait_for_status
+from testkit.servers import ServerProcess, engine_processes, load_active, sim_load, wait_for_status
 
 GIB = 2**30
 

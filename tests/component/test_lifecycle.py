@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.support import (
+from testkit.servers import (
     ServerProcess,
     engine_processes,
     load_active,
@@ -159,7 +159,7 @@ def test_restart_after_sigkill_readopts_running_engines(server_factory: Any) -> 
             while after <= before and time.monotonic() < deadline:
                 after = len(api.get(f"/api/v1/models/{a['id']}/logs?lines=5000").json()["lines"])
                 time.sleep(0.1)
-            assert after > before
+            assert after > before, "no new line in keep-a's log within 5 s of a request"
     finally:
         srv2.stop(signal.SIGTERM)
     assert engine_processes(srv.data_dir) == []

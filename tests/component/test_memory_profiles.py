@@ -11,7 +11,7 @@ import httpx
 from typer.testing import CliRunner
 
 from sardeenz import cli
-from tests.support import ServerProcess, sim_load, wait_for_status
+from testkit.servers import ServerProcess, sim_load, wait_for_status
 
 GIB = 2**30
 SEED_FIELDS = {

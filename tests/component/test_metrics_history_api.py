@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.support import ServerProcess
+from testkit.servers import ServerProcess
 
 
 def test_history_is_sampled_by_the_server_and_filtered_by_since(

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import ServerPool, ServerProcess, load_active
+from testkit.servers import ServerPool, ServerProcess, load_active
 
 
 @pytest.fixture(scope="module")

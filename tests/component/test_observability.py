@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import ServerPool, ServerProcess, load_active, sim_load, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, load_active, sim_load, wait_for_status
 
 GIB = 2**30
 

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support import ServerPool, ServerProcess
+from testkit.servers import ServerPool, ServerProcess
 
 CONFIG = """
 catalog:

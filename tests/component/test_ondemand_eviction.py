@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import ServerPool, ServerProcess
+from testkit.servers import ServerPool, ServerProcess
 
 CONFIG = """
 catalog:

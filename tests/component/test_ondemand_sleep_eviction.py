@@ -18,9 +18,9 @@ import httpx
 import orjson
 import pytest
 
+from testkit.servers import ServerPool, ServerProcess
 from tests.component.test_ondemand_eviction import ask, running
 from tests.component.test_ondemand_eviction import unload_all as unload_every_instance
-from tests.support import ServerPool, ServerProcess
 
 SIM = "engine: sim"
 CONFIG = f"""
@@ -105,6 +105,7 @@ def unload_all(srv: ServerProcess) -> None:
     deadline = time.monotonic() + 20
     while running(srv) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert not running(srv), f"still running 20 s after unloading everything: {running(srv)}"
 
 
 def eviction_lines(srv: ServerProcess, for_model: str) -> list[str]:

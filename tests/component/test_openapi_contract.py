@@ -12,7 +12,7 @@ from typing import Any
 import jwt
 import pytest
 
-from tests.support import ServerProcess
+from testkit.servers import ServerProcess
 
 SECRET = "contract-test-secret-0123456789abcdef"
 

@@ -22,8 +22,10 @@ import pytest
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
 from sardeenz.sim.text import completion_text
-from sardeenz.standalone import ThreadedProxyServer, make_instance
-from tests.support import Sim, free_port
+from sardeenz.standalone import make_instance
+from testkit.ports import free_port
+from testkit.proxy import ThreadedProxyServer
+from testkit.sim import Sim
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sardeenz.config import Settings
-from sardeenz.standalone import ThreadedProxyServer, make_instance
+from sardeenz.standalone import make_instance
+from testkit.proxy import ThreadedProxyServer
 
 pytestmark = pytest.mark.timeout(60)
 

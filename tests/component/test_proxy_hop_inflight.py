@@ -18,8 +18,9 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.proxy.routing import Endpoint
-from sardeenz.standalone import ThreadedProxyServer, make_instance
-from tests.support import Sim
+from sardeenz.standalone import make_instance
+from testkit.proxy import ThreadedProxyServer
+from testkit.sim import Sim
 
 pytestmark = pytest.mark.timeout(60)
 

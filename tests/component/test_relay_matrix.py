@@ -26,8 +26,10 @@ import pytest
 from sardeenz.config import Settings
 from sardeenz.proxy import metrics
 from sardeenz.proxy.metrics import LANE
-from sardeenz.standalone import ThreadedProxyServer, make_instance
-from tests.support import free_port, read_request
+from sardeenz.standalone import make_instance
+from testkit.ports import free_port
+from testkit.proxy import ThreadedProxyServer
+from testkit.sim import read_request
 
 pytestmark = pytest.mark.timeout(60)
 

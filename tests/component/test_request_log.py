@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit.servers import ServerPool, ServerProcess, load_active
 from tests.component.test_auth import AUDIENCE, ISSUER, SECRET, token
-from tests.support import ServerPool, ServerProcess, load_active
 
 TEAM_A_KEY = "sk-team-a-0123456789"
 OPS_KEY = "sk-ops-0123456789"

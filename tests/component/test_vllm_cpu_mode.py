@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import ServerPool, ServerProcess, engine_processes, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, engine_processes, wait_for_status
 
 FAKE_ERROR = "fake vLLM of the tests serves nothing"
 
@@ -181,7 +181,7 @@ def test_forced_cpu_load_runs_without_gpu_settings_and_cleans_up(cpu_server: Ser
         deadline = time.monotonic() + 5
         while tmp_dir.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not tmp_dir.exists()
+        assert not tmp_dir.exists(), f"{tmp_dir} still there 5 s after the failure"
         assert (srv.data_dir / "instances" / inst["id"] / "engine.log").exists()  # kept
 
         started = time.monotonic()

@@ -15,11 +15,15 @@ from mmdebstrap, ``podman import``ed). What podman needs on a machine of this ki
 - ``--network host`` for the build's RUN steps: the same route to the registries the host
   has, with no bridge/NAT set-up.
 - ``--format docker``: the OCI image format has no HEALTHCHECK field.
+- ``--layers``: the last build's layers are the next one's cache (the dependencies are
+  installed before ``src/`` is copied, so a code change rebuilds only the wheel); the
+  layers it supersedes are removed after each build, so nothing piles up.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -33,6 +37,17 @@ NODE_BASE_ENV = "SARDEENZ_DEPLOY_NODE_BASE"
 RUNTIME = ("--runtime", "runc")
 ULIMITS = ("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096")
 HOST_CA_DIR = "/etc/ssl/certs"
+
+
+CACHE_TAG = "localhost/sardeenz-deploy-cache:cpu"
+"""The last image the tier built, kept (with its stages' layers) as the next build's cache."""
+LAYERS_FILE = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "sardeenz"
+    / "deploy-image-layers.txt"
+)
+"""The image ids of every step of the last build, to remove them once superseded."""
+_STEP = re.compile(r"^--> (?:Using cache )?([0-9a-f]{11,64})$", re.M)
 
 
 class ToolsUnavailable(Exception):
@@ -95,9 +110,9 @@ def build_args(base: str, node_base: str, tag: str, target: str = "cpu") -> list
         "build",
         "--format",
         "docker",
-        # No layer cache: the tier measures a build from the base images, and leaves no
-        # intermediate images behind for anyone to prune.
-        "--layers=false",
+        # The layer cache: the dependency layers of the last build are reused until
+        # pyproject.toml or frontend/'s lock file changes (see build_layers below).
+        "--layers",
         "--network",
         "host",
         *ULIMITS,
@@ -113,6 +128,8 @@ def build_args(base: str, node_base: str, tag: str, target: str = "cpu") -> list
         f"NODE_BASE={node_base}",
         "-t",
         tag,
+        "-t",
+        CACHE_TAG,
     ]
     if index := os.environ.get("PIP_INDEX_URL"):
         args += ["--build-arg", f"PIP_INDEX_URL={index}"]
@@ -126,3 +143,36 @@ def build_args(base: str, node_base: str, tag: str, target: str = "cpu") -> list
     if registry.startswith("http"):
         args += ["--build-arg", f"NPM_REGISTRY={registry}"]
     return [*args, str(REPO)]
+
+
+def build_layers(build_stdout: str) -> list[str]:
+    """The image id of every step of a ``podman build --layers`` (cached or made), in order."""
+    return _STEP.findall(build_stdout)
+
+
+def dangling_images() -> frozenset[str]:
+    """Full ids of the untagged images that nothing builds on (the leaves of old builds)."""
+    out = podman("images", "-q", "--no-trunc", "--filter", "dangling=true").stdout.split()
+    return frozenset(i.removeprefix("sha256:") for i in out)
+
+
+def drop_superseded_layers(current: list[str]) -> frozenset[str]:
+    """Remove the previous build's layers this build did not reuse; record this build's.
+
+    Only images that are dangling are removed: a leaf of an old build, whose removal takes
+    its untagged parents that nothing else uses along (podman's rmi). A layer of this
+    build, or an image some other run still has tagged, is never touched. Returns the
+    superseded layers still there afterwards (none, unless podman refused).
+    """
+    previous = LAYERS_FILE.read_text().split() if LAYERS_FILE.is_file() else []
+    keep = {c[:11] for c in current}
+    superseded = {layer[:11] for layer in previous if layer[:11] not in keep}
+    for layer in reversed(previous):
+        if layer[:11] not in superseded:
+            continue
+        full = next((d for d in dangling_images() if d.startswith(layer[:11])), None)
+        if full:
+            podman("rmi", full, check=False)
+    LAYERS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    LAYERS_FILE.write_text("\n".join(current) + "\n")
+    return frozenset(d for d in dangling_images() if d[:11] in superseded)

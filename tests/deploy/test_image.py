@@ -5,10 +5,12 @@ then run as an operator would: the data dir on a named volume, the port publishe
 127.0.0.1 only. The run loads a simulated model, sends a chat completion through it, stops
 the container, and starts a new one on the same volume to show the registry survived:
 the audit trail's record of the load (a clean stop unloads instances, so the instances
-themselves are not what persists). Containers, volume and image are removed at the end;
-the cached base images are kept.
+themselves are not what persists). Containers and volume are removed at the end; the
+image stays, as ``localhost/sardeenz-deploy-cache:cpu``, the layer cache of the next
+build (the dependency layers are then reused; the previous build's other layers are
+removed, tests/deploy/podman.py), as do the base images.
 
-Build time and image size are written to test-output/deploy-image.json.
+Build time, cached steps and image size are written to test-output/deploy-image.json.
 """
 
 from __future__ import annotations
@@ -23,8 +25,20 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.deploy.podman import REPO, ULIMITS, ToolsUnavailable, base_images, build_args, podman
-from tests.support import free_port, host_network, load_active
+from testkit.ports import free_port
+from testkit.servers import load_active
+from tests.deploy.podman import (
+    REPO,
+    ULIMITS,
+    ToolsUnavailable,
+    base_images,
+    build_args,
+    build_layers,
+    dangling_images,
+    drop_superseded_layers,
+    podman,
+)
+from tests.hostnet import host_network
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1200)]
 
@@ -39,12 +53,12 @@ class BuiltImage:
     tag: str
     build_seconds: float
     size_bytes: int
+    cached_steps: int
+    """Steps the layer cache answered (0 on a machine's first build)."""
     leftovers: frozenset[str]
-    """Untagged images the build added (intermediate stages)."""
-
-
-def dangling_images() -> frozenset[str]:
-    return frozenset(podman("images", "-q", "--filter", "dangling=true").stdout.split())
+    """Untagged images the build added that are not layers of its own steps."""
+    stale: frozenset[str]
+    """Layers of the previous build that this one did not reuse, still there."""
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +71,19 @@ def image() -> Iterator[BuiltImage]:
     before = dangling_images()
     start = time.monotonic()
     try:
-        podman(*build_args(base, node_base, tag), timeout=BUILD_TIMEOUT_SECONDS)
+        build = podman(*build_args(base, node_base, tag), timeout=BUILD_TIMEOUT_SECONDS)
+        build_seconds = time.monotonic() - start
+        layers = build_layers(build.stdout)
+        assert layers, f"no step ids in the build's output:\n{build.stdout[-2000:]}"
+        stale = drop_superseded_layers(layers)
+        own = {layer[:11] for layer in layers}
         built = BuiltImage(
             tag=tag,
-            build_seconds=time.monotonic() - start,
+            build_seconds=build_seconds,
             size_bytes=int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout),
-            leftovers=dangling_images() - before,
+            cached_steps=build.stdout.count("--> Using cache "),
+            leftovers=frozenset(d for d in dangling_images() - before if d[:11] not in own),
+            stale=stale,
         )
         out = REPO / "test-output"
         out.mkdir(exist_ok=True)
@@ -71,6 +92,7 @@ def image() -> Iterator[BuiltImage]:
                 {
                     "image": "cpu",
                     "build_seconds": round(built.build_seconds, 1),
+                    "cached_steps": built.cached_steps,
                     "size_bytes": built.size_bytes,
                     "size_mb": round(built.size_bytes / 1e6),
                 }
@@ -78,7 +100,8 @@ def image() -> Iterator[BuiltImage]:
         )
         yield built
     finally:
-        podman("rmi", "-f", tag, check=False)
+        # Untags only: the image stays as the next build's cache under CACHE_TAG.
+        podman("rmi", tag, check=False)
 
 
 @dataclass
@@ -121,7 +144,7 @@ class Containers:
 @pytest.fixture
 def containers(image: BuiltImage) -> Iterator[Containers]:
     # Running a container adds a veth and a bridge on the host: the browser tier must
-    # not be loading pages meanwhile (tests/support.host_network).
+    # not be loading pages meanwhile (tests/hostnet.py).
     with host_network(changes=True):
         made = Containers(image.tag)
         yield made
@@ -240,9 +263,12 @@ def test_runs_as_an_arbitrary_uid_of_group_0(containers: Containers) -> None:
     assert owner == "1000650000:0"
 
 
-def test_build_leaves_only_the_tagged_image(image: BuiltImage) -> None:
-    """``--layers=false``: no intermediate images pile up for someone to prune."""
+def test_build_leaves_only_its_own_layers(image: BuiltImage) -> None:
+    """With the layer cache on, nothing piles up for someone to prune: the build adds no
+    untagged image but its own steps' layers (the next build's cache), and the previous
+    build's layers that it did not reuse are gone."""
     assert image.leftovers == frozenset()
+    assert image.stale == frozenset()
 
 
 ORPHAN = """

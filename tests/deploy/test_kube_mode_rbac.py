@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from sardeenz.cluster.membership.kube_api import GROUPS
-from tests.cluster.harness import agreed_leader
+from testkit.cluster import agreed_leader
 from tests.deploy.kubectl import Kubectl, can, deploy_to, put_role
 from tests.deploy.manifests import KustomizeMissing, one
 from tests.kube.apiserver import KubeApiServer

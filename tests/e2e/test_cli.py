@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support import ServerProcess, free_port, wait_for_status
+from testkit.ports import free_port
+from testkit.servers import ServerProcess, wait_for_status
 
 
 def cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> Any:
@@ -129,7 +130,7 @@ def test_demo_mode_loads_labelled_simulated_models(server_factory: Any) -> None:
             if len(insts) >= 2 and all(i["status"] == "active" for i in insts):
                 break
             time.sleep(0.2)
-        assert len(insts) == 2
+        assert len(insts) == 2, f"not two active demo instances within 30 s: {insts}"
         assert all(i["simulated"] and i["engine"] == "sim" for i in insts)
         assert all("simulated" in i["displayName"] for i in insts)
         assert api.get("/api/health").json()["mode"] == "demo"

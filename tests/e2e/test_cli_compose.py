@@ -24,7 +24,8 @@ import typer.main
 
 from sardeenz import cli as cli_module
 from sardeenz.cli.resolve import pick
-from tests.support import ServerPool, ServerProcess, free_port, load_active
+from testkit.ports import free_port
+from testkit.servers import ServerPool, ServerProcess, load_active
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 COLUMNS = 80

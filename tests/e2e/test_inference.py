@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support import ServerPool, ServerProcess, sim_load, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, sim_load, wait_for_status
 
 
 def _expected(n: int) -> str:

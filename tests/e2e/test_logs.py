@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from tests.support import ServerProcess, load_active
+from testkit.servers import ServerProcess, load_active
 
 QUIET_SECONDS = 20.0
 HEALTH_INTERVAL = 0.5  # ServerProcess's SARDEENZ_HEALTH_INTERVAL_SECONDS

@@ -35,7 +35,7 @@ import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.support import free_port_range
+from testkit.ports import free_port_range
 
 APISERVER_ENV = "SARDEENZ_KUBE_APISERVER"
 ETCD_ENV = "SARDEENZ_ETCD"

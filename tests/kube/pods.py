@@ -7,7 +7,7 @@ loopback address with the env a pod gets (``KUBERNETES_SERVICE_HOST``/``PORT``,
 TokenRequest token of an account bound to the given Role; once the process
 answers its readiness probe, the Pod's status is patched Ready with the
 podIP, as a kubelet would. The harness's status helpers come from the static
-cluster's (tests/cluster/harness.py).
+cluster's (testkit/cluster.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 
 import httpx
 
-from tests.cluster.harness import SECRET, TIMING, Cluster
+from testkit.cluster import SECRET, TIMING, Cluster
+from testkit.ports import free_port
+from testkit.servers import ServerProcess
 from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
-from tests.support import ServerProcess, free_port
 
 LEASE_TIMING = {
     "SARDEENZ_KUBE_LEASE_DURATION_SECONDS": "3",
@@ -153,14 +154,14 @@ class KubePods(Cluster):
             )
         assert resp.status_code == 200, resp.text
 
-    def start(self) -> KubePods:
+    def start(self, timeout: float = 60.0) -> KubePods:
         """Create the Pod objects, start every process at once (a start costs seconds of
         CPU on a loaded machine) and mark each Ready once it answers its probe."""
         for name in self.names:
             self.create_pod(name)
 
         def boot(name: str) -> None:
-            self.pods[name].start(timeout=60)
+            self.pods[name].start(timeout)
             self.mark_ready(name)
 
         with ThreadPoolExecutor(len(self.names)) as pool:

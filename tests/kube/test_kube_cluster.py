@@ -25,14 +25,14 @@ import openai
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from tests.cluster.harness import SECRET, agreed_leader
+from testkit.cluster import SECRET, agreed_leader
 from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
 from tests.kube.pods import LEASE_TIMING, KubePods
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
 UNAVAILABLE_AFTER = 2.5
-"""tests/cluster/harness.py's failure-detector time: route removal by the watch must beat it."""
+"""testkit/cluster.py's failure-detector time: route removal by the watch must beat it."""
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,7 @@ def test_no_orphan_engines(pods: KubePods) -> None:
     deadline = time.monotonic() + 10
     while pods.orphans() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert pods.orphans() == []
+    assert pods.orphans() == [], "engines still running 10 s after every pod stopped"
 
 
 def _without(resource: str, verb: str) -> list[dict[str, object]]:

@@ -11,7 +11,7 @@ import httpx
 import jwt
 import pytest
 
-from tests.support import ServerProcess, kill_engines
+from testkit.servers import ServerProcess, kill_engines
 
 SECRET = "hardening-tests-hs256-secret-0123456789abcdef"
 BEYOND_SQLITE = str(2**63)  # one past SQLite's largest INTEGER

@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.support import ServerProcess, kill_engines, sim_load, wait_for_status
+from testkit.servers import ServerProcess, kill_engines, sim_load, wait_for_status
 
 
 def _start_fails(srv: ServerProcess) -> subprocess.CompletedProcess[str]:

@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster.harness import Cluster
-from tests.support import free_port
+from testkit.cluster import Cluster
+from testkit.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support import ServerProcess, engine_processes, kill_engines, sim_load, wait_for_status
+from testkit.servers import ServerProcess, engine_processes, kill_engines, sim_load, wait_for_status
 
 
 def _signal_all(procs: list[psutil.Process], sig: signal.Signals) -> None:

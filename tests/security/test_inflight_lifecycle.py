@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import ServerPool, ServerProcess, load_active, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, load_active, wait_for_status
 
 GRACE = 3.0
 CLIENT_TIMEOUT = 40.0

@@ -20,7 +20,7 @@ import jwt
 import orjson
 import pytest
 
-from tests.support import ServerProcess, kill_engines, load_active
+from testkit.servers import ServerProcess, kill_engines, load_active
 
 SECRET = "ingress-tests-hs256-secret-0123456789abcdef"
 HEADER_TIMEOUT = 1.0

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import ServerProcess, engine_processes, kill_engines, wait_for_status
+from testkit.servers import ServerProcess, engine_processes, kill_engines, wait_for_status
 
 FORGED = "CRITICAL forged"
 # Every character str.splitlines breaks on, and those a terminal acts on, but "\n".

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from sardeenz.runtime import identity
-from tests.support import free_port
+from testkit.ports import free_port
 
 LISTEN_REUSEPORT = """
 import socket, sys, time

@@ -7,15 +7,16 @@ output text, same exit-0-on-failure.
 
 from __future__ import annotations
 
-import os
-import stat
+import asyncio
 import struct
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sardeenz.config import Settings
+from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.kvcached import (
     Kvctl,
     KvctlError,
@@ -30,57 +31,8 @@ from sardeenz.gpu.kvcached import (
     scan_segment_files,
     should_enable,
 )
-
-FAKE_KVCTL = f"""#!{sys.executable} -S
-import json, os, struct, sys, time
-
-shm = os.environ["FAKE_SHM_DIR"]
-mode = os.environ.get("FAKE_KVCTL_MODE", "")
-args = sys.argv[1:]
-with open(os.environ["FAKE_KVCTL_LOG"], "a") as log:
-    log.write(" ".join(args) + "\\n")
-if mode == "hang":
-    time.sleep(30)
-if mode == "crash":
-    print("Traceback (most recent call last): ...", file=sys.stderr)
-    sys.exit(1)
-cmd = args[0] if args else "shell"
-if cmd == "list":
-    res = []
-    for name in sorted(os.listdir(shm)):
-        path = os.path.join(shm, name)
-        if os.path.getsize(path) != 24:
-            continue
-        with open(path, "rb") as f:
-            total, used, _ = struct.unpack("<qqq", f.read(24))
-        if total > 0:
-            res.append({{"ipc": name, "limit_bytes": total, "used_bytes": used}})
-    if "--json" in args and mode != "text":
-        print(json.dumps(res, indent=2))
-    elif not res:
-        print("No active KVCached segments found.")
-elif cmd == "delete":
-    path = os.path.join(shm, args[1])
-    if os.path.exists(path):
-        os.unlink(path)
-        print(f"Deleted IPC '{{args[1]}}'.")
-    else:
-        prefix = "Error: " if mode == "error-prefix" else ""
-        print(f"{{prefix}}IPC '{{args[1]}}' not found.", file=sys.stderr)
-    sys.exit(0)  # kvcached 0.1.5 exits 0 even when the delete failed
-elif cmd == "limit":
-    path = os.path.join(shm, args[1])
-    if not os.path.exists(path):
-        print(f"Error: IPC '{{args[1]}}' not found.", file=sys.stderr)
-        sys.exit(0)
-    with open(path, "r+b") as f:
-        _, used, prealloc = struct.unpack("<qqq", f.read(24))
-        f.seek(0)
-        f.write(struct.pack("<qqq", int(args[2]), used, prealloc))
-    print(f"Updated kv cache limit for {{args[1]}} to ... ({{args[2]}} bytes)")
-else:
-    print("Entering kvcached shell.")
-"""
+from sardeenz.memory.kvlimits import Change, KvcachedLimits, changes, plan_limits, segment_gpus
+from tests.fake_kvctl import fake_kvctl_env
 
 GiB = 2**30
 
@@ -107,15 +59,9 @@ def shm(tmp_path: Path) -> Path:
 @pytest.fixture
 def fake_kvctl(tmp_path: Path, shm: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A kvctl on PATH; returns the file its invocations are logged to."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "kvctl"
-    exe.write_text(FAKE_KVCTL)
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     calls = tmp_path / "kvctl-calls.log"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setenv("FAKE_SHM_DIR", str(shm))
-    monkeypatch.setenv("FAKE_KVCTL_LOG", str(calls))
+    for name, value in fake_kvctl_env(tmp_path / "bin", shm, calls).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.delenv("FAKE_KVCTL_MODE", raising=False)
     return calls
 
@@ -314,3 +260,109 @@ async def test_tracker_cleanup_survives_a_broken_kvctl(
     tracker = SegmentTracker()
     tracker.record("kvcached_vllm_GPU0")
     assert await tracker.cleanup(Kvctl()) == []
+
+
+# --- limits from the KV room (memory/kvlimits.py) -----------------------------------
+
+
+def test_segment_gpus_reads_the_names_kvcached_picks() -> None:
+    assert segment_gpus("kvcached_vllm_GPU0") == [0]
+    assert segment_gpus("kvcached_vllm_GPU0_GPU1") == [0, 1]
+    assert segment_gpus("kvcached_vllm_GPU3_vLLM_4242") == [3]
+    assert segment_gpus("kvcached_vllm_GPU3_proc_17_2") == [3]
+    assert segment_gpus("someone_else") is None
+    assert segment_gpus("kvcached_vllm_GPU0_evil") is None
+
+
+def test_limits_share_the_free_room_and_never_cut_below_use() -> None:
+    segs = [
+        Segment("kvcached_vllm_GPU0", 20 * GiB, 6 * GiB),
+        Segment("kvcached_vllm_GPU0_vLLM_9", 20 * GiB, 2 * GiB),
+        Segment("kvcached_vllm_GPU1", 20 * GiB, 0),
+    ]
+    limits = plan_limits({0: 12 * GiB, 1: 5 * GiB}, segs)
+    # GPU0: 12 GiB of room, 8 used, 4 free: 2 GiB more each.
+    assert limits == {
+        "kvcached_vllm_GPU0": 8 * GiB,
+        "kvcached_vllm_GPU0_vLLM_9": 4 * GiB,
+        "kvcached_vllm_GPU1": 5 * GiB,
+    }
+    assert sum(v for k, v in limits.items() if k.startswith("kvcached_vllm_GPU0")) == 12 * GiB
+    # More in use than the room (a load next to them): nobody grows, nobody is cut.
+    over = plan_limits({0: 4 * GiB}, segs[:2])
+    assert over == {"kvcached_vllm_GPU0": 6 * GiB, "kvcached_vllm_GPU0_vLLM_9": 2 * GiB}
+    # No room and no use: the smallest limit kvctl takes.
+    assert plan_limits({1: 0}, segs[2:]) == {"kvcached_vllm_GPU1": 1}
+    # A GPU the budget does not know (gone from the inventory) is left alone.
+    assert plan_limits({}, segs) == {}
+
+
+def test_changes_skip_limits_within_the_slack() -> None:
+    segs = [Segment("a", 10 * GiB, 0), Segment("b", 10 * GiB, 0)]
+    desired = {"a": 10 * GiB + 2**20, "b": 4 * GiB, "c": GiB}
+    assert changes(desired, segs) == [Change("b", 4 * GiB, 10 * GiB)]
+
+
+async def test_limits_follow_status_events(fake_kvctl: Path, shm: Path) -> None:
+    """A load or unload changes the room: the segment's limit follows, through kvctl."""
+    _write_segment(shm, "kvcached_vllm_GPU0", 22 * GiB, GiB)
+    tracker = SegmentTracker()
+    tracker.record("kvcached_vllm_GPU0")
+    room = {0: 10 * GiB}
+
+    async def room_now() -> dict[int, int]:
+        return dict(room)
+
+    bus = EventBus()
+    limits = KvcachedLimits(bus, Kvctl(shm_dir=shm), tracker, room_now)
+    assert [c.limit_bytes for c in await limits.reconcile()] == [10 * GiB]
+    assert read_segment_file("kvcached_vllm_GPU0", shm) == SegmentFile(10 * GiB, GiB, 0)
+    assert await limits.reconcile() == []  # level-triggered: nothing to do twice
+
+    limits.start()
+    try:
+        room[0] = 4 * GiB  # another model loaded on GPU 0
+        inst = ModelInstance(
+            id="i-1",
+            model_path="m",
+            served_model_name="m",
+            display_name="m",
+            engine=EngineKind.SIM,
+            status=InstanceStatus.ACTIVE,
+            port=20000,
+        )
+        bus.publish(StatusEvent(inst, InstanceStatus.STARTING))
+        await _until(
+            lambda: read_segment_file("kvcached_vllm_GPU0", shm) == SegmentFile(4 * GiB, GiB, 0)
+        )
+        bus.publish(RemovedEvent(inst))
+        room[0] = 10 * GiB
+        bus.publish(RemovedEvent(inst))
+        await _until(
+            lambda: read_segment_file("kvcached_vllm_GPU0", shm) == SegmentFile(10 * GiB, GiB, 0)
+        )
+    finally:
+        await limits.stop()
+    assert _lines(fake_kvctl).count(f"limit kvcached_vllm_GPU0 {4 * GiB}") == 1
+
+
+async def test_limits_without_kvctl_do_nothing(tmp_path: Path, shm: Path) -> None:
+    _write_segment(shm, "kvcached_vllm_GPU0", 22 * GiB, GiB)
+    tracker = SegmentTracker()
+    tracker.record("kvcached_vllm_GPU0")
+
+    async def room() -> dict[int, int]:
+        return {0: GiB}
+
+    limits = KvcachedLimits(EventBus(), Kvctl(tmp_path / "no-kvctl", shm_dir=shm), tracker, room)
+    assert await limits.reconcile() == []
+    assert read_segment_file("kvcached_vllm_GPU0", shm) == SegmentFile(22 * GiB, GiB, 0)
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    try:
+        async with asyncio.timeout(10):
+            while not check():  # noqa: ASYNC110 - kvctl, another process, writes the file
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError("the kvcached limit did not follow within 10 s") from None

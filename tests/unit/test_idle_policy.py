@@ -212,3 +212,63 @@ async def test_idle_seconds_is_the_clock_the_ttls_count() -> None:
     await reaper.tick()
     now[0] += 3
     assert reaper.idle_seconds(["i1", "gone"]) == 3
+
+
+async def test_minimum_residency_counts_from_each_wake_not_the_first_load() -> None:
+    now = [0.0]
+    inst = _instance("i1", "m")
+    life = _FakeLifecycle([inst])
+    entry = CatalogEntry(model_path="m", sleep_level=1, idle_sleep_seconds=10)
+    reaper = IdleReaper(
+        Settings(ondemand_min_residency_seconds=60),
+        _FakeCatalog({"m": entry}),  # type: ignore[arg-type]
+        life,
+        activity=lambda name: (0, 0),
+        clock=lambda: now[0],
+    )
+    await reaper.tick()
+    now[0] += 100  # idle and resident long enough: it sleeps
+    await reaper.tick()
+    assert life.calls == [("sleep", "i1")]
+    now[0] += 5
+    await reaper.tick()  # seen asleep
+    inst.status = InstanceStatus.ACTIVE  # a request woke it (and ended)
+    now[0] += 1
+    await reaper.tick()
+    # idle for 100+ s by its clock, loaded 106 s ago, but woken 0 s ago: it stays
+    now[0] += 59
+    await reaper.tick()
+    assert life.calls == [("sleep", "i1")]
+    now[0] += 1
+    await reaper.tick()
+    assert life.calls == [("sleep", "i1"), ("sleep", "i1")]
+
+
+async def test_a_level_one_idle_sleep_needs_host_ram_for_the_weights() -> None:
+    now = [0.0]
+    inst = _instance("i1", "m").model_copy(update={"reserved_bytes_per_gpu": 4 * 2**30})
+    life = _FakeLifecycle([inst])
+    room = [3 * 2**30]
+
+    async def host_room() -> int:
+        return room[0]
+
+    reaper = IdleReaper(
+        Settings(ondemand_min_residency_seconds=0),
+        _FakeCatalog({"m": CatalogEntry(model_path="m", sleep_level=1, idle_sleep_seconds=10)}),  # type: ignore[arg-type]
+        life,
+        activity=lambda name: (0, 0),
+        clock=lambda: now[0],
+        host_room=host_room,
+    )
+    await reaper.tick()
+    now[0] += 20
+    await reaper.tick()
+    assert life.calls == []  # 4 GiB of weights, 3 GiB of host RAM: it stays awake
+    room[0] = 5 * 2**30
+    now[0] += 1
+    await reaper.tick()
+    assert life.calls == []  # looked at again only after the retry delay
+    now[0] += 30
+    await reaper.tick()
+    assert life.calls == [("sleep", "i1")]

@@ -27,7 +27,7 @@ from sardeenz.runtime.ports import (
     port_is_free,
     prepare_lock_dir,
 )
-from tests.support import free_port_range
+from testkit.ports import free_port_range
 
 HOLD_LOCK = """
 import fcntl, os, sys, time

@@ -31,7 +31,7 @@ from sardeenz.runtime.runner import InstanceRunner
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.instances import InstanceRepository, StoredInstance
 from sardeenz.store.profiles import ProfileRepository
-from tests.support import free_port_range
+from testkit.ports import free_port_range
 
 GIB = 2**30
 

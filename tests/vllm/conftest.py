@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import ServerProcess, kill_engines, wait_for_status
+from testkit.servers import ServerProcess, kill_engines, wait_for_status
 
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sardeenz"
 BUILD_SCRIPT = Path(__file__).with_name("tiny_llama.py")

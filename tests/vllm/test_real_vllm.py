@@ -2,17 +2,16 @@
 
 One server and one loaded instance (``tiny-a``) are shared by the module, because each real
 instance costs ~30 s and ~1.9 GB on a 2-core machine. Tests run in file order; the last one
-kills and restarts the server, so it must stay last. Teardown kills every process of the
-data dir even when a test fails (``tests.support.kill_engines``).
+kills and restarts the server, so it must stay last. The starts that need no running
+instance (on first request, failures) are in test_real_vllm_starts.py, with a server of
+their own, so the two modules run side by side on two workers. Teardown kills every process of the
+data dir even when a test fails (``testkit.servers.kill_engines``).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,10 @@ import psutil
 import pytest
 from openai import OpenAI
 
-from tests.support import ServerProcess, engine_processes, wait_for_status
+from testkit.servers import ServerProcess, engine_processes, wait_for_status
 from tests.vllm.conftest import (
-    ENGINE_ARGS,
     STOP_GRACE_SECONDS,
     TIMINGS,
-    load_vllm,
     timed,
 )
 
@@ -223,101 +220,12 @@ def test_two_instances_side_by_side_then_unload_leaves_nothing(
         deadline = time.monotonic() + 5
         while tmp.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not tmp.exists()
+        assert not tmp.exists(), f"{tmp} still there 5 s after the unload"
         assert api.get(f"/api/v1/models/{b['id']}").status_code == 404
         # tiny-a is untouched.
         assert client.completions.create(model="tiny-a", prompt="Hi", max_tokens=2).model == (
             "tiny-a"
         )
-
-
-# --- load on first request ------------------------------------------------------------------
-
-
-def test_first_request_to_a_catalog_model_starts_the_real_engine(
-    vllm_server: ServerProcess, tiny_model: Path, pair: dict[str, dict[str, Any]]
-) -> None:
-    # After the side-by-side test unloaded tiny-b: its memory is what this start uses.
-    with vllm_server.client() as api:
-        entry = {"modelPath": str(tiny_model), "engine": "vllm", "extraArgs": ENGINE_ARGS}
-        resp = api.put("/api/v1/catalog/tiny-demand", json=entry)
-        assert resp.status_code == 200, resp.text
-        assert resp.json()["state"] == "unloaded"
-        client = OpenAI(
-            base_url=f"{vllm_server.url}/v1", api_key="unused", timeout=300, max_retries=0
-        )
-        listed = {m.id: m for m in client.models.list().data}
-        assert (listed["tiny-demand"].model_extra or {})["state"] == "unloaded"
-        with timed("first request to an unloaded catalog model (real vLLM start)"):
-            chat = client.chat.completions.create(
-                model="tiny-demand",
-                messages=[{"role": "user", "content": "Hello"}],
-                max_tokens=4,
-                extra_body={"min_tokens": 4, "ignore_eos": True},
-            )
-        assert chat.model == "tiny-demand"
-        assert chat.usage is not None
-        assert chat.usage.completion_tokens == 4
-        listed_insts = api.get("/api/v1/models").json()
-        insts = [i for i in listed_insts if i["servedModelName"] == "tiny-demand"]
-        assert [i["status"] for i in insts] == ["active"]
-        assert api.get("/api/v1/catalog/tiny-demand").json()["state"] == "active"
-        # Leave the memory to the next tests.
-        assert api.post(f"/api/v1/models/{insts[0]['id']}/unload").status_code == 200
-        assert api.delete("/api/v1/catalog/tiny-demand").status_code == 200
-
-
-# --- failures parsed from the real engine's output -------------------------------------------
-
-
-def test_failures_end_failed_with_the_root_cause(
-    vllm_server: ServerProcess, tiny_model: Path, tmp_path: Path
-) -> None:
-    missing = tmp_path / "no-such-model"
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    truncated = tmp_path / "truncated"
-    shutil.copytree(tiny_model, truncated)
-    weights = truncated / "model.safetensors"
-    os.truncate(weights, weights.stat().st_size // 2)  # a download cut short
-
-    cases: dict[str, tuple[Path, list[str], list[str]]] = {
-        # name: (model, extra args, what the message must say)
-        "missing": (missing, [], [str(missing)]),
-        "empty": (empty, [], ["Invalid repository ID or local directory", str(empty)]),
-        "truncated": (truncated, [], ["SafetensorError", "incomplete metadata"]),
-        "badflag": (tiny_model, ["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
-    }
-    with vllm_server.client() as api, timed("four failing loads, concurrently"):
-        insts = {
-            name: load_vllm(api, model, f"fail-{name}", extra=extra)
-            for name, (model, extra, _) in cases.items()
-        }
-
-        def settle(name: str) -> dict[str, Any]:
-            return wait_for_status(api, insts[name]["id"], {"failed", "active"}, timeout=180)
-
-        with ThreadPoolExecutor(len(insts)) as pool:
-            results = dict(zip(insts, pool.map(settle, insts), strict=True))
-
-        for name, (_, _, needles) in cases.items():
-            got = results[name]
-            assert got["status"] == "failed", (name, got)
-            message = got["errorMessage"]
-            for needle in needles:
-                assert needle in message, (name, message)
-            assert "Engine core initialization failed" not in message, (name, message)
-            assert "pid=" not in message, (name, message)
-
-        failed_ids = {i["id"] for i in insts.values()}
-        leftovers = [
-            describe(p)
-            for p in engine_processes(vllm_server.data_dir)
-            if p.environ().get("SARDEENZ_INSTANCE_ID") in failed_ids
-        ]
-        assert leftovers == []
-        for inst in insts.values():
-            assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
 
 
 # --- controller crash and restart (keep last: it restarts the shared server) -----------------

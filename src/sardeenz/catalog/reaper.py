@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +32,7 @@ from sardeenz.events import CatalogEvent, EventBus
 from sardeenz.memory.ledger import offload_bytes
 from sardeenz.proxy import metrics
 from sardeenz.tasks import stop_task
+from sardeenz.units import gib
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,11 @@ class _Clock:
     last_activity: float
     finished_seen: int
     active_since: float | None = None
+    """Since when the instance is active this time (a wake starts it again)."""
+    last_status: InstanceStatus | None = None
     retry_at: float = 0.0
+    no_room_said: bool = False
+    """The 'no host RAM for a level-1 sleep' warning was logged (once per episode)."""
 
 
 class IdleReaper:
@@ -78,12 +83,16 @@ class IdleReaper:
         activity: Activity = proxy_activity,
         clock: Callable[[], float] = time.monotonic,
         bus: EventBus | None = None,
+        host_room: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
+        """``host_room``: bytes of host RAM a level-1 sleep may still fill (the memory
+        ledger's ``host_room``); without it, level-1 sleeps are not checked."""
         self._catalog = catalog
         self._bus = bus
         self._lifecycle = lifecycle
         self._activity = activity
         self._clock = clock
+        self._host_room = host_room
         self._tick = settings.ondemand_tick_seconds
         self._min_residency = settings.ondemand_min_residency_seconds
         self._clocks: dict[str, _Clock] = {}
@@ -149,8 +158,11 @@ class IdleReaper:
         if in_flight > 0 or finished != clock.finished_seen:
             clock.last_activity = now
             clock.finished_seen = finished
-        if inst.status is InstanceStatus.ACTIVE and clock.active_since is None:
+        if inst.status is InstanceStatus.ACTIVE and (
+            clock.active_since is None or clock.last_status is not InstanceStatus.ACTIVE
+        ):  # loaded, or woken: the minimum residency counts from now
             clock.active_since = now
+        clock.last_status = inst.status
         return in_flight, clock
 
     def _candidates(self, exclude: str) -> list[Candidate]:
@@ -189,6 +201,29 @@ class IdleReaper:
         steps = plan_eviction(cands, self._min_residency, need, host_room)
         return steps, free_later(cands, self._min_residency)
 
+    async def _host_has_room(self, inst: ModelInstance, clock: _Clock) -> bool:
+        """A level-1 sleep moves the weights to host RAM: only when the host has room for
+        them (the check evictions make). Otherwise the model stays awake (its idle unload,
+        or an eviction that needs its memory, still applies) and is looked at again later."""
+        if self._host_room is None:
+            return True
+        need, room = offload_bytes(inst), await self._host_room()
+        if need <= room:
+            clock.no_room_said = False
+            return True
+        clock.retry_at = self._clock() + RETRY_AFTER_FAILURE
+        if not clock.no_room_said:
+            clock.no_room_said = True
+            log.warning(
+                "idle: not putting %s (instance %s) to sleep at level 1: its weights need "
+                "%s of host RAM, %s is available; it stays awake",
+                inst.served_model_name,
+                inst.id,
+                gib(need),
+                gib(room),
+            )
+        return False
+
     def idle_seconds(self, instance_ids: list[str]) -> float | None:
         """Seconds since any of these instances last had a request, as of the last tick
         (what the idle TTLs count); None when the loop has not seen any of them."""
@@ -207,6 +242,8 @@ class IdleReaper:
         # Re-read right before acting: a request may have arrived during an earlier await
         # of this tick (the call below starts synchronously, so none can slip in after).
         if self._activity(name)[0] > 0:
+            return
+        if action is IdleAction.SLEEP and level == 1 and not await self._host_has_room(inst, clock):
             return
         log.info(
             "idle: %s %s (instance %s) after %.0f s without requests",

@@ -1,6 +1,6 @@
 """A static-peers cluster of real `sardeenz serve` processes on loopback addresses.
 
-Used by tests/cluster/ and benchmarks/cluster.py.
+Used by tests/cluster/, tests/browser/ and the cluster benchmarks.
 
 Each pod binds its own address of 127/8 (the whole block answers locally), so
 pods are told apart by address as they would be on a network, and every pod
@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 
-from tests.support import ServerProcess, engine_processes, free_port, kill_engines
+from testkit.ports import free_port
+from testkit.servers import ServerProcess, engine_processes, kill_engines
 
 SECRET = "c" * 64
 TIMING = {
@@ -55,9 +56,19 @@ class Cluster:
             }
             self.pods[name] = ServerProcess(root / name, host=host, port=port, extra_env=env)
 
-    def start(self) -> Cluster:
-        for pod in self.pods.values():
-            pod.start()
+    def start(self, timeout: float = 60.0) -> Cluster:
+        """Start the first pod, then all the others at once.
+
+        A start is mostly the app's import, so the others side by side take about as long
+        as one. The first pod is up before anyone can form a quorum, as when they were
+        started one by one: the Bully election then gives pod-a the lead, which tests rely on.
+        """
+        first, *rest = self.pods.values()
+        first.start(timeout)
+        for pod in rest:
+            pod.spawn()
+        for pod in rest:
+            pod.wait_ready(timeout)
         return self
 
     def status(self, name: str) -> dict[str, Any] | None:

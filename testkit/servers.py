@@ -1,63 +1,20 @@
-"""Test support: real `sardeenz serve` processes on free ports, and helpers."""
+"""Real `sardeenz serve` processes on free ports, their engines, and waiting on them."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import fcntl
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _ephemeral_ports() -> range:
-    """The kernel's range for port-0 binds (``ip_local_port_range``)."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return range(int(low), int(high) + 1)
-    except (OSError, ValueError):
-        return range(32768, 61000)
-
-
-def free_port_range(size: int) -> int:
-    """A base port with ``size`` free ports after it (best effort, randomised).
-
-    Chosen below the ephemeral range: vLLM picks its internal ports (torch.distributed,
-    ZMQ) by binding port 0, and one of those landing in an engine port range made a
-    real-vLLM start fail with ``Address already in use``.
-    """
-    top = min(_ephemeral_ports().start, 60000) - size
-    for _ in range(200):
-        base = random.randrange(20000, top)
-        ok = True
-        for p in range(base, base + size):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
+from testkit.ports import free_port, free_port_range
 
 
 class ServerProcess:
@@ -97,6 +54,11 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
+        return self.spawn().wait_ready(timeout)
+
+    def spawn(self) -> ServerProcess:
+        """Start the process without waiting: several servers then start side by side
+        (``Cluster.start``), each start being mostly the import of the app."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
@@ -107,6 +69,11 @@ class ServerProcess:
             start_new_session=True,
         )
         logf.close()
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> ServerProcess:
+        """Wait until ``/api/health/ready`` answers 200; raise with the log if it never does."""
+        assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -115,7 +82,9 @@ class ServerProcess:
                 if httpx.get(f"{self.url}/api/health/ready", timeout=1).status_code == 200:
                     return self
             time.sleep(0.1)
-        raise RuntimeError(f"server not ready in {timeout}s:\n{self.log()}")
+        raise RuntimeError(
+            f"server {self.url} not ready (/api/health/ready) in {timeout}s:\n{self.log()}"
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -237,93 +206,3 @@ def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
         alive = [p for p in alive if psutil.pid_exists(p) and not_zombie(p)]
         time.sleep(0.05)
     return alive
-
-
-class Sim:
-    """One simulated engine process in its own session (killed as a group)."""
-
-    def __init__(
-        self, model: str, *, ttft_ms: float = 5, itl_ms: float = 2, extra: Sequence[str] = ()
-    ) -> None:
-        self.model = model
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sardeenz.sim",
-                "--model",
-                model,
-                "--port",
-                str(self.port),
-                "--load-seconds",
-                "0",
-                "--ttft-ms",
-                str(ttft_ms),
-                "--itl-ms",
-                str(itl_ms),
-                "--disable-uvicorn-access-log",
-                *extra,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, timeout: float = 30) -> Sim:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sim engine exited with {self.proc.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.1)
-        raise RuntimeError("sim engine not ready")
-
-    def aborts(self) -> float:
-        text = httpx.get(f"{self.url}/metrics", timeout=5).text
-        for line in text.splitlines():
-            if line.startswith("vllm:request_success_total{") and 'finished_reason="abort"' in line:
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
-
-
-async def read_request(reader: asyncio.StreamReader) -> None:
-    """Read one HTTP/1.1 request with a Content-Length body (for fake engines)."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    await reader.readexactly(length)
-
-
-HOST_NETWORK_LOCK = Path(tempfile.gettempdir()) / "sardeenz-tests-host-network.lock"
-
-
-@contextlib.contextmanager
-def host_network(*, changes: bool) -> Iterator[None]:
-    """Keep tests that change the host's network apart from those it disturbs.
-
-    Chromium aborts page loads with ``ERR_NETWORK_CHANGED`` when an address or link of
-    the host changes, which the partition test does (bridges, veths and an address in
-    the root namespace). Browser modules hold this lock shared, the partition module
-    exclusively, so with two xdist workers they never overlap.
-    """
-    with HOST_NETWORK_LOCK.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX if changes else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
