@@ -8,7 +8,7 @@ Processes, each on its own event loop (uvloop):
   asyncio protocol answering in a few microseconds, so the proxy is what is
   measured; ``--upstream sim``: the simulated engine with zero latencies);
 * the proxy: the real ``sardeenz serve`` when it exists (the sim engine is
-  loaded through the admin API), else ``python -m sardeenz.proxy.standalone``;
+  loaded through the admin API), else ``python -m sardeenz.standalone``;
   uvicorn with uvloop + httptools, one worker;
 * nginx (if installed) with an equivalent keep-alive, unbuffered config;
 * a load generator (aiohttp client) in a separate process, driven over a pipe.
@@ -776,7 +776,7 @@ def orchestrate(args: argparse.Namespace) -> None:
                 [
                     PY,
                     "-m",
-                    "sardeenz.proxy.standalone",
+                    "sardeenz.standalone",
                     "--port",
                     str(proxy_port),
                     "--route",

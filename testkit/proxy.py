@@ -1,6 +1,6 @@
 """The standalone proxy on a background thread, for tests and benchmarks.
 
-``ThreadedProxyServer`` runs what ``python -m sardeenz.proxy.standalone`` runs
+``ThreadedProxyServer`` runs what ``python -m sardeenz.standalone`` runs
 (``build_gateway``: the node's own dispatch with no admin API behind it) on a
 thread with its own event loop, so a test can drive it with blocking clients
 (the official ``openai`` client) as well as async ones, and change the routing
@@ -21,7 +21,7 @@ from sardeenz.config import Settings
 from sardeenz.domain import ModelInstance
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.routing import RoutingTable
-from sardeenz.proxy.standalone import build_gateway
+from sardeenz.standalone import build_gateway
 
 T = TypeVar("T")
 

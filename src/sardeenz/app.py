@@ -52,7 +52,8 @@ from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
-from sardeenz.cluster.wiring import install_cluster
+from sardeenz.cluster.transport.routes import HOP_HEADER
+from sardeenz.cluster.wiring import gateway_hooks, proxy_remote_headers
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
@@ -76,6 +77,7 @@ from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, W
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
+from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.services import Services, measure_instance
 from sardeenz.store.audit import AuditRepository
 from sardeenz.store.benchmarks import BenchmarkRepository
@@ -128,7 +130,11 @@ def build_services(settings: Settings) -> Services:
     if cluster.active:  # the API entries are the cluster's (cluster/catalog_sync.py)
         bind_catalog(control, catalog, entries)
     room = RoomMaker(settings, supervisor, bus, ledger.host_room)
-    ondemand = OnDemand(settings, catalog, table, supervisor, room)
+    placement = ClusterPlacement(cluster, profiles)
+    starts = ClusterStarts(cluster, placement)
+    ondemand = OnDemand(
+        settings, catalog, table, supervisor, room, cluster=starts if cluster.active else None
+    )
     reaper = IdleReaper(settings, catalog, supervisor, bus=bus, host_room=ledger.host_room)
     ondemand.evictor = reaper
     warmup = WarmUp(settings, catalog, bus)
@@ -137,7 +143,12 @@ def build_services(settings: Settings) -> Services:
     ondemand.external = external
     catalog.external_state = external.catalog_state
     catalog.external_refusal = external.refusal
-    proxy = InferenceProxy(settings, table)
+    proxy = InferenceProxy(
+        settings,
+        table,
+        proxy_remote_headers(cluster),
+        hop_header=HOP_HEADER if cluster.active else None,
+    )
     proxy.demand = ondemand
     proxy.requests.pod = identity_of(settings).pod_id
     retention = (
@@ -146,7 +157,7 @@ def build_services(settings: Settings) -> Services:
         else None
     )
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
-    placement = ClusterPlacement(cluster, profiles)
+    moves = MoveService(Pods(cluster), settings, control)
     requests = RequestHistory(proxy.requests, retention)
     own_pod = proxy.requests.pod
 
@@ -201,9 +212,12 @@ def build_services(settings: Settings) -> Services:
         cluster=cluster,
         locator=locator,
         control=control,
-        moves=MoveService(Pods(cluster), settings, control),
+        moves=moves,
         placement=placement,
-        presets=PresetService(cluster, PresetRepository(db), placement, control),
+        starts=starts,
+        presets=PresetService(
+            cluster, PresetRepository(db), placement, control, moving=moves.moving_models
+        ),
         profile_sync=ProfileSync(cluster, profiles),
         node=node,
         metrics_history=MetricsHistory(
@@ -343,6 +357,16 @@ def create_app(settings: Settings) -> Gateway:
 
     mount_dashboard(app, WEB_DIR)  # last: its catch-all must not shadow any route above
 
+    unverified = UnverifiedBodies(settings.unverified_body_bytes)
+    hooks = gateway_hooks(
+        services.cluster,
+        services.profile_sync,
+        services.control,
+        services.starts,
+        services.collector,
+        services.locator,
+        unverified,
+    )
     gateway = Gateway(
         app,
         services.proxy,
@@ -350,25 +374,14 @@ def create_app(settings: Settings) -> Gateway:
         services.api_keys,
         settings,
         services.audit,
+        services=services,
+        internal=hooks.internal,
+        trusted_forward=hooks.trusted_forward,
+        redirect=hooks.redirect,
+        before_scrape=services.node.refresh,
+        unverified=unverified,
     )
-    gateway.api = app
-    gateway.services = services
-    services.presets.moving = services.moves.moving_models  # reconcile waits for moves
     node_metrics.COLLECTOR.sampler = services.node
-    gateway.before_scrape = services.node.refresh
-    if services.cluster.active:
-        starts = ClusterStarts(services.cluster, services.placement)
-        services.ondemand.cluster = starts
-        install_cluster(
-            gateway,
-            services.cluster,
-            services.proxy,
-            services.profile_sync,
-            services.control,
-            starts,
-            services.collector,
-            services.locator,
-        )
     return gateway
 
 

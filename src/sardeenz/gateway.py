@@ -14,7 +14,7 @@ the body, and the cluster's signed requests, which can only be verified with
 their body, are read under one node-wide budget (security/unverified.py).
 
 ``sardeenz serve`` puts FastAPI behind it; the proxy without a supervisor
-(proxy/standalone.py) puts a bare 404 app there and no audit trail, so both
+(standalone.py) puts a bare 404 app there and no audit trail, so both
 dispatch with this one class.
 """
 
@@ -59,6 +59,13 @@ class Gateway:
         api_keys: ApiKeys,
         settings: Settings,
         audit: AuditTrail | None,
+        *,
+        services: Any = None,
+        internal: ASGIApp | None = None,
+        trusted_forward: TrustedForward | None = None,
+        redirect: Callable[[Scope, Send], Awaitable[bool]] | None = None,
+        before_scrape: Callable[[], Awaitable[None]] | None = None,
+        unverified: UnverifiedBodies | None = None,
     ) -> None:
         self._api = api
         self._proxy = proxy
@@ -66,22 +73,23 @@ class Gateway:
         self._keys = api_keys
         self._api_limit = settings.api_max_body_bytes
         self._metrics_public = settings.metrics_public
-        self.unverified = UnverifiedBodies(settings.unverified_body_bytes)
-        """Bodies read before their signature is checked (cluster mode), all together."""
+        self.unverified = unverified or UnverifiedBodies(settings.unverified_body_bytes)
+        """Bodies read before their signature is checked (cluster mode), all together: the
+        same budget the ``/internal`` router and the trusted forward read under."""
         # No audit trail: the standalone proxy, which has no database.
         self._admin = audit.wrap(self._limited) if audit is not None else self._limited
         self._admin = ADMIN_API.wrap(self._admin)  # count + latency by route template
         self._direct = audit.wrap(self._direct_proxy) if audit is not None else self._direct_proxy
         self.api: Any = api  # the FastAPI app (routes, OpenAPI) for tests and tools
-        self.services: Any = None
+        self.services = services
         # Cluster mode only (cluster/wiring.py); None on a single node.
-        self.internal: ASGIApp | None = None
+        self.internal = internal
         """``/internal/*``: the HMAC-guarded pod-to-pod API."""
-        self.trusted_forward: TrustedForward | None = None
+        self.trusted_forward = trusted_forward
         """A /v1 request another pod forwarded (cluster signature instead of an API key)."""
-        self.redirect: Callable[[Scope, Send], Awaitable[bool]] | None = None
+        self.redirect = redirect
         """A follower sends admin and dashboard requests to the leader (True: answered)."""
-        self.before_scrape: Callable[[], Awaitable[None]] | None = None
+        self.before_scrape = before_scrape
         """Refreshes what ``/metrics`` reads at scrape time (GPU and instance memory)."""
 
     def http_protocol(self, settings: Settings) -> type[asyncio.Protocol]:

@@ -15,6 +15,7 @@ from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.observe import RequestCollector
+from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
@@ -77,6 +78,8 @@ class Services:
     moves: MoveService
     placement: ClusterPlacement
     """The leader's scheduler acting on loads without ``podId`` (cluster/placement.py)."""
+    starts: ClusterStarts
+    """On-demand starts placed by the leader (cluster/ondemand.py)."""
     profile_sync: ProfileSync
     """Memory profiles shared across the cluster (cluster/profile_sync.py)."""
     presets: PresetService

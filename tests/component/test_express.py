@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from sardeenz.config import Settings
-from sardeenz.proxy.standalone import make_instance
 from sardeenz.sim.text import completion_text
+from sardeenz.standalone import make_instance
 from testkit.proxy import ThreadedProxyServer
 from testkit.sim import Sim, read_request
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from sardeenz.config import Settings
 from sardeenz.proxy.fastlane import fast_lane_protocol
-from sardeenz.proxy.standalone import make_instance
+from sardeenz.standalone import make_instance
 from testkit.proxy import ThreadedProxyServer
 from testkit.sim import Sim
 

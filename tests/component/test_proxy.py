@@ -21,8 +21,8 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
-from sardeenz.proxy.standalone import make_instance
 from sardeenz.sim.text import completion_text
+from sardeenz.standalone import make_instance
 from testkit.ports import free_port
 from testkit.proxy import ThreadedProxyServer
 from testkit.sim import Sim

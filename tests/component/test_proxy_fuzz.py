@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sardeenz.config import Settings
-from sardeenz.proxy.standalone import make_instance
+from sardeenz.standalone import make_instance
 from testkit.proxy import ThreadedProxyServer
 
 pytestmark = pytest.mark.timeout(60)

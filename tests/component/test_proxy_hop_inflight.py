@@ -18,7 +18,7 @@ import pytest
 
 from sardeenz.config import Settings
 from sardeenz.proxy.routing import Endpoint
-from sardeenz.proxy.standalone import make_instance
+from sardeenz.standalone import make_instance
 from testkit.proxy import ThreadedProxyServer
 from testkit.sim import Sim
 

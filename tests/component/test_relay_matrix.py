@@ -26,7 +26,7 @@ import pytest
 from sardeenz.config import Settings
 from sardeenz.proxy import metrics
 from sardeenz.proxy.metrics import LANE
-from sardeenz.proxy.standalone import make_instance
+from sardeenz.standalone import make_instance
 from testkit.ports import free_port
 from testkit.proxy import ThreadedProxyServer
 from testkit.sim import read_request

@@ -227,3 +227,36 @@ def test_cluster_transport_and_membership_import_no_feature() -> None:
     assert [name for name, _ in modules("sardeenz.cluster.transport")]
     assert [name for name, _ in modules("sardeenz.cluster.membership")]
     assert cluster_layer_violations() == []
+
+
+NO_UPWARD_IMPORTS = {
+    # package: packages above it that it must not import
+    "sardeenz.memory": ("sardeenz.runtime", "sardeenz.api", "sardeenz.cluster"),
+    "sardeenz.proxy": (
+        "sardeenz.gateway",
+        "sardeenz.app",
+        "sardeenz.api",
+        "sardeenz.cluster",
+        "sardeenz.catalog",
+        "sardeenz.services",
+    ),
+    "sardeenz.security": ("sardeenz.proxy", "sardeenz.gateway", "sardeenz.api", "sardeenz.app"),
+}
+"""The supervisor (runtime) imports the memory ledger, so memory never imports runtime; the
+gateway puts the proxy in front of the app, so the proxy never imports the gateway; the
+proxy's wire helpers are above security, which shares only sardeenz.asgi with them."""
+
+
+def upward_imports() -> list[str]:
+    found = []
+    for package, banned in NO_UPWARD_IMPORTS.items():
+        for name, tree in modules(package):
+            is_package = (PACKAGE_DIR.parent / name.replace(".", "/") / "__init__.py").exists()
+            for line, target in imported_modules(name, tree, is_package):
+                if any(target == b or target.startswith(b + ".") for b in banned):
+                    found.append(f"{name}:{line} imports {target}")
+    return sorted(set(found))
+
+
+def test_no_upward_imports() -> None:
+    assert upward_imports() == []

@@ -15,15 +15,16 @@ from typing import cast
 
 import pytest
 
+from sardeenz import proctree
 from sardeenz.config import Settings, SimGpuSpec
 from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance, utcnow
 from sardeenz.engines.base import EngineTarget
 from sardeenz.errors import Conflict, InvalidRequest
 from sardeenz.gpu.inventory import GpuInfo, GpuProcess, SimulatedInventory
 from sardeenz.gpu.kvcached import SegmentTracker
+from sardeenz.memory import hostmem
 from sardeenz.memory.ledger import Admission, MemoryLedger
 from sardeenz.memory.models import FitRequest, MemoryProfile
-from sardeenz.runtime import hostmem, proctree
 from sardeenz.store.profiles import ProfileRepository
 
 GIB = 2**30

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import psutil
 
+from sardeenz import proctree
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.events import EventBus
-from sardeenz.runtime import proctree
 from sardeenz.runtime.runner import InstanceRunner
 
 LEADER = """

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, cast
 import httpx
 import pytest
 
+from sardeenz import proctree
 from sardeenz.config import Settings, SimGpuSpec
 from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.engines.base import EngineAdapter, LaunchContext
@@ -26,7 +27,6 @@ from sardeenz.events import Event, EventBus, RemovedEvent, StatusEvent, Subscrip
 from sardeenz.gpu.inventory import SimulatedInventory
 from sardeenz.gpu.kvcached import SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
-from sardeenz.runtime import proctree
 from sardeenz.runtime.runner import InstanceRunner
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.instances import InstanceRepository, StoredInstance

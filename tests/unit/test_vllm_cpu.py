@@ -27,7 +27,7 @@ from sardeenz.engines.vllm_probe import (
     parse_version,
     probe_vllm,
 )
-from sardeenz.runtime.hostmem import (
+from sardeenz.memory.hostmem import (
     GIB,
     HostEstimate,
     HostMemoryBook,

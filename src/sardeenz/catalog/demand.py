@@ -92,6 +92,8 @@ class OnDemand:
         table: RoutingTable,
         starter: Starter,
         room: RoomMaker | None = None,
+        *,
+        cluster: ClusterStarter | None = None,
     ) -> None:
         self._catalog = catalog
         self._table = table
@@ -111,8 +113,8 @@ class OnDemand:
         """Runs starts and wakes, evicting idle models while memory is short (room.py)."""
         self.external: ExternalServers | None = None
         """Set by the app: the catalog's ``engine: external`` servers (never started)."""
-        self.cluster: ClusterStarter | None = None
-        """Set by the app in a cluster: starts are placed by the leader's scheduler."""
+        self.cluster = cluster
+        """In a cluster: starts are placed by the leader's scheduler."""
         self._remote: dict[str, tuple[str, str, float]] = {}
         """Model -> (pod, instance id, when) of a start the leader placed on another pod."""
 

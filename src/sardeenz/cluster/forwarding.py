@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from sardeenz.asgi import Message, Receive, Scope, Send
+from sardeenz.asgi import Message, Receive, Scope, Send, header
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.transport.routes import HOP_HEADER
 from sardeenz.cluster.transport.server import BodyError, read_verified
 from sardeenz.proxy.remote import RemoteHeaders
-from sardeenz.proxy.wire import INVALID_API_KEY, header, openai_error, send_json
+from sardeenz.proxy.wire import INVALID_API_KEY, openai_error, send_json
 from sardeenz.security.cluster_hmac import ANY_TARGET, ClusterAuthError
 from sardeenz.security.unverified import UnverifiedBodies
 

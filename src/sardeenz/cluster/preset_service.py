@@ -88,6 +88,7 @@ class PresetService:
         repo: PresetRepository,
         placer: Placer,
         control: ControlRegister,
+        moving: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self._m = manager
         self._repo = repo
@@ -105,8 +106,8 @@ class PresetService:
         self._next_pass = 0.0
         self.unschedulable: list[dict[str, Any]] = []
         """What the last reconcile pass could not place, with the reasons."""
-        self.moving: Callable[[], frozenset[str]] = frozenset
-        """Served names with a move under way (app.py: the move service's); left alone."""
+        self.moving = moving
+        """Served names with a move under way (the move service's); left alone."""
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> None:

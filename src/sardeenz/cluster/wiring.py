@@ -1,4 +1,5 @@
-"""Plugs an active cluster into the gateway and the proxy (app.py calls it once).
+"""Plugs an active cluster into the gateway and the proxy (app.py passes these to their
+constructors).
 
 The ``/internal`` router is built here from every part that serves internal
 routes: membership (ping, heartbeat, state, votes), the leader's orders on
@@ -10,8 +11,10 @@ A feature with routes of its own adds its ``internal_routes()`` here.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
+from sardeenz.asgi import ASGIApp, Receive, Scope, Send
 from sardeenz.cluster import handover
 from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
@@ -22,10 +25,9 @@ from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
 from sardeenz.cluster.profile_sync import ProfileSync
-from sardeenz.cluster.redirect import leader_redirect
-from sardeenz.cluster.transport.routes import HOP_HEADER
+from sardeenz.cluster.redirect import Redirect, leader_redirect
 from sardeenz.cluster.transport.server import InternalRouter
-from sardeenz.proxy.forwarder import InferenceProxy
+from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.security.unverified import UnverifiedBodies
 
 
@@ -52,20 +54,38 @@ def internal_router(
     return router
 
 
-def install_cluster(
-    gateway: Any,
+TrustedForward = Callable[[Scope, Receive, Send, ASGIApp], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayHooks:
+    """What an active cluster adds to the gateway (all None on a single node)."""
+
+    internal: ASGIApp | None = None
+    trusted_forward: TrustedForward | None = None
+    redirect: Redirect | None = None
+
+
+def gateway_hooks(
     manager: ClusterManager,
-    proxy: InferenceProxy,
     profile_sync: ProfileSync,
     control: ControlRegister,
     starts: ClusterStarts,
     collector: RequestCollector,
     locator: InstanceLocator,
-) -> None:
-    gateway.internal = internal_router(
-        manager, profile_sync, control, starts, gateway.unverified, collector, locator
+    unverified: UnverifiedBodies,
+) -> GatewayHooks:
+    if not manager.active:
+        return GatewayHooks()
+    return GatewayHooks(
+        internal=internal_router(
+            manager, profile_sync, control, starts, unverified, collector, locator
+        ),
+        trusted_forward=trusted_forward(manager, unverified),
+        redirect=leader_redirect(manager),
     )
-    gateway.trusted_forward = trusted_forward(manager, gateway.unverified)
-    gateway.redirect = leader_redirect(manager)
-    proxy.remote_headers = remote_headers(manager)
-    proxy.hop_header = HOP_HEADER
+
+
+def proxy_remote_headers(manager: ClusterManager) -> RemoteHeaders | None:
+    """The proxy's hook for requests to other pods (None on a single node)."""
+    return remote_headers(manager) if manager.active else None

@@ -7,7 +7,7 @@ through one :class:`MemoryLedger` under one ``asyncio.Lock``:
   (``memory.fit``, refused with 409 ``model_does_not_fit`` unless forced),
   the GPU choice and memory fraction (``gpu.selection``), the attention
   backend flag, the kvcached segment, and for an engine that runs on host
-  memory (vLLM's CPU build) the host-RAM check (``runtime.hostmem``);
+  memory (vLLM's CPU build) the host-RAM check (``memory.hostmem``);
 * a wake-up (:meth:`MemoryLedger.admit_wake`): can the sleeping engine take
   its memory back (409 ``insufficient_gpu_memory``);
 * ``POST /api/memory/profiles/check`` (:meth:`MemoryLedger.check`), which
@@ -51,6 +51,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sardeenz import proctree
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.engines.base import EngineTarget
@@ -65,10 +66,10 @@ from sardeenz.gpu.capability import attention_backend_override
 from sardeenz.gpu.inventory import GpuBooks, GpuInfo, GpuInventory, GpuOutOfMemory, books_for
 from sardeenz.gpu.kvcached import SegmentTracker, ipc_name, should_enable
 from sardeenz.gpu.selection import plan_placement
+from sardeenz.memory import hostmem
 from sardeenz.memory.fit import check_fit, fit_request_for_load, load_refusal
 from sardeenz.memory.models import FitRequest, FitVerdict
 from sardeenz.memory.promises import Promise, reservations, wake_refusal
-from sardeenz.runtime import hostmem, proctree
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.units import gib
 

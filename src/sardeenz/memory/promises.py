@@ -23,10 +23,10 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from sardeenz import proctree
 from sardeenz.errors import Conflict
 from sardeenz.gpu.budget import Reservation, pending_bytes_by_gpu, wake_shortfalls
 from sardeenz.gpu.inventory import GpuInfo
-from sardeenz.runtime import proctree
 from sardeenz.units import gib
 
 

@@ -128,7 +128,14 @@ class AsgiRelay:
     request log (the express path uses them too), and the hooks other parts set.
     """
 
-    def __init__(self, settings: Settings, table: RoutingTable) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        table: RoutingTable,
+        remote_headers: RemoteHeaders | None = None,
+        *,
+        hop_header: bytes | None = None,
+    ) -> None:
         self._settings = settings
         self._table = table
         self._ready_wait = settings.proxy_ready_wait_seconds
@@ -140,11 +147,11 @@ class AsgiRelay:
         self.requests = RequestLog(settings.request_log_size)
         """The request log and usage counters (both relay paths note theirs here)."""
         self._last_warning: dict[str, float] = {}
-        self.remote_headers: RemoteHeaders | None = None
+        self.remote_headers = remote_headers
         """Cluster mode (cluster/forwarding.py): the header lines that send a request to
         another pod's proxy (hop marker + HMAC), or None when it must not go there.
         Called with the client's headers, method, target and body (the express path too)."""
-        self.hop_header: bytes | None = None
+        self.hop_header = hop_header
         """Cluster mode: the header a forwarded request carries. Such a request is not
         recorded in this pod's request log: the pod it entered records it."""
 

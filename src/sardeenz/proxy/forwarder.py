@@ -77,8 +77,15 @@ class InferenceProxy(AsgiRelay):
     ``AsgiRelay``'s.
     """
 
-    def __init__(self, settings: Settings, table: RoutingTable) -> None:
-        super().__init__(settings, table)
+    def __init__(
+        self,
+        settings: Settings,
+        table: RoutingTable,
+        remote_headers: RemoteHeaders | None = None,
+        *,
+        hop_header: bytes | None = None,
+    ) -> None:
+        super().__init__(settings, table, remote_headers, hop_header=hop_header)
         self._reader = RequestReader(settings.proxy_max_body_bytes)
         self.verify_direct = True
         """Check an engine's process tree owns its port before a direct request; False

@@ -14,12 +14,13 @@ Nothing here allocates more than the bytes it returns: the express path calls
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Final
 
 import orjson
 
 from sardeenz.asgi import Send
+from sardeenz.asgi import header as header  # its home is sardeenz.asgi; the proxy uses it here
 
 JSON_CT: Final = (b"content-type", b"application/json")
 API_KEY_SCOPE: Final = "sardeenz.api_key"
@@ -35,14 +36,6 @@ _DROP_REQUEST: Final = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _DROP_RESPONSE: Final = _HOP_BY_HOP | {b"date", b"server"}
 """Not relayed to the client: hop-by-hop, and ``date``/``server`` which the HTTP
 server adds itself (relaying them would duplicate them)."""
-
-
-def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    """The first value of header ``name`` (lower-case, as ASGI servers give names)."""
-    for key, value in headers:
-        if key == name:
-            return bytes(value)
-    return None
 
 
 _MAX_DIGITS: Final = 18

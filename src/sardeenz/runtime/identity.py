@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import httpx
 import psutil
 
-from sardeenz.runtime import proctree
+from sardeenz import proctree
 
 TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 LISTEN = 0x0A

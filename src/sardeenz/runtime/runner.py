@@ -31,13 +31,14 @@ from typing import Any
 import httpx
 import psutil
 
+from sardeenz import proctree
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, ModelInstance, utcnow
 from sardeenz.engines.base import EngineAdapter, LaunchContext
 from sardeenz.engines.logparse import VllmLogParser, extract_error
 from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus, LogEvent, PhaseEvent, StatusEvent
-from sardeenz.runtime import identity, proctree
+from sardeenz.runtime import identity
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
 from sardeenz.runtime.ports import PortAllocator, port_is_free
 

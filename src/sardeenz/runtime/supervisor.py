@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import psutil
 
+from sardeenz import proctree
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance, utcnow
 from sardeenz.engines import get_adapter
@@ -49,7 +50,6 @@ from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import Admission, MemoryLedger
-from sardeenz.runtime import proctree
 from sardeenz.runtime.drain import NoTraffic, Traffic, drain_for_sleep, drain_for_unload
 from sardeenz.runtime.names import check_load_names
 from sardeenz.runtime.ports import PortAllocator, prepare_lock_dir

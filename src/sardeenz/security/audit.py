@@ -27,10 +27,9 @@ from typing import Any
 
 import orjson
 
-from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send
+from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from sardeenz.domain import utcnow
 from sardeenz.errors import SardeenzError
-from sardeenz.proxy.wire import header
 from sardeenz.security.auth import Authenticator, Principal
 from sardeenz.security.policy import is_mutation
 from sardeenz.store.audit import AuditEntry, AuditRepository

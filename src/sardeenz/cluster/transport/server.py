@@ -31,10 +31,10 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 
-from sardeenz.asgi import Receive, Scope, Send
+from sardeenz.asgi import Receive, Scope, Send, header
 from sardeenz.cluster.transport.routes import PREFIX, InternalRoute
 from sardeenz.errors import Conflict, SardeenzError
-from sardeenz.proxy.wire import api_error, header, send_json
+from sardeenz.proxy.wire import api_error, send_json
 from sardeenz.security.cluster_hmac import (
     ANY_TARGET,
     SIGNATURE_HEADER,

@@ -1,6 +1,6 @@
 """Run the proxy alone, without the supervisor: for benchmarks, tests, debugging.
 
-``python -m sardeenz.proxy.standalone --port 3100 --route NAME=PORT ...``
+``python -m sardeenz.standalone --port 3100 --route NAME=PORT ...``
 serves ``/v1/*``, ``/api/direct/{port}/*`` and ``/metrics`` in front of engines
 that are already running, through the node's own dispatch (``gateway.Gateway``)
 with no admin API behind it. The routes are static ``active`` instances;
