@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sardeenz.asgi import ascii_int
 from sardeenz.config import BLANK_SECRET, ConfigError, Settings, is_blank_secret
-from sardeenz.proxy.wire import ascii_int
 from sardeenz.security.cluster_hmac import MIN_SECRET_BYTES
 
 

@@ -37,13 +37,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from sardeenz.asgi import ascii_int
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.leader_loop import LeaderLoop
 from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.errors import SardeenzError
-from sardeenz.proxy.wire import ascii_int
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.records import MemoryProfile
 

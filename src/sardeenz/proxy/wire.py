@@ -20,6 +20,7 @@ from typing import Final
 import orjson
 
 from sardeenz.asgi import Send
+from sardeenz.asgi import ascii_int as ascii_int  # its home is sardeenz.asgi too
 from sardeenz.asgi import header as header  # its home is sardeenz.asgi; the proxy uses it here
 
 JSON_CT: Final = (b"content-type", b"application/json")
@@ -38,21 +39,8 @@ _DROP_RESPONSE: Final = _HOP_BY_HOP | {b"date", b"server"}
 server adds itself (relaying them would duplicate them)."""
 
 
-_MAX_DIGITS: Final = 18
 """Longest number read from a client: below 2**63, and far below Python's 4300-digit
 ``int()`` limit (past which ``int()`` raises instead of returning a big number)."""
-
-
-def ascii_int(text: str | bytes) -> int | None:
-    """``text`` as a non-negative integer if it is 1-18 ASCII digits, else None.
-
-    Ports and Content-Length are read with this and nothing else: ``str.isdigit``
-    accepts superscripts and other scripts' digits (``int()`` then raises or, for
-    Arabic-Indic digits, converts them), and an unbounded digit string costs time.
-    """
-    if 0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit():
-        return int(text)
-    return None
 
 
 def openai_error(message: str, type_: str, code: str, param: str | None = None) -> bytes:

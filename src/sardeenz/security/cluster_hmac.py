@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from sardeenz.proxy.wire import ascii_int
+from sardeenz.asgi import ascii_int
 
 SIGNATURE_HEADER: Final = b"x-cluster-signature"
 TIMESTAMP_HEADER: Final = b"x-cluster-timestamp"

@@ -25,9 +25,9 @@ import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sardeenz.asgi import ascii_int
 from sardeenz.cluster.identity import PeerAddress
 from sardeenz.cluster.membership.kube_api import KubeApi, describe, status_code
-from sardeenz.proxy.wire import ascii_int
 
 if TYPE_CHECKING:
     from sardeenz.cluster.membership.service import Membership
