@@ -153,7 +153,10 @@ def test_load_with_pod_id_goes_through_the_leader(shared_cluster: Cluster) -> No
         )
         assert resp.status_code == 202, resp.text
         iid = resp.json()["id"]
-        assert client.get(f"/api/v1/models/{iid}").status_code == 404  # not on the leader
+        # One instance namespace: the leader answers for pod-c's instance (cluster/locator.py).
+        details = client.get(f"/api/v1/models/{iid}")
+        assert details.status_code == 200, details.text
+        assert details.json()["podId"] == "pod-c"
         missing = client.post(
             "/api/v1/models/load",
             json={"modelPath": "x", "engine": "sim", "podId": "pod-zz"},
@@ -163,6 +166,7 @@ def test_load_with_pod_id_goes_through_the_leader(shared_cluster: Cluster) -> No
     placed = shared_cluster.wait_instance("pod-c", iid, "active")
     assert placed is not None
     assert placed["servedModelName"] == "placed-on-c"
+    # test_leader_unloads_an_instance_of_another_pod (below) unloads it
 
 
 def test_followers_send_admin_and_dashboard_requests_to_the_leader(shared_cluster: Cluster) -> None:
