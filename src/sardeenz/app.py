@@ -52,6 +52,7 @@ from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
+from sardeenz.cluster.stewards import Stewards
 from sardeenz.cluster.transport.routes import HOP_HEADER
 from sardeenz.cluster.wiring import gateway_hooks, proxy_remote_headers
 from sardeenz.config import Settings
@@ -182,6 +183,9 @@ def build_services(settings: Settings) -> Services:
         return flights
 
     node = node_metrics.NodeSampler(inventory, supervisor, ledger)
+    preset_service = PresetService(
+        cluster, PresetRepository(db), placement, control, moving=moves.moving_models
+    )
     locator = InstanceLocator(
         cluster, supervisor, bus, inventory, functools.partial(measure_instance, node, proxy)
     )
@@ -215,9 +219,8 @@ def build_services(settings: Settings) -> Services:
         moves=moves,
         placement=placement,
         starts=starts,
-        presets=PresetService(
-            cluster, PresetRepository(db), placement, control, moving=moves.moving_models
-        ),
+        presets=preset_service,
+        stewards=Stewards(preset_service, catalog),
         profile_sync=ProfileSync(cluster, profiles),
         node=node,
         metrics_history=MetricsHistory(

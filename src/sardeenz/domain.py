@@ -115,6 +115,17 @@ class LoadRequest(StrictCamelModel):
     )
 
 
+class ManagedBy(CamelModel):
+    """What restores an instance after an unload (cluster/stewards.py)."""
+
+    kind: Literal["preset", "catalog"] = Field(
+        description="preset: the applied preset declares its served name (the leader "
+        "loads it again); catalog: its served name is a catalog entry (the next request "
+        "starts it again)"
+    )
+    name: str = Field(description="the preset's name, or the catalog entry's")
+
+
 class ModelInstance(CamelModel):
     """ModelInstance of the seed (runtime state), plus what operators need to debug."""
 
@@ -168,6 +179,11 @@ class ModelInstance(CamelModel):
         None,
         description="cluster mode: the pod that runs the instance (set in lists and in the "
         "leader's answers about another pod's instance); null on a single node",
+    )
+    managed_by: ManagedBy | None = Field(
+        None,
+        description="the applied preset or the catalog entry that brings the instance back "
+        "after an unload; null when nothing does (set in the admin API's answers)",
     )
 
 

@@ -19,6 +19,7 @@ from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
+from sardeenz.cluster.stewards import Stewards
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, LoadRequest, ModelInstance
 from sardeenz.engines import get_adapter
@@ -84,6 +85,8 @@ class Services:
     """Memory profiles shared across the cluster (cluster/profile_sync.py)."""
     presets: PresetService
     """Desired states: storage, distribution, apply, reconcile (cluster/preset_service.py)."""
+    stewards: Stewards
+    """Which instances the applied preset or the catalog manages (cluster/stewards.py)."""
     node: NodeSampler
     """Memory samples for ``/metrics`` and ``ResourceMetrics`` (taken when asked)."""
     metrics_history: MetricsHistory

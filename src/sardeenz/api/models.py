@@ -106,16 +106,18 @@ async def wake_model(instance_id: str, services: ServicesDep) -> ModelInstance:
 @router.get("", response_model=list[ModelInstance], dependencies=[READONLY])
 async def list_models(services: ServicesDep) -> list[ModelInstance]:
     """Every instance; in a cluster, every pod's, each with its ``podId`` (from the
-    heartbeats this pod holds: followers redirect here to the leader)."""
-    return services.locator.instances()
+    heartbeats this pod holds: followers redirect here to the leader), each with
+    ``managedBy``: the applied preset or catalog entry that brings it back after an unload."""
+    return await services.stewards.mark(services.locator.instances())
 
 
 @router.get(
     "/{instance_id}", response_model=ModelInstance, responses=ERRORS, dependencies=[READONLY]
 )
 async def get_model(instance_id: str, services: ServicesDep) -> ModelInstance:
-    """One instance, as the pod that runs it sees it now (with its ``podId`` in a cluster)."""
-    return await services.locator.instance(instance_id)
+    """One instance, as the pod that runs it sees it now (with its ``podId`` in a cluster
+    and its ``managedBy``)."""
+    return await services.stewards.mark_one(await services.locator.instance(instance_id))
 
 
 @router.get(

@@ -70,7 +70,16 @@ def is_health_poll(line: str) -> bool:
     return _HEALTH_ACCESS.search(line) is not None
 
 
-def _rows(items: list[dict[str, Any]], pods: bool) -> list[list[Cell]]:
+def managed_cell(managed_by: dict[str, Any] | None) -> str:
+    """``preset NAME`` or ``catalog`` (the entry is the served name): what restores it."""
+    if not managed_by:
+        return "-"
+    if managed_by.get("kind") == "preset":
+        return f"preset {managed_by.get('name', '')}"
+    return str(managed_by.get("kind", "-"))
+
+
+def _rows(items: list[dict[str, Any]], pods: bool, managed: bool) -> list[list[Cell]]:
     rows: list[list[Cell]] = []
     for it in items:
         status = it["status"]
@@ -87,6 +96,8 @@ def _rows(items: list[dict[str, Any]], pods: bool) -> list[list[Cell]]:
                 it.get("errorMessage") or "",
             ]
         )
+        if managed:
+            rows[-1].insert(4, managed_cell(it.get("managedBy")))
         if pods:
             rows[-1].insert(1, it.get("podId") or "-")
     return rows
@@ -106,13 +117,19 @@ _COLS = (
 
 def _show(items: list[dict[str, Any]], as_json: bool, title: str = "Model instances") -> None:
     """The table; with a POD column when the server is in a cluster (instances carry their
-    ``podId`` then)."""
+    ``podId`` then), a MANAGED column when the applied preset or the catalog manages one
+    (an unload of it is undone: the leader reloads it, or the next request starts it)."""
     if as_json:
         emit_json(items)
         return
     pods = any(it.get("podId") for it in items)
-    cols = (_COLS[0], Col("POD"), *_COLS[1:]) if pods else _COLS
-    emit(title, cols, _rows(items, pods))
+    managed = any(it.get("managedBy") for it in items)
+    cols = list(_COLS)
+    if managed:
+        cols.insert(4, Col("MANAGED"))
+    if pods:
+        cols.insert(1, Col("POD"))
+    emit(title, cols, _rows(items, pods, managed))
 
 
 @app.command("ls")

@@ -397,6 +397,13 @@ class PresetService:
                 out |= {str(m["servedModelName"]) for m in r.models} | set(r.dropped)
         return sorted(out - keep)
 
+    async def applied_names(self) -> tuple[str, frozenset[str]] | None:
+        """The applied preset's name and the served names it declares (None: none applied)."""
+        row = next((r for r in await self._repo.list_all() if r.applied_at is not None), None)
+        if row is None:
+            return None
+        return row.name, frozenset(str(m["servedModelName"]) for m in row.models)
+
     def _view(self, row: PresetRow) -> dict[str, Any]:
         out = row.as_json()
         out["applied"] = row.applied_at is not None
