@@ -53,6 +53,14 @@ export interface ModelInstance {
   simulated: boolean;
   /** Cluster mode: the pod that runs it (null: single node, or the pod that answered). */
   podId?: string | null;
+  /** What brings the instance back after an unload: the applied preset, or the catalog. */
+  managedBy?: ManagedBy | null;
+}
+
+/** `managedBy` of an instance (cluster/stewards.py on the server). */
+export interface ManagedBy {
+  kind: 'preset' | 'catalog';
+  name: string;
 }
 
 export interface LoadRequest {

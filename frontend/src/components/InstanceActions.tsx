@@ -3,6 +3,7 @@ import { type ReactNode, useState } from 'react';
 import { useSleepModel, useUnloadModel, useWakeModel } from '../api/queries';
 import type { ModelInstance } from '../api/types';
 import { useCanMutate } from '../auth/AuthContext';
+import { unloadWarning } from '../lib/managed';
 import { ConfirmModal } from './ConfirmModal';
 import { useNotify } from './Notifications';
 
@@ -135,6 +136,7 @@ export function useInstanceActions(
               loaded again.
             </p>
           )}
+          {unloadWarning(inst.managedBy) && <p data-unload-warning>{unloadWarning(inst.managedBy)}</p>}
         </ConfirmModal>
       )}
     </>

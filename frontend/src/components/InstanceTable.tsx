@@ -7,7 +7,7 @@ import { formatBytes, formatNumber, formatUptime } from '../lib/format';
 import { failureReason, gpuMemoryBytes, startingText } from '../lib/instanceRow';
 import { useMetricsHistory } from '../hooks/MetricsHistory';
 import { useNow } from '../hooks/useNow';
-import { SimulatedLabel, StatusLabel } from './StatusLabel';
+import { ManagedLabel, SimulatedLabel, StatusLabel } from './StatusLabel';
 
 interface Props {
   instances: ModelInstance[];
@@ -56,6 +56,12 @@ export function InstanceTable({ instances, actions, podOf }: Props) {
           <Tr key={inst.id} data-instance-id={inst.id} data-status={inst.status}>
             <Td dataLabel="Model">
               <Link to={`/models/${inst.id}`}>{inst.servedModelName}</Link>
+              {inst.managedBy && (
+                <>
+                  {' '}
+                  <ManagedLabel managedBy={inst.managedBy} />
+                </>
+              )}
               <Content component="small" className="sz-wrap-anywhere">
                 {inst.displayName !== inst.servedModelName ? `${inst.displayName} · ` : ''}
                 {inst.id}

@@ -1,5 +1,6 @@
 import { Label, type LabelProps } from '@patternfly/react-core';
-import type { InstanceStatus } from '../api/types';
+import type { InstanceStatus, ManagedBy } from '../api/types';
+import { managedText } from '../lib/managed';
 
 const COLORS: Record<InstanceStatus, NonNullable<LabelProps['color']>> = {
   starting: 'blue',
@@ -31,6 +32,15 @@ export function SimulatedLabel({ what = 'simulated' }: { what?: string }) {
   return (
     <Label color="yellow" isCompact variant="outline">
       {what}
+    </Label>
+  );
+}
+
+/** Marks an instance the applied preset or the catalog manages (an unload is undone). */
+export function ManagedLabel({ managedBy }: { managedBy: ManagedBy }) {
+  return (
+    <Label color="teal" isCompact variant="outline" data-managed-by={managedBy.kind}>
+      {managedText(managedBy)}
     </Label>
   );
 }

@@ -20,7 +20,7 @@ import { gpuText } from '../components/InstanceTable';
 import { PageHeader } from '../components/PageHeader';
 import { Terms } from '../components/Terms';
 import { Empty, ErrorState, Loading } from '../components/States';
-import { SimulatedLabel, StatusLabel } from '../components/StatusLabel';
+import { ManagedLabel, SimulatedLabel, StatusLabel } from '../components/StatusLabel';
 import { formatBytes, formatDuration, formatGiB, formatNumber, formatTimestamp, formatUptime } from '../lib/format';
 import { useNow } from '../hooks/useNow';
 
@@ -82,6 +82,11 @@ export default function InstancePage() {
             {inst.simulated && (
               <FlexItem>
                 <SimulatedLabel what="simulated engine" />
+              </FlexItem>
+            )}
+            {inst.managedBy && (
+              <FlexItem>
+                <ManagedLabel managedBy={inst.managedBy} />
               </FlexItem>
             )}
             {inst.displayName !== inst.servedModelName && <FlexItem>{inst.displayName}</FlexItem>}
