@@ -168,6 +168,11 @@ def test_apply_places_by_strategy_then_reconciles_a_dead_and_returning_pod(
     assert kinds.count("step") == 12  # running, then done, for each
     print(f"\napply of 6 models: {time.monotonic() - started:.1f} s")
     assert running(cluster) == PLACED
+    # Every instance of the applied preset says so (the dashboard and CLI mark it).
+    listed = httpx.get(f"{url}/api/v1/models").json()
+    assert {i["servedModelName"]: i["managedBy"] for i in listed} == {
+        n: {"kind": "preset", "name": "six"} for n in SIZES
+    }
     # Every pod holds the presets the leader sent (any of them could lead next).
     for pod in ("pod-b", "pod-c"):
         unsigned = httpx.post(f"{cluster.pods[pod].url}/internal/control/read", json={})
