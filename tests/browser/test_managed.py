@@ -32,6 +32,9 @@ def test_catalog_instance_label_and_unload_warning(session: Session, server: Ser
             expect(row).to_have_attribute("data-status", "active")
             label = row.locator('[data-managed-by="catalog"]')
             expect(label).to_have_text("catalog")
+            row.get_by_role("link", name=name).click()
+            expect(page.locator('[data-managed-by="catalog"]')).to_have_text("catalog")
+            session.goto("/models")
 
             row_action(row, "Unload")
             dialog = page.get_by_role("dialog")

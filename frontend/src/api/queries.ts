@@ -25,6 +25,7 @@ import type {
   ScheduleVerdict,
 } from './types';
 import { movePollInterval } from '../lib/moves';
+import { keepSteward } from '../lib/managed';
 
 export const keys = {
   health: ['health'] as const,
@@ -170,10 +171,14 @@ export function putInstance(qc: QueryClient, inst: ModelInstance, removed = fals
   qc.setQueryData<ModelInstance[]>(keys.instances, (old) => {
     if (!old) return old;
     const rest = old.filter((i) => i.id !== inst.id);
-    return removed ? rest : old.some((i) => i.id === inst.id) ? old.map((i) => (i.id === inst.id ? inst : i)) : [...old, inst];
+    return removed
+      ? rest
+      : old.some((i) => i.id === inst.id)
+        ? old.map((i) => (i.id === inst.id ? keepSteward(inst, i) : i))
+        : [...old, inst];
   });
   if (removed) qc.removeQueries({ queryKey: keys.instance(inst.id), exact: true });
-  else qc.setQueryData(keys.instance(inst.id), inst);
+  else qc.setQueryData<ModelInstance>(keys.instance(inst.id), (prev) => keepSteward(inst, prev));
 }
 
 function useInstanceAction<V>(fn: (v: V) => Promise<ModelInstance>, removes = false) {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { managedText, unloadWarning } from './managed';
+import type { ModelInstance } from '../api/types';
+import { keepSteward, managedText, unloadWarning } from './managed';
 
 describe('managed instances', () => {
   it('labels a preset with its name and the catalog by kind', () => {
@@ -18,5 +19,22 @@ describe('managed instances', () => {
   it('has nothing to say about a hand-loaded instance', () => {
     expect(unloadWarning(null)).toBeNull();
     expect(unloadWarning(undefined)).toBeNull();
+  });
+});
+
+describe('keepSteward', () => {
+  const inst = { id: 'a', status: 'active' } as ModelInstance;
+  const managed = { ...inst, managedBy: { kind: 'catalog', name: 'chat' } } as ModelInstance;
+
+  it('keeps the steward the list gave when an event carries none', () => {
+    const next = { ...inst, status: 'sleeping', managedBy: null } as ModelInstance;
+    expect(keepSteward(next, managed)).toEqual({ ...next, managedBy: managed.managedBy });
+  });
+
+  it('takes a steward the update carries, and leaves an unmanaged instance alone', () => {
+    const preset = { ...inst, managedBy: { kind: 'preset', name: 'prod' } } as ModelInstance;
+    expect(keepSteward(preset, managed)).toBe(preset);
+    expect(keepSteward(inst, undefined)).toBe(inst);
+    expect(keepSteward(inst, { ...inst, managedBy: null })).toBe(inst);
   });
 });
