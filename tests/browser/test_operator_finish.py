@@ -70,3 +70,19 @@ def test_a_toast_leaves_the_last_rows_logs_link_clickable(
             ids += [i["id"] for i in listed if i["modelPath"] == "ux/toast-last"]
             for iid in ids:
                 api.post(f"/api/v1/models/{iid}/unload")
+
+
+def test_the_instance_page_names_the_load_phase_of_a_starting_instance(
+    session: Session, server: ServerProcess
+) -> None:
+    with server.client() as api:
+        inst = sim_load(api, "ux/slow", "--memory-gib", "1", "--load-seconds", "40")
+        try:
+            session.goto(f"/models/{inst['id']}")
+            phase = session.page.get_by_test_id("instance-load-phase")
+            # The sim opens "loading weights" at 2 s of its 40 s (as on the Models page).
+            expect(phase).to_have_attribute("data-load-phase", "loading weights")
+            expect(phase).to_have_text(re.compile(r"^loading weights · \d+ s$"))
+            session.shot("ux-instance-load-phase")
+        finally:
+            api.post(f"/api/v1/models/{inst['id']}/unload")
