@@ -86,3 +86,55 @@ def test_the_instance_page_names_the_load_phase_of_a_starting_instance(
             session.shot("ux-instance-load-phase")
         finally:
             api.post(f"/api/v1/models/{inst['id']}/unload")
+
+
+def test_the_catalog_form_sets_warmup_and_shows_instance_ids_whole(
+    session: Session, server: ServerProcess
+) -> None:
+    name = "ux-warm"
+    page = session.page
+    with server.client() as api:
+        try:
+            session.goto("/catalog")
+            page.get_by_role("button", name="Add entry").click()
+            dialog = page.get_by_role("dialog")
+            dialog.get_by_label("Served model name").fill(name)
+            dialog.get_by_label("Model path").fill("ux/warm-model")
+            dialog.get_by_label("Engine", exact=True).select_option("sim")
+            dialog.get_by_label("Extra engine arguments").fill("--memory-gib 1 --load-seconds 0.2")
+            dialog.get_by_label("Send a 1-token request after each wake").check()
+            dialog.get_by_role("button", name="Save").click()
+            expect(
+                dialog.get_by_text("Needs sleep level 1 or 2 (a warmup follows a wake).")
+            ).to_be_visible()
+            dialog.get_by_label("Sleep level").select_option("1")
+            dialog.get_by_label("Warmup prompt").fill("Hi there")
+            session.shot("ux-catalog-warmup-field")
+            dialog.get_by_role("button", name="Save").click()
+            expect(dialog).to_be_hidden()
+            entry = api.get(f"/api/v1/catalog/{name}").json()["entry"]
+            assert (entry["warmup"], entry["warmupPrompt"], entry["sleepLevel"]) == (
+                True,
+                "Hi there",
+                1,
+            )
+
+            # A request loads it on demand; its row links the instance by its whole id.
+            resp = api.post(
+                "/v1/completions", json={"model": name, "prompt": "x", "max_tokens": 1}, timeout=60
+            )
+            assert resp.status_code == 200, resp.text
+            (iid,) = api.get(f"/api/v1/catalog/{name}").json()["instanceIds"]
+            row = page.locator(f'tr[data-catalog-name="{name}"]')
+            link = row.get_by_role("link", name=iid, exact=True)
+            expect(link).to_be_visible()
+            expect(link).to_have_attribute("href", f"/models/{iid}")
+            row.get_by_role("button", name="Edit").click()
+            expect(dialog.get_by_label("Send a 1-token request after each wake")).to_be_checked()
+            expect(dialog.get_by_label("Warmup prompt")).to_have_value("Hi there")
+            dialog.get_by_role("button", name="Cancel").click()
+            session.shot("ux-catalog-whole-instance-id")
+            wait_for_status(api, iid, "active")
+            api.post(f"/api/v1/models/{iid}/unload")
+        finally:
+            api.delete(f"/api/v1/catalog/{name}")
