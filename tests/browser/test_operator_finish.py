@@ -138,3 +138,18 @@ def test_the_catalog_form_sets_warmup_and_shows_instance_ids_whole(
             api.post(f"/api/v1/models/{iid}/unload")
         finally:
             api.delete(f"/api/v1/catalog/{name}")
+
+
+def test_the_preset_form_says_what_each_sleep_level_does(session: Session) -> None:
+    page = session.page
+    session.goto("/presets")
+    page.get_by_role("button", name="New preset").click()
+    levels = page.get_by_role("dialog").locator("#preset-m0-sleepLevel option")
+    expect(levels).to_have_text(
+        [
+            "0: no sleep mode",
+            "1: sleep keeps weights in host RAM",
+            "2: sleep discards weights (wake reloads them)",
+        ]
+    )
+    session.shot("ux-preset-sleep-levels")
