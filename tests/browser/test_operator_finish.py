@@ -69,6 +69,7 @@ def test_a_toast_leaves_the_last_rows_logs_link_clickable(
             listed = api.get("/api/v1/models").json()
             ids += [i["id"] for i in listed if i["modelPath"] == "ux/toast-last"]
             for iid in ids:
+                session.allow(rf"404 .*/api/v1/models/{iid}")  # the open Logs page, after it
                 api.post(f"/api/v1/models/{iid}/unload")
 
 
@@ -85,6 +86,8 @@ def test_the_instance_page_names_the_load_phase_of_a_starting_instance(
             expect(phase).to_have_text(re.compile(r"^loading weights · \d+ s$"))
             session.shot("ux-instance-load-phase")
         finally:
+            # The page stays open while the instance goes: its next poll finds it gone.
+            session.allow(rf"404 .*/api/v1/models/{inst['id']}")
             api.post(f"/api/v1/models/{inst['id']}/unload")
 
 
@@ -153,3 +156,30 @@ def test_the_preset_form_says_what_each_sleep_level_does(session: Session) -> No
         ]
     )
     session.shot("ux-preset-sleep-levels")
+
+
+def test_the_models_table_shows_what_an_instance_holds_as_the_gpu_bar_does(
+    session: Session, server: ServerProcess
+) -> None:
+    """Sleeping: what it still holds, with its baseline (as the bar's tip); failed: none."""
+    page = session.page
+    with server.client() as api:
+        asleep = sim_load(api, "ux/asleep", "--memory-gib", "1", enableSleepMode=True)
+        broken = sim_load(api, "ux/broken", "--memory-gib", "1", "--fail-after-load")
+        try:
+            wait_for_status(api, asleep["id"], "active")
+            resp = api.post(f"/api/v1/models/{asleep['id']}/sleep", json={"level": 1})
+            assert resp.status_code in (200, 202), resp.text
+            wait_for_status(api, asleep["id"], "sleeping")
+            wait_for_status(api, broken["id"], "failed")
+            session.goto("/")  # the Dashboard: the instances table beside the GPU bars
+            held = page.locator(f'tr[data-instance-id="{asleep["id"]}"] td[data-gpu-memory]')
+            expect(held).to_have_text(re.compile(r"^\d+(\.\d+)? MiB \(baseline 1 GiB\)$"))
+            segment = page.locator(f'.sz-gpu-bar__segment[data-instance-id="{asleep["id"]}"]')
+            assert segment.get_attribute("title") == f"ux/asleep: {held.inner_text()}"
+            failed = page.locator(f'tr[data-instance-id="{broken["id"]}"] td[data-gpu-memory]')
+            expect(failed).to_have_text("none")
+            session.shot("ux-table-memory-as-gpu-bar")
+        finally:
+            for inst in (asleep, broken):
+                api.post(f"/api/v1/models/{inst['id']}/unload")
