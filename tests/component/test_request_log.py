@@ -235,7 +235,14 @@ def test_request_log_entries_carry_the_right_fields(srv: ServerProcess) -> None:
 
 def test_request_log_filters(srv: ServerProcess) -> None:
     with _admin(srv) as api, _v1(srv, TEAM_A_KEY) as team_a, _v1(srv, OPS_KEY) as ops:
+        before = len(api.get("/api/v1/requests", params={"limit": 1000}).json())
         assert ops.post("/v1/chat/completions", json=_chat(MODEL_B)).status_code == 200
+        # The proxy records a request just after its last byte: wait for the record, so
+        # that ``since`` is surely later than it (a loaded machine took longer than 10 ms).
+        deadline = time.monotonic() + 10
+        while len(api.get("/api/v1/requests", params={"limit": 1000}).json()) == before:
+            assert time.monotonic() < deadline, "the first request was not recorded in 10 s"
+            time.sleep(0.02)
         since = datetime.now(UTC)
         time.sleep(0.01)
         assert team_a.post("/v1/chat/completions", json=_chat(MODEL_B)).status_code == 403
