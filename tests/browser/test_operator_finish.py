@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import FloatRect, expect
 
 from testkit.servers import ServerProcess, sim_load, wait_for_status
 from tests.browser.conftest import Session
@@ -183,3 +183,20 @@ def test_the_models_table_shows_what_an_instance_holds_as_the_gpu_bar_does(
         finally:
             for inst in (asleep, broken):
                 api.post(f"/api/v1/models/{inst['id']}/unload")
+
+
+def test_new_preset_sits_at_the_top_right_as_other_pages_main_action(session: Session) -> None:
+    """Beside the title, as Catalog's "Add entry", not pushed below a long description."""
+    page = session.page
+    boxes: dict[str, FloatRect] = {}
+    for path, name in (("/catalog", "Add entry"), ("/presets", "New preset")):
+        session.goto(path)
+        title = page.get_by_role("heading", level=1).bounding_box()
+        button = page.get_by_role("button", name=name).bounding_box()
+        assert title is not None
+        assert button is not None
+        assert button["y"] < title["y"] + title["height"], f"{name} is below the title"
+        boxes[name] = button
+    right = {n: round(b["x"] + b["width"]) for n, b in boxes.items()}
+    assert right["New preset"] == right["Add entry"], right
+    session.shot("ux-presets-main-action")
