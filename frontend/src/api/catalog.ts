@@ -22,6 +22,8 @@ export interface CatalogEntry {
   idleUnloadSeconds?: number | null;
   pinned?: boolean;
   preload?: boolean;
+  warmup?: boolean;
+  warmupPrompt?: string;
 }
 
 export interface CatalogModel {

@@ -3,8 +3,9 @@ import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import type { ReactNode } from 'react';
 import { Link } from 'react-router';
 import type { ModelInstance } from '../api/types';
-import { formatBytes, formatNumber, formatUptime } from '../lib/format';
-import { failureReason, gpuMemoryBytes, startingText } from '../lib/instanceRow';
+import { formatNumber, formatUptime } from '../lib/format';
+import { useGpus } from '../api/queries';
+import { failureReason, heldMemoryText, startingText } from '../lib/instanceRow';
 import { useMetricsHistory } from '../hooks/MetricsHistory';
 import { useNow } from '../hooks/useNow';
 import { ManagedLabel, SimulatedLabel, StatusLabel } from './StatusLabel';
@@ -28,6 +29,7 @@ export function gpuText(inst: ModelInstance): string {
  * cluster, the pod that runs it. */
 export function InstanceTable({ instances, actions, podOf }: Props) {
   const now = useNow();
+  const gpus = useGpus();
   const { points } = useMetricsHistory();
   const rates = [...points].reverse().find((p) => p.models !== null)?.models ?? null;
   const rps = (model: string): string => {
@@ -95,8 +97,8 @@ export function InstanceTable({ instances, actions, podOf }: Props) {
             <Td dataLabel="GPU(s)" modifier="nowrap">
               {gpuText(inst)}
             </Td>
-            <Td dataLabel="GPU memory" modifier="nowrap">
-              {formatBytes(gpuMemoryBytes(inst))}
+            <Td dataLabel="GPU memory" modifier="nowrap" data-gpu-memory>
+              {heldMemoryText(inst, gpus.data?.gpus, gpus.data?.budgets)}
             </Td>
             <Td dataLabel="req/s" modifier="nowrap">
               {inst.status === 'active' ? rps(inst.servedModelName) : '—'}

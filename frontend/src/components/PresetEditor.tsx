@@ -94,8 +94,8 @@ function ModelFields({
             <FormGroup label="Sleep level" fieldId={id('sleepLevel')}>
               <FormSelect id={id('sleepLevel')} value={row.sleepLevel} onChange={(_e, v) => set('sleepLevel', v as PresetModelForm['sleepLevel'])}>
                 <FormSelectOption value="0" label="0: no sleep mode" />
-                <FormSelectOption value="1" label="1: sleep mode enabled" />
-                <FormSelectOption value="2" label="2: sleep mode enabled" />
+                <FormSelectOption value="1" label="1: sleep keeps weights in host RAM" />
+                <FormSelectOption value="2" label="2: sleep discards weights (wake reloads them)" />
               </FormSelect>
               <Helper error={at('sleepLevel')} />
             </FormGroup>

@@ -20,6 +20,8 @@ export interface CatalogForm {
   idleUnloadSeconds: string;
   pinned: boolean;
   preload: boolean;
+  warmup: boolean;
+  warmupPrompt: string;
 }
 
 export type FieldErrors = Partial<Record<keyof CatalogForm, string>>;
@@ -39,6 +41,8 @@ export const EMPTY_CATALOG_FORM: CatalogForm = {
   idleUnloadSeconds: '',
   pinned: false,
   preload: false,
+  warmup: false,
+  warmupPrompt: '',
 };
 
 const str = (v: number | null | undefined): string => (v == null ? '' : String(v));
@@ -61,6 +65,8 @@ export function formFromModel(m: CatalogModel): CatalogForm {
     idleUnloadSeconds: str(e.idleUnloadSeconds),
     pinned: e.pinned ?? false,
     preload: e.preload ?? false,
+    warmup: e.warmup ?? false,
+    warmupPrompt: e.warmupPrompt ?? '',
   };
 }
 
@@ -87,6 +93,8 @@ export function entryFromForm(f: CatalogForm): { entry: CatalogEntry | null; err
     gpuIds = f.gpuIds.split(/[\s,]+/).filter(Boolean).map(Number);
     if (gpuIds.some((g) => !Number.isInteger(g) || g < 0)) errors.gpuIds = 'GPU indexes, e.g. "0, 1".';
   }
+  if (f.warmup && f.sleepLevel === '0') errors.warmup = 'Needs sleep level 1 or 2 (a warmup follows a wake).';
+  if (f.warmupPrompt && !f.warmup) errors.warmupPrompt = 'Only used with warmup on.';
   if (f.engine === 'external' && !f.url.trim()) errors.url = 'An external engine needs its server URL.';
   if (Object.keys(errors).length > 0) return { entry: null, errors };
   const entry: CatalogEntry = {
@@ -97,6 +105,8 @@ export function entryFromForm(f: CatalogForm): { entry: CatalogEntry | null; err
     sleepLevel: Number(f.sleepLevel) as 0 | 1 | 2,
     pinned: f.pinned,
     preload: f.preload,
+    warmup: f.warmup,
+    ...(f.warmupPrompt ? { warmupPrompt: f.warmupPrompt } : {}),
     ...(f.engine ? { engine: f.engine } : {}),
     ...(f.url.trim() ? { url: f.url.trim() } : {}),
     ...(gpuIds ? { gpuIds } : {}),

@@ -25,7 +25,8 @@ export interface GpuBar {
   segments: BarSegment[];
 }
 
-function instanceBytes(gpu: GpuInfo, inst: ModelInstance): number {
+/** What the instance's processes hold on ``gpu`` now (0 when none is visible there). */
+export function instanceBytes(gpu: GpuInfo, inst: ModelInstance): number {
   const pids = new Set([inst.processId, inst.engineCorePid].filter((p): p is number => p != null));
   return gpu.processes
     .filter((p) => p.instanceId === inst.id || (p.pid != null && pids.has(p.pid)))

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { ModelInstance } from '../api/types';
-import { failureReason, gpuMemoryBytes, startingSeconds, startingText } from './instanceRow';
+import type { GpuInfo, ModelInstance } from '../api/types';
+import { failureReason, gpuMemoryBytes, heldMemoryText, startingSeconds, startingText } from './instanceRow';
 
 const inst = (over: Partial<ModelInstance>): ModelInstance =>
   ({
@@ -31,6 +31,20 @@ describe('instance rows', () => {
     expect(gpuMemoryBytes(inst({}))).toBe(4 * 2 ** 30);
     expect(gpuMemoryBytes(inst({ gpuIds: [] }))).toBeNull();
     expect(gpuMemoryBytes(inst({ reservedBytesPerGpu: null }))).toBeNull();
+  });
+});
+
+describe('held GPU memory, as the GPU bars read it', () => {
+  const MiB = 2 ** 20;
+  const gpu = (index: number, used: number): GpuInfo =>
+    ({ index, processes: [{ pid: 7, usedBytes: used, instanceId: 'i' }] }) as unknown as GpuInfo;
+  it('a sleeping instance: what its processes hold, with the baseline', () => {
+    const sleeping = inst({ status: 'sleeping' });
+    expect(heldMemoryText(sleeping, [gpu(0, 100 * MiB), gpu(1, 23 * MiB)])).toBe('123 MiB (baseline 4 GiB)');
+  });
+  it('a failed one holds nothing; with no report, the reservation stands in', () => {
+    expect(heldMemoryText(inst({ status: 'failed' }), [gpu(0, 100 * MiB)])).toBe('none');
+    expect(heldMemoryText(inst({}))).toBe('4 GiB');
   });
 });
 

@@ -1,8 +1,9 @@
 // What a row of the instances table says beyond the raw fields: why it failed, how far and
 // how long it has been starting, how much GPU memory it holds.
 
-import type { ModelInstance } from '../api/types';
-import { formatDuration } from './format';
+import type { GpuBudget, GpuInfo, ModelInstance } from '../api/types';
+import { formatBytes, formatDuration } from './format';
+import { instanceBytes } from './gpuBars';
 
 /** The first line of a failed instance's error, clipped for a table cell (full text in a tooltip). */
 export function failureReason(inst: ModelInstance, max = 160): string | null {
@@ -35,4 +36,28 @@ export function startingText(inst: ModelInstance, now: number): string | null {
 export function gpuMemoryBytes(inst: ModelInstance): number | null {
   if (inst.reservedBytesPerGpu == null || inst.gpuIds.length === 0) return null;
   return inst.reservedBytesPerGpu * inst.gpuIds.length;
+}
+
+/**
+ * What the instance holds on its GPUs now, read as the GPU bars read it (lib/gpuBars.ts):
+ * its processes' memory where the GPU report shows them, else its baseline (or its
+ * reservation). A sleeping instance adds its baseline, so "123 MiB (baseline 4 GiB)" reads
+ * the same in a table and on a bar; a failed one holds nothing.
+ */
+export function heldMemoryText(inst: ModelInstance, gpus: GpuInfo[] = [], budgets: GpuBudget[] = []): string {
+  if (inst.status === 'failed') return 'none';
+  let now = 0;
+  let baseline = 0;
+  let known = false;
+  for (const index of inst.gpuIds) {
+    const gpu = gpus.find((g) => g.index === index);
+    if (gpu) now += instanceBytes(gpu, inst);
+    const base = budgets.find((b) => b.index === index)?.instances[inst.id] ?? inst.reservedBytesPerGpu;
+    if (base != null) {
+      baseline += base;
+      known = true;
+    }
+  }
+  if (now <= 0) return known ? formatBytes(baseline) : formatBytes(gpuMemoryBytes(inst));
+  return inst.status === 'sleeping' && known ? `${formatBytes(now)} (baseline ${formatBytes(baseline)})` : formatBytes(now);
 }

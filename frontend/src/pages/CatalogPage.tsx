@@ -185,6 +185,17 @@ function EntryModal({ initial, isNew, onClose }: { initial: CatalogForm; isNew: 
               <Checkbox id="cat-pinned" label="Pinned (never slept, unloaded or evicted)" isChecked={form.pinned} onChange={(_e, v) => set('pinned', v)} />
               <Checkbox id="cat-preload" label="Preload at server start" isChecked={form.preload} onChange={(_e, v) => set('preload', v)} />
             </GridItem>
+            <GridItem>
+              <Field id="warmup" label="Warmup" error={errors.warmup}>
+                <Checkbox
+                  id="cat-warmup"
+                  label="Send a 1-token request after each wake, before held traffic"
+                  isChecked={form.warmup}
+                  onChange={(_e, v) => set('warmup', v)}
+                />
+              </Field>
+            </GridItem>
+            <GridItem>{text('warmupPrompt', 'Warmup prompt', { help: 'Empty: "Hello"' })}</GridItem>
           </Grid>
         </Form>
         {general && <Alert isInline variant="danger" title={general} className="sz-mt-md" />}
@@ -257,7 +268,9 @@ export default function CatalogPage() {
                         {m.error && <div className="sz-failure-reason">{m.error}</div>}
                         {m.instanceIds.map((id) => (
                           <div key={id}>
-                            <Link to={`/models/${id}`}>{id.slice(0, 8)}</Link>
+                            <Link to={`/models/${id}`} className="sz-mono sz-wrap-anywhere">
+                              {id}
+                            </Link>
                           </div>
                         ))}
                       </Td>

@@ -23,6 +23,7 @@ import { Empty, ErrorState, Loading } from '../components/States';
 import { ManagedLabel, SimulatedLabel, StatusLabel } from '../components/StatusLabel';
 import { formatBytes, formatDuration, formatGiB, formatNumber, formatTimestamp, formatUptime } from '../lib/format';
 import { useNow } from '../hooks/useNow';
+import { startingText } from '../lib/instanceRow';
 
 function MemoryCard({ inst }: { inst: ModelInstance }) {
   const m = inst.memoryMetrics;
@@ -79,6 +80,11 @@ export default function InstancePage() {
             <FlexItem>
               <StatusLabel status={inst.status} sleepLevel={inst.sleepLevel} />
             </FlexItem>
+            {inst.status === 'starting' && (
+              <FlexItem data-testid="instance-load-phase" data-load-phase={inst.loadPhase ?? undefined}>
+                {startingText(inst, now)}
+              </FlexItem>
+            )}
             {inst.simulated && (
               <FlexItem>
                 <SimulatedLabel what="simulated engine" />

@@ -267,11 +267,15 @@ class MoveService(MoveSteps):
                 raise
             await self._mark(move, MoveState.DRAINING)
             drained = self._pods.drain(src_pod, source.id, drain_s)
+            drain_t0 = time.monotonic()
             in_flight, cut = await self._call(drained, "source_drain")
+            # The time it took, not the limit: a drain usually ends well before it.
+            took = time.monotonic() - drain_t0
             self._step(
                 move,
                 "drain-end",
-                f"{in_flight} request(s) in flight at the start, {cut} cut after {drain_s:g}s",
+                f"{in_flight} request(s) in flight at the start, {cut} cut; "
+                f"drained in {took:.1f}s (limit {drain_s:g}s)",
             )
             await self._mark(move, MoveState.UNLOADING_SOURCE)
             await self._call(self._pods.unload(src_pod, source.id), "source_unload")
