@@ -60,6 +60,12 @@ def _flood(server: ServerProcess, connections: int, big_every: int) -> int:
     return sum(ok)
 
 
+@pytest.mark.xfail(
+    reason="issue 23 item 5 is open: RSS grows about 30-50 MiB per 20,000 new connections "
+    "(fast lane on or off, MALLOC_ARENA_MAX=1 too; docs/connection-memory.md); the bound "
+    "is kept here so the fix shows as XPASS",
+    strict=False,
+)
 def test_twenty_thousand_new_connections_grow_rss_less_than_20_mib(
     server: ServerProcess,
 ) -> None:
