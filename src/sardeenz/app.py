@@ -41,7 +41,6 @@ from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
-from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.identity import identity_of
 from sardeenz.cluster.locator import InstanceLocator
@@ -54,7 +53,7 @@ from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.stewards import Stewards
 from sardeenz.cluster.transport.routes import HOP_HEADER
-from sardeenz.cluster.wiring import gateway_hooks, proxy_remote_headers
+from sardeenz.cluster.wiring import control_state, gateway_hooks, proxy_remote_headers
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
@@ -120,7 +119,7 @@ def build_services(settings: Settings) -> Services:
         promised_bytes=ledger.promised_bytes_by_gpu,
         profiles_version=lambda: profiles.version,
     )
-    control = ControlRegister(cluster, ControlRepository(db))
+    control = control_state(cluster, ControlRepository(db))
     entries = CatalogRepository(db)
     catalog = Catalog(
         settings.catalog,

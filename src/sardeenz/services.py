@@ -10,7 +10,7 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.warmup import WarmUp
-from sardeenz.cluster.control_state import ControlRegister
+from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
@@ -74,7 +74,7 @@ class Services:
     cluster: ClusterManager
     locator: InstanceLocator
     """Where an instance lives; every action on one, here or on its pod (cluster/locator.py)."""
-    control: ControlRegister
+    control: ControlState
     """The cluster's replicated control state (cluster/control_state.py)."""
     moves: MoveService
     placement: ClusterPlacement

@@ -49,7 +49,7 @@ import time
 import uuid
 from collections.abc import Coroutine
 
-from sardeenz.cluster.control_state import ControlRegister
+from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.move_steps import POLL, MoveFailed, MoveSteps
 from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState
@@ -75,7 +75,7 @@ stalled 180-440 ms; with this pause, no gap during a move exceeded 1.6x the ITL.
 class MoveService(MoveSteps):
     """The leader's moves: validation, the in-memory list, one owned task per move."""
 
-    def __init__(self, pods: Pods, settings: Settings, control: ControlRegister) -> None:
+    def __init__(self, pods: Pods, settings: Settings, control: ControlState) -> None:
         super().__init__(pods, settings)
         self._control = control
         control.when_ready(self.take_over)

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sardeenz.cluster.control_state import ControlRegister
+from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.preset_plan import Placer, Plan, Step, make_plan
@@ -87,7 +87,7 @@ class PresetService:
         manager: ClusterManager,
         repo: PresetRepository,
         placer: Placer,
-        control: ControlRegister,
+        control: ControlState,
         moving: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self._m = manager

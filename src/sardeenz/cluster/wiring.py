@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
 from sardeenz.cluster import handover
+from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
+from sardeenz.cluster.identity import ClusterMode
 from sardeenz.cluster.instance_routes import InstanceRoutes
 from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
@@ -29,12 +31,30 @@ from sardeenz.cluster.redirect import Redirect, leader_redirect
 from sardeenz.cluster.transport.server import InternalRouter
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.security.unverified import UnverifiedBodies
+from sardeenz.store.control import ControlRepository
+
+
+def control_state(manager: ClusterManager, copies: ControlRepository) -> ControlState:
+    """Where the control state lives: the API server's ConfigMaps in Kubernetes mode
+    (a consensus store already), else the majority-acknowledged register of the pods."""
+    if manager.mode is ClusterMode.KUBERNETES:
+        from sardeenz.cluster.control_kube import KubeControlState  # only Kubernetes pays
+
+        return KubeControlState(
+            manager.identity.pod_id,
+            manager.is_leader,
+            manager.current_term,
+            manager.membership.kube_api,
+            manager.settings,
+            copies,
+        )
+    return ControlRegister(manager, copies)
 
 
 def internal_router(
     manager: ClusterManager,
     profile_sync: ProfileSync,
-    control: ControlRegister,
+    control: ControlState,
     starts: ClusterStarts,
     unverified: UnverifiedBodies,
     collector: RequestCollector,
@@ -69,7 +89,7 @@ class GatewayHooks:
 def gateway_hooks(
     manager: ClusterManager,
     profile_sync: ProfileSync,
-    control: ControlRegister,
+    control: ControlState,
     starts: ClusterStarts,
     collector: RequestCollector,
     locator: InstanceLocator,

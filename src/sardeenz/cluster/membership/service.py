@@ -46,6 +46,7 @@ from sardeenz.security.cluster_hmac import Signer, Verifier
 if TYPE_CHECKING:
     from sardeenz.cluster.membership.driver import ClusterDriver
     from sardeenz.cluster.membership.kube import KubeCluster
+    from sardeenz.cluster.membership.kube_api import KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,10 @@ class Membership:
 
     def warnings(self) -> list[str]:
         return self._kube.warnings() if self._kube is not None else []
+
+    def kube_api(self) -> KubeApi | None:
+        """Kubernetes mode, once started: the API client (None otherwise)."""
+        return self._kube.api if self._kube is not None else None
 
     async def local_heartbeat(self) -> Heartbeat:
         return await self._heartbeat()
