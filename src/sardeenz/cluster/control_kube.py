@@ -50,6 +50,7 @@ from sardeenz.cluster.control_configmap import (
     name_of,
     retry_on_conflict,
 )
+from sardeenz.cluster.control_watch import ConfigMapWatch
 from sardeenz.cluster.membership.kube_api import KubeApi, describe, status_code
 from sardeenz.cluster.replicated import KEYS, Document, successor
 from sardeenz.cluster.transport import routes
@@ -64,7 +65,6 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.2
 MAX_BACKOFF_SECONDS = 30.0
-WATCH_SECONDS = (240, 360)
 RESOURCE = "configmaps"
 WHERE = "the Kubernetes API server (just elected, or the API server is unreachable)"
 
@@ -96,11 +96,11 @@ class KubeControlState:
         self._applying = asyncio.Lock()
         """One copy taken at a time (the watch's and a write's)."""
         self._ready_term: int | None = None
-        self._listed = False
         self._listeners: dict[str, list[Listener]] = {}
         self._seeds: dict[str, Callable[[], Awaitable[Any]]] = {}
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
-        self._watch: asyncio.Task[None] | None = None
+        self._watch = ConfigMapWatch(api, self, settings.kube_retry_period_seconds)
+        self._watching: asyncio.Task[None] | None = None
         self._loop = LeaderLoop(
             "control-configmaps",
             leads,
@@ -109,6 +109,9 @@ class KubeControlState:
             on_follow=self._follow,
         )
         self._retry = settings.kube_retry_period_seconds
+        self._failures = 0
+        self._retry_at = 0.0
+        """The leader's rounds back off while they fail, as every API call does."""
         self.backoff = Backoff()
         self.write_timeout = max(5.0, 4 * settings.kube_request_timeout_seconds)
         """Bound on waiting to be ready before a write."""
@@ -121,15 +124,15 @@ class KubeControlState:
         }
 
     def start(self) -> None:
-        if self._watch is None:
-            self._watch = asyncio.get_running_loop().create_task(
-                self._watch_loop(), name="sardeenz-kube-control"
+        if self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(
+                self._watch.run(), name="sardeenz-kube-control"
             )
         self._loop.start()
 
     async def stop(self) -> None:
         await self._loop.stop()
-        task, self._watch = self._watch, None
+        task, self._watching = self._watching, None
         await stop_task(task)
 
     def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
@@ -251,13 +254,12 @@ class KubeControlState:
             raise self._failed(api, "list", key, exc) from exc
         items = data.get("items") or []
         if not items:
-            self._versions.pop(key, None)
-            self._corrupt.pop(key, None)
+            self.gone(key)
         for obj in items:
-            await self._observe(obj, fresh=True)
+            await self.observe(obj, fresh=True)
 
     # ------------------------------------------------------------------ read
-    async def _observe(self, obj: dict[str, Any], *, fresh: bool) -> None:
+    async def observe(self, obj: dict[str, Any], *, fresh: bool) -> None:
         """A ConfigMap as the API server holds it (``fresh``: a list, the current
         state; else a watch event, which may be older than this pod's own write)."""
         name = str((obj.get("metadata") or {}).get("name") or "")
@@ -299,99 +301,51 @@ class KubeControlState:
                 except Exception:  # the copy is taken; the feature catches up on the next
                     log.exception("control state: applying %s r%d failed", doc.key, doc.revision)
 
-    async def _watch_loop(self) -> None:
-        failures = 0
-        version: str | None = None  # None: list (again)
-        while True:
-            verb = "list" if version is None else "watch"
-            try:
-                api = self._api()
-                version = await (
-                    self._relist(api) if version is None else self._follow_watch(api, version)
-                )
-                failures = 0
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                status = status_code(exc)
-                if status == 410:
-                    log.info("Kubernetes: control ConfigMap watch expired (410 Gone): listing")
-                    version = None
-                    continue
-                if status == 403:
-                    self._api().forbidden(verb, RESOURCE, exc)
-                else:
-                    log.warning("Kubernetes: control ConfigMap %s failed: %s", verb, describe(exc))
-                version = None  # level-triggered: after any failure, the whole state again
-            failures += 1
-            delay = min(MAX_BACKOFF_SECONDS, self._retry * 2 ** (failures - 1))
-            await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
-
-    async def _relist(self, api: KubeApi) -> str:
-        data = await api.list_config_maps(SELECTOR)
-        api.allowed("list", RESOURCE)
-        seen: set[str] = set()
-        for obj in data.get("items") or []:
-            key = key_of(str((obj.get("metadata") or {}).get("name") or ""))
-            if key is not None:
-                seen.add(key)
-                await self._observe(obj, fresh=True)
-        for gone in set(self._versions) - seen:
-            self._versions.pop(gone, None)
-            self._corrupt.pop(gone, None)
-        self._listed = True
-        return str((data.get("metadata") or {}).get("resourceVersion") or "")
-
-    async def _follow_watch(self, api: KubeApi, version: str) -> str:
-        events = api.config_map_events(SELECTOR, version, random.randint(*WATCH_SECONDS))
-        try:
-            async for event in events:
-                obj = event.get("object") or {}
-                seen = (obj.get("metadata") or {}).get("resourceVersion")
-                if seen:
-                    version = str(seen)
-                kind = event.get("type")
-                if kind == "BOOKMARK":
-                    continue
-                if kind == "DELETED":
-                    key = key_of(str((obj.get("metadata") or {}).get("name") or ""))
-                    if key is not None:
-                        log.warning("control state: ConfigMap %s deleted", name_of(key))
-                        self._versions.pop(key, None)
-                        self._corrupt.pop(key, None)
-                    continue
-                await self._observe(obj, fresh=False)
-        finally:
-            await events.aclose()
-        return version
+    def gone(self, key: str) -> None:
+        """``key``'s ConfigMap is not in the API server (deleted, or never written)."""
+        self._versions.pop(key, None)
+        self._corrupt.pop(key, None)
 
     # ---------------------------------------------------------------- leader
     def _follow(self) -> None:
         self._ready_term = None
+        self._failures, self._retry_at = 0, 0.0
 
     async def _tick(self) -> None:
+        if time.monotonic() < self._retry_at:
+            return  # backing off after a failed round (the API server down, a 403)
         term = self._term()
         if self._ready_term != term:
-            if await self._adopt(term):
-                self._ready_term = term
-                log.warning("control state: read from the API server in term %d", term)
-                for action in self._on_ready:
-                    try:
-                        await action()
-                    except Exception:
-                        log.exception("control state: a ready action failed")
+            if not await self._adopt(term):
+                self._backoff()
+                return
+            self._failures = 0
+            self._ready_term = term
+            log.warning("control state: read from the API server in term %d", term)
+            for action in self._on_ready:
+                try:
+                    await action()
+                except Exception:
+                    log.exception("control state: a ready action failed")
             return
-        if self._listed:  # a ConfigMap deleted by hand: the leader's copy is written again
+        if self._watch.listed:  # a ConfigMap deleted by hand: the leader's copy is written again
             for key in [k for k in self._copies if k not in self._versions]:
                 async with self._writing:
-                    await self._rewrite(key, term)
+                    if not await self._rewrite(key, term):
+                        self._backoff()
+                        return
+            self._failures = 0
+
+    def _backoff(self) -> None:
+        self._failures += 1
+        delay = min(MAX_BACKOFF_SECONDS, self._retry * 2 ** (self._failures - 1))
+        self._retry_at = time.monotonic() + delay * (0.8 + 0.4 * random.random())
 
     async def _adopt(self, term: int) -> bool:
         """List the documents (a consistent read), then write each again under ``term``
         (or seed it), so that a deposed leader's next write conflicts and is refused."""
         try:
-            await self._relist(self._api())
+            await self._watch.relist(self._api())
         except asyncio.CancelledError:
             raise
         except Exception as exc:
