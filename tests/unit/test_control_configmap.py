@@ -9,7 +9,7 @@ import pytest
 
 from sardeenz.cluster.control_configmap import (
     MAX_DATA_BYTES,
-    Backoff,
+    ConflictRetries,
     CorruptDocument,
     WriteConflict,
     data_bytes,
@@ -115,7 +115,7 @@ async def test_a_conflict_is_retried_against_a_fresh_read_until_it_lands() -> No
 
     clock = Clock()
     landed = await retry_on_conflict(
-        attempt, "catalog", Backoff(5, 0.1, 1.0), clock.sleep, lambda: 0.5
+        attempt, "catalog", ConflictRetries(5, 0.1, 1.0), clock.sleep, lambda: 0.5
     )
     assert landed == 2
     assert seen_versions == [1, 2, 3]  # each attempt read what the previous lost to
@@ -133,7 +133,11 @@ async def test_conflicts_without_end_are_a_clear_409_after_a_bounded_number() ->
     clock = Clock()
     with pytest.raises(Conflict) as lost:
         await retry_on_conflict(
-            attempt, "the cluster's presets", Backoff(4, 0.1, 0.25), clock.sleep, lambda: 0.5
+            attempt,
+            "the cluster's presets",
+            ConflictRetries(4, 0.1, 0.25),
+            clock.sleep,
+            lambda: 0.5,
         )
     assert lost.value.code == "control_write_conflict"
     assert "the cluster's presets" in lost.value.message
@@ -150,12 +154,12 @@ async def test_other_errors_are_not_retried() -> None:
         raise PayloadTooLarge("too big", code="control_document_too_large")
 
     with pytest.raises(PayloadTooLarge):
-        await retry_on_conflict(attempt, "catalog", Backoff(), Clock().sleep)
+        await retry_on_conflict(attempt, "catalog", ConflictRetries(), Clock().sleep)
     assert calls == 1
 
 
 def test_backoff_delays_grow_and_are_spread() -> None:
-    b = Backoff(6, 0.05, 1.0)
+    b = ConflictRetries(6, 0.05, 1.0)
     assert [b.delay(n, 0.5) for n in range(1, 7)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
     assert b.delay(1, 0.0) == 0.025
     assert b.delay(1, 0.999) == pytest.approx(0.07495)

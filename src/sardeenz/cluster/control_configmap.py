@@ -132,7 +132,7 @@ class WriteConflict(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Backoff:
+class ConflictRetries:
     attempts: int = 6
     first: float = 0.05
     most: float = 1.0
@@ -146,7 +146,7 @@ class Backoff:
 async def retry_on_conflict(
     attempt: Callable[[int], Awaitable[T]],
     what: str,
-    backoff: Backoff = Backoff(),
+    backoff: ConflictRetries = ConflictRetries(),
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     jitter: Callable[[], float] = random.random,
 ) -> T:

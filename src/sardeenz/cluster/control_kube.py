@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,7 +40,7 @@ from typing import Any
 from sardeenz.cluster.control import Change, Listener, not_ready
 from sardeenz.cluster.control_configmap import (
     SELECTOR,
-    Backoff,
+    ConflictRetries,
     CorruptDocument,
     WriteConflict,
     decode,
@@ -54,6 +53,7 @@ from sardeenz.cluster.control_watch import ConfigMapWatch
 from sardeenz.cluster.membership.kube_api import KubeApi, describe, status_code
 from sardeenz.cluster.replicated import KEYS, Document, successor
 from sardeenz.cluster.transport import routes
+from sardeenz.cluster.transport.backoff import Backoff as RetrySchedule
 from sardeenz.cluster.transport.leader_loop import LeaderLoop
 from sardeenz.cluster.transport.server import Handler
 from sardeenz.config import Settings
@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.2
 MAX_BACKOFF_SECONDS = 30.0
+ROUND = "round"
 RESOURCE = "configmaps"
 WHERE = "the Kubernetes API server (just elected, or the API server is unreachable)"
 
@@ -99,7 +100,7 @@ class KubeControlState:
         self._listeners: dict[str, list[Listener]] = {}
         self._seeds: dict[str, Callable[[], Awaitable[Any]]] = {}
         self._on_ready: list[Callable[[], Awaitable[None]]] = []
-        self._watch = ConfigMapWatch(api, self, settings.kube_retry_period_seconds)
+        self._watch: ConfigMapWatch | None = None
         self._watching: asyncio.Task[None] | None = None
         self._loop = LeaderLoop(
             "control-configmaps",
@@ -109,10 +110,9 @@ class KubeControlState:
             on_follow=self._follow,
         )
         self._retry = settings.kube_retry_period_seconds
-        self._failures = 0
-        self._retry_at = 0.0
+        self._rounds = RetrySchedule(self._retry, MAX_BACKOFF_SECONDS)
         """The leader's rounds back off while they fail, as every API call does."""
-        self.backoff = Backoff()
+        self.backoff = ConflictRetries()
         self.write_timeout = max(5.0, 4 * settings.kube_request_timeout_seconds)
         """Bound on waiting to be ready before a write."""
 
@@ -125,6 +125,7 @@ class KubeControlState:
 
     def start(self) -> None:
         if self._watching is None:
+            self._watch = ConfigMapWatch(self._api(), self, self._retry)
             self._watching = asyncio.get_running_loop().create_task(
                 self._watch.run(), name="sardeenz-kube-control"
             )
@@ -309,17 +310,17 @@ class KubeControlState:
     # ---------------------------------------------------------------- leader
     def _follow(self) -> None:
         self._ready_term = None
-        self._failures, self._retry_at = 0, 0.0
+        self._rounds.ok(ROUND)
 
     async def _tick(self) -> None:
-        if time.monotonic() < self._retry_at:
+        if not self._rounds.due(ROUND, time.monotonic()):
             return  # backing off after a failed round (the API server down, a 403)
         term = self._term()
         if self._ready_term != term:
             if not await self._adopt(term):
-                self._backoff()
+                self._rounds.failed(ROUND, time.monotonic())
                 return
-            self._failures = 0
+            self._rounds.ok(ROUND)
             self._ready_term = term
             log.warning("control state: read from the API server in term %d", term)
             for action in self._on_ready:
@@ -328,22 +329,21 @@ class KubeControlState:
                 except Exception:
                     log.exception("control state: a ready action failed")
             return
-        if self._watch.listed:  # a ConfigMap deleted by hand: the leader's copy is written again
+        if (
+            self._watch is not None and self._watch.listed
+        ):  # a ConfigMap deleted by hand: the leader's copy is written again
             for key in [k for k in self._copies if k not in self._versions]:
                 async with self._writing:
                     if not await self._rewrite(key, term):
-                        self._backoff()
+                        self._rounds.failed(ROUND, time.monotonic())
                         return
-            self._failures = 0
-
-    def _backoff(self) -> None:
-        self._failures += 1
-        delay = min(MAX_BACKOFF_SECONDS, self._retry * 2 ** (self._failures - 1))
-        self._retry_at = time.monotonic() + delay * (0.8 + 0.4 * random.random())
+            self._rounds.ok(ROUND)
 
     async def _adopt(self, term: int) -> bool:
         """List the documents (a consistent read), then write each again under ``term``
         (or seed it), so that a deposed leader's next write conflicts and is refused."""
+        if self._watch is None:
+            return False
         try:
             await self._watch.relist(self._api())
         except asyncio.CancelledError:
