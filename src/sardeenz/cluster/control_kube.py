@@ -57,7 +57,7 @@ from sardeenz.cluster.transport.backoff import Backoff as RetrySchedule
 from sardeenz.cluster.transport.leader_loop import LeaderLoop
 from sardeenz.cluster.transport.server import Handler
 from sardeenz.config import Settings
-from sardeenz.errors import Conflict, SardeenzError, Unavailable
+from sardeenz.errors import Conflict, InvalidRequest, SardeenzError, Unavailable
 from sardeenz.store.control import ControlRepository, StoredCopy
 from sardeenz.tasks import stop_task
 
@@ -188,7 +188,9 @@ class KubeControlState:
     def _api(self) -> KubeApi:
         api = self._client()
         if api is None:
-            raise Unavailable("the Kubernetes API client is not started", code="no_leader")
+            raise Unavailable(
+                "the Kubernetes API client is not started", code="control_store_unavailable"
+            )
         return api
 
     async def _write(self, key: str, change: Change, term: int) -> Document:
@@ -237,8 +239,11 @@ class KubeControlState:
         if status == 403:
             problem = api.forbidden(verb, RESOURCE, exc)
             return Unavailable(str(problem), code="kube_forbidden")
-        if status == 422:  # refused by validation (the size check missed a case)
-            return Unavailable(f"the API server refused {name_of(key)}: {describe(exc)}")
+        if status == 422:  # refused by validation (a limit encode() does not check)
+            return InvalidRequest(
+                f"the API server refused {name_of(key)}: {describe(exc)}",
+                code="control_document_refused",
+            )
         return Unavailable(
             f"the cluster's {key} was not stored: the API server did not answer the "
             f"{verb} ({describe(exc)}); retry",
