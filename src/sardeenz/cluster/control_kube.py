@@ -349,12 +349,16 @@ class KubeControlState:
         (or seed it), so that a deposed leader's next write conflicts and is refused."""
         if self._watch is None:
             return False
+        api = self._api()
         try:
-            await self._watch.relist(self._api())
+            await self._watch.relist(api)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.info("control state: reading the ConfigMaps failed: %s", describe(exc))
+            if status_code(exc) == 403:
+                api.forbidden("list", RESOURCE, exc)
+            else:
+                log.info("control state: reading the ConfigMaps failed: %s", describe(exc))
             return False
         async with self._writing:
             for key in KEYS:
@@ -382,7 +386,8 @@ class KubeControlState:
         try:
             await self._write(key, same, term)
         except SardeenzError as exc:
-            log.info("control state: writing %s again failed: %s", key, exc)
+            if exc.code != "kube_forbidden":  # that one is logged once, by KubeApi.forbidden
+                log.info("control state: writing %s again failed: %s", key, exc)
             return False
         return True
 
