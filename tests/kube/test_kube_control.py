@@ -5,13 +5,16 @@ A preset written through a follower is answered by the Lease holder (307), store
 ``sardeenz-control-presets`` ConfigMap and held by every pod; catalog entries PUT through
 two pods at once all land; the Lease holder is SIGKILLed right after acknowledging a
 preset and a catalog write, and the pod that takes the Lease (once it expired) has both
-and starts the entry on demand; a ConfigMap edited into bad JSON is a warning on every
+and starts the entry on demand, then again in the middle of a move, which the next
+leader resumes or rolls back from the ``sardeenz-control-moves`` ConfigMap while 50
+streaming clients see no failed request; a ConfigMap edited into bad JSON is a warning on every
 pod and a clear 409 for writes, never a crash, and deleting it brings the last good copy
 back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -23,6 +26,7 @@ import httpx
 import pytest
 
 from testkit.cluster import agreed_leader
+from testkit.streams import Load, run_clients
 from tests.kube.apiserver import KubeApiServer
 from tests.kube.pods import KubePods
 
@@ -207,3 +211,87 @@ def test_a_catalog_entry_acknowledged_just_before_the_leader_dies_is_kept(
     while "kc" not in (copy_on(pods, leader, "catalog") or {}):
         assert time.monotonic() < deadline, copy_on(pods, leader, "catalog")
         time.sleep(0.1)
+
+
+def test_a_move_in_flight_when_the_leader_dies_is_finished_by_the_next(
+    pods: KubePods,
+) -> None:
+    leader = leader_of(pods)
+    source_pod, target_pod = sorted(p for p in pods.names if p != leader)
+    # The engine takes 3 s to load: the move is still starting its target when the
+    # leader dies. Streams of ~1.6 s (40 tokens at 40 ms).
+    src = pods.load_on(source_pod, "mv", "--itl-ms", "40", "--load-seconds", "3")
+    entry = pods.pods[target_pod].url
+    deadline = time.monotonic() + 15
+    while "mv" not in [m["id"] for m in httpx.get(f"{entry}/v1/models").json()["data"]]:
+        assert time.monotonic() < deadline, "mv not routed at the target pod"
+        time.sleep(0.05)
+    load = Load()
+
+    def move_on(url: str, move_id: str) -> dict[str, Any] | None:
+        """The move as the leader holds it (None: not ready yet, or no leader)."""
+        try:
+            resp = httpx.get(f"{url}/api/cluster/moves/{move_id}", follow_redirects=True, timeout=5)
+        except httpx.HTTPError:
+            return None
+        if resp.status_code in (503, 307):
+            return None
+        assert resp.status_code == 200, resp.text
+        move: dict[str, Any] = resp.json()
+        return move
+
+    async def main() -> tuple[dict[str, Any], str]:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(run_clients(entry, "mv", 50, stop, 40, load))
+        try:
+            await asyncio.sleep(1.0)  # every client has a stream going
+            url = pods.pods[leader].url
+            body = {"instanceId": src["id"], "targetPodId": target_pod, "drainSeconds": 5}
+            resp = await asyncio.to_thread(
+                httpx.post, f"{url}/api/cluster/moves", json=body, timeout=10
+            )
+            assert resp.status_code == 202, resp.text
+            move_id = str(resp.json()["id"])
+            t0 = time.monotonic()
+            while ((await asyncio.to_thread(move_on, url, move_id)) or {}).get(
+                "targetInstanceId"
+            ) is None:
+                assert time.monotonic() - t0 < 15, "the move never started its target"
+                await asyncio.sleep(0.02)
+            # The record the next leader reads is in the API server already.
+            assert move_id in [m["id"] for m in stored(pods, "moves")]
+            pods.pods[leader].stop(signal.SIGKILL)
+            new = await asyncio.to_thread(leader_of, pods, leader)
+            new_url = pods.pods[new].url
+            while True:
+                move = await asyncio.to_thread(move_on, new_url, move_id)
+                if move is not None and move["state"] in ("done", "failed"):
+                    break
+                assert time.monotonic() - t0 < 90, f"the move was not finished: {move}"
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # and some more streams after it ended
+            return move, new
+        finally:
+            stop.set()
+            await runner
+
+    move, new = asyncio.run(main())
+    steps = [(s["name"], s["detail"]) for s in move["steps"]]
+    print(f"\nmove {move['state']} ({move.get('code')}) by {new}: {steps}")
+    print(f"{len(load.streams)} streams, {len(load.failed)} failed")
+    assert load.failed == [], [s.error for s in load.failed[:5]]
+    assert len(load.ok) >= 50
+    assert "taken-over" in [s["name"] for s in move["steps"]]
+    mv = [
+        (p, i["id"])
+        for p in pods.alive()
+        for i in pods.instances(p)
+        if i["servedModelName"] == "mv"
+    ]
+    if move["state"] == "failed":  # rolled back: the source alone serves
+        assert move["code"] == "leader_changed", move
+        assert mv == [(source_pod, src["id"])]
+    else:  # resumed: the target alone serves
+        assert mv == [(target_pod, move["targetInstanceId"])]
+    recorded = {m["id"]: m["state"] for m in stored(pods, "moves")}
+    assert recorded[move["id"]] == move["state"]  # the outcome is in the ConfigMap too
