@@ -147,7 +147,7 @@ class Catalog:
     ) -> CatalogModel:
         """Add or replace the API entry ``name`` (overrides a config entry of that name).
 
-        ``engine_check`` (the node's ``Services.require_engine``) runs once the entry is
+        ``engine_check`` (the node's ``EngineAvailability.require``) runs once the entry is
         otherwise valid: it raises when the entry's engine cannot run on this node.
         """
         try:
