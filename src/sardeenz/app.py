@@ -73,7 +73,7 @@ from sardeenz.memory.profiles import ProfileService
 from sardeenz.metrics_history import GpuPoint, MetricsHistory
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.history import RequestHistory
-from sardeenz.proxy.inflight import ProxyTraffic, in_flight_by_model
+from sardeenz.proxy.inflight import Inflight, ProxyTraffic, in_flight_by_model
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
@@ -107,12 +107,20 @@ def build_services(settings: Settings) -> Services:
     vllm_probe = VllmProbe(
         settings.vllm_python, settings.vllm_device, settings.vllm_probe_timeout_seconds
     )
-    supervisor = Supervisor(settings, bus, InstanceRepository(db), ledger, vllm_probe)
+    table = RoutingTable(engine_host=settings.engine_host)
+    inflight = Inflight()
+    supervisor = Supervisor(
+        settings,
+        bus,
+        InstanceRepository(db),
+        ledger,
+        vllm_probe,
+        traffic=ProxyTraffic(table, inflight),
+    )
+    if settings.proxy_auto_wake:
+        table.set_waker(_waker(supervisor))
     api_keys = ApiKeys.from_settings(settings)
     authenticator = Authenticator(settings)
-    table = RoutingTable(engine_host=settings.engine_host)
-    if settings.proxy_auto_wake:
-        table.waker = _waker(supervisor)
     cluster = ClusterManager(
         settings,
         table,
@@ -132,34 +140,37 @@ def build_services(settings: Settings) -> Services:
     )
     if cluster.active:  # the API entries are the cluster's (cluster/catalog_sync.py)
         bind_catalog(control, catalog, entries)
-    room = RoomMaker(settings, supervisor, bus, ledger.host_room)
+    external = ExternalServers(settings, catalog, table)
+    catalog.attach_external(external)
+    warmup = WarmUp(settings, catalog, bus)
+    supervisor.set_after_wake(warmup.after_wake)
+    reaper = IdleReaper(settings, catalog, supervisor, bus=bus, host_room=ledger.host_room)
+    room = RoomMaker(settings, supervisor, bus, ledger.host_room, evictor=reaper)
     placement = ClusterPlacement(members, settings, supervisor, inventory, orders, profiles)
     starts = ClusterStarts(members, view, placement)
     ondemand = OnDemand(
-        settings, catalog, table, supervisor, room, cluster=starts if cluster.active else None
+        settings,
+        catalog,
+        table,
+        supervisor,
+        room,
+        cluster=starts if cluster.active else None,
+        external=external,
     )
-    reaper = IdleReaper(settings, catalog, supervisor, bus=bus, host_room=ledger.host_room)
-    ondemand.evictor = reaper
-    warmup = WarmUp(settings, catalog, bus)
-    supervisor.after_wake = warmup.after_wake
-    external = ExternalServers(settings, catalog, table)
-    ondemand.external = external
-    catalog.external_state = external.catalog_state
-    catalog.external_refusal = external.refusal
     proxy = InferenceProxy(
         settings,
         table,
         proxy_remote_headers(cluster),
         hop_header=HOP_HEADER if cluster.active else None,
+        demand=ondemand,
+        inflight=inflight,
+        pod=members.identity.pod_id,
     )
-    proxy.demand = ondemand
-    proxy.requests.pod = members.identity.pod_id
     retention = (
         RequestRepository(db, settings.request_log_max_rows)
         if settings.request_log_retention
         else None
     )
-    supervisor.traffic = ProxyTraffic(table, proxy.inflight)
     pod_side = PodSide(cluster.local, members)
     moves = MoveService(Pods(members, pod_side, orders, settings), settings, control)
     requests = RequestHistory(proxy.requests, retention)
@@ -405,7 +416,7 @@ def create_app(settings: Settings) -> Gateway:
         before_scrape=services.node.refresh,
         unverified=unverified,
     )
-    node_metrics.COLLECTOR.sampler = services.node
+    node_metrics.COLLECTOR.attach(services.node)
     return gateway
 
 
