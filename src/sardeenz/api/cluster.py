@@ -58,7 +58,7 @@ async def control_state(services: ServicesDep) -> dict[str, Any]:
 @router.get("/status", response_model=ClusterStatus, dependencies=[READONLY])
 async def cluster_status(services: ServicesDep) -> dict[str, Any]:
     """Mode, leader, term and every pod this one knows (itself first)."""
-    status = await services.cluster.status()
+    status = await services.view.status()
     status["warnings"] = [*status["warnings"], *services.control.warnings()]
     return status
 

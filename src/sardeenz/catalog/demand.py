@@ -94,6 +94,7 @@ class OnDemand:
         room: RoomMaker | None = None,
         *,
         cluster: ClusterStarter | None = None,
+        external: ExternalServers | None = None,
     ) -> None:
         self._catalog = catalog
         self._table = table
@@ -111,8 +112,8 @@ class OnDemand:
         self._tasks: set[asyncio.Task[object]] = set()
         self.room = room or RoomMaker(settings, starter)
         """Runs starts and wakes, evicting idle models while memory is short (room.py)."""
-        self.external: ExternalServers | None = None
-        """Set by the app: the catalog's ``engine: external`` servers (never started)."""
+        self.external = external
+        """The catalog's ``engine: external`` servers (never started here)."""
         self.cluster = cluster
         """In a cluster: starts are placed by the leader's scheduler."""
         self._remote: dict[str, tuple[str, str, float]] = {}
@@ -120,12 +121,8 @@ class OnDemand:
 
     @property
     def evictor(self) -> Evictor | None:
+        """What lets a start or wake that does not fit evict idle models (the room's)."""
         return self.room.evictor
-
-    @evictor.setter
-    def evictor(self, evictor: Evictor | None) -> None:
-        """Set by the app: lets a start or wake that does not fit evict idle models."""
-        self.room.evictor = evictor
 
     # ----------------------------------------------------------- the hook
     @property

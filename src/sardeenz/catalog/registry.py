@@ -57,6 +57,14 @@ class EntryStore(Protocol):
     async def delete(self, name: str) -> bool: ...
 
 
+class ExternalChecks(Protocol):
+    """What the catalog needs of its ``engine: external`` servers (catalog/external.py)."""
+
+    def catalog_state(self, name: str) -> tuple[CatalogState, str | None] | None: ...
+
+    async def refusal(self, entry: CatalogEntry) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _Item:
     name: str
@@ -86,10 +94,21 @@ class Catalog:
         self.version = 0
         """Bumped on every change (``GET /v1/models`` caches on it)."""
         self.external_state: Callable[[str], tuple[CatalogState, str | None] | None] | None = None
-        """Set by the app: the health of ``engine: external`` entries (catalog/external.py)."""
+        """The health of ``engine: external`` entries (catalog/external.py); see
+        ``attach_external``."""
         self.external_refusal: Callable[[CatalogEntry], Awaitable[str | None]] | None = None
-        """Set by the app: why an external entry may not be stored (its key source, a url
-        that is this server's own; catalog/external.py), checked on ``put``."""
+        """Why an external entry may not be stored (its key source, a url that is this
+        server's own; catalog/external.py), checked on ``put``."""
+
+    def attach_external(self, external: ExternalChecks) -> None:
+        """Take the health and the refusals of ``engine: external`` entries from ``external``.
+
+        Late by necessity: the external servers (catalog/external.py) read their entries
+        from this catalog, so it is built first. app.py calls this once, right after
+        building them.
+        """
+        self.external_state = external.catalog_state
+        self.external_refusal = external.refusal
 
     async def start(self) -> None:
         """Read the stored API entries and build the view; log every bad entry once."""
@@ -147,7 +166,7 @@ class Catalog:
     ) -> CatalogModel:
         """Add or replace the API entry ``name`` (overrides a config entry of that name).
 
-        ``engine_check`` (the node's ``Services.require_engine``) runs once the entry is
+        ``engine_check`` (the node's ``EngineAvailability.require``) runs once the entry is
         otherwise valid: it raises when the entry's engine cannot run on this node.
         """
         try:

@@ -37,8 +37,8 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from sardeenz.cluster.control import Change, Listener, not_ready
-from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.replicated import (
     KEYS,
     Document,
@@ -68,8 +68,8 @@ class _Write(BaseModel):
 
 
 class ControlRegister:
-    def __init__(self, manager: ClusterManager, repo: ControlRepository) -> None:
-        self._m = manager
+    def __init__(self, membership: Membership, repo: ControlRepository) -> None:
+        self._m = membership
         self._repo = repo
         self._copies: dict[str, Document] = {}
         self._lock = asyncio.Lock()
@@ -85,10 +85,14 @@ class ControlRegister:
         self._failed_at: dict[str, float] = {}
         """Pod -> when a send to it last failed: catch-up retries it after RETRY_SECONDS."""
         self._loop = LeaderLoop(
-            "control-register", manager.is_leader, self._tick, TICK_SECONDS, on_follow=self._follow
+            "control-register",
+            membership.is_leader,
+            self._tick,
+            TICK_SECONDS,
+            on_follow=self._follow,
         )
         self._sends: set[asyncio.Task[bool]] = set()
-        self.write_timeout = max(5.0, 4 * manager.settings.cluster_request_timeout_seconds)
+        self.write_timeout = max(5.0, 4 * membership.settings.cluster_request_timeout_seconds)
         """Bound on one write: reaching a majority, or waiting to be ready."""
 
     # ------------------------------------------------------------- lifecycle
@@ -383,7 +387,7 @@ def _copy(doc: Document) -> StoredCopy:
     return StoredCopy(doc.key, doc.term, doc.revision, doc.body)
 
 
-def _not_ready(m: ClusterManager) -> Unavailable:
+def _not_ready(m: Membership) -> Unavailable:
     return not_ready(
         m.is_leader(), "a majority of the pods (just elected, or a majority is unreachable)"
     )

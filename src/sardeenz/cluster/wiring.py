@@ -15,14 +15,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
-from sardeenz.cluster import handover
 from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
+from sardeenz.cluster.handover import PodSide
 from sardeenz.cluster.identity import ClusterMode
 from sardeenz.cluster.instance_routes import InstanceRoutes
 from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
@@ -34,25 +35,26 @@ from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.store.control import ControlRepository
 
 
-def control_state(manager: ClusterManager, copies: ControlRepository) -> ControlState:
+def control_state(members: Membership, copies: ControlRepository) -> ControlState:
     """Where the control state lives: the API server's ConfigMaps in Kubernetes mode
     (a consensus store already), else the majority-acknowledged register of the pods."""
-    if manager.mode is ClusterMode.KUBERNETES:
+    if members.mode is ClusterMode.KUBERNETES:
         from sardeenz.cluster.control_kube import KubeControlState  # only Kubernetes pays
 
         return KubeControlState(
-            manager.identity.pod_id,
-            manager.is_leader,
-            manager.current_term,
-            manager.membership.kube_api,
-            manager.settings,
+            members.identity.pod_id,
+            members.is_leader,
+            members.current_term,
+            members.kube_api,
+            members.settings,
             copies,
         )
-    return ControlRegister(manager, copies)
+    return ControlRegister(members, copies)
 
 
 def internal_router(
     manager: ClusterManager,
+    pod_side: PodSide,
     profile_sync: ProfileSync,
     control: ControlState,
     starts: ClusterStarts,
@@ -61,11 +63,12 @@ def internal_router(
     locator: InstanceLocator,
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
-    assert manager.verifier is not None
-    router = InternalRouter(manager.verifier, manager, unverified)
+    membership = manager.membership
+    assert membership.verifier is not None
+    router = InternalRouter(membership.verifier, membership, unverified)
     router.include(manager.internal_routes())
-    router.include(InstanceOrders(manager.supervisor).internal_routes())
-    router.include(handover.internal_routes(manager))
+    router.include(InstanceOrders(manager.local.supervisor).internal_routes())
+    router.include(pod_side.internal_routes())
     router.include(profile_sync.internal_routes())
     router.include(control.internal_routes())
     router.include(starts.internal_routes())
@@ -88,24 +91,30 @@ class GatewayHooks:
 
 def gateway_hooks(
     manager: ClusterManager,
+    pod_side: PodSide,
     profile_sync: ProfileSync,
     control: ControlState,
     starts: ClusterStarts,
     collector: RequestCollector,
     locator: InstanceLocator,
     unverified: UnverifiedBodies,
+    max_body_bytes: int,
 ) -> GatewayHooks:
-    if not manager.active:
+    membership = manager.membership
+    if not manager.active or membership.verifier is None:
         return GatewayHooks()
     return GatewayHooks(
         internal=internal_router(
-            manager, profile_sync, control, starts, unverified, collector, locator
+            manager, pod_side, profile_sync, control, starts, unverified, collector, locator
         ),
-        trusted_forward=trusted_forward(manager, unverified),
-        redirect=leader_redirect(manager),
+        trusted_forward=trusted_forward(membership.verifier, unverified, max_body_bytes),
+        redirect=leader_redirect(membership),
     )
 
 
 def proxy_remote_headers(manager: ClusterManager) -> RemoteHeaders | None:
     """The proxy's hook for requests to other pods (None on a single node)."""
-    return remote_headers(manager) if manager.active else None
+    signer = manager.membership.signer
+    if not manager.active or signer is None:
+        return None
+    return remote_headers(manager.membership.identity, signer)

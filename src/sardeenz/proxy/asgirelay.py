@@ -135,17 +135,21 @@ class AsgiRelay:
         remote_headers: RemoteHeaders | None = None,
         *,
         hop_header: bytes | None = None,
+        demand: Demand | None = None,
+        inflight: Inflight | None = None,
+        pod: str | None = None,
     ) -> None:
         self._settings = settings
         self._table = table
         self._ready_wait = settings.proxy_ready_wait_seconds
         self._client: UpstreamClient | None = None
-        self.demand: Demand | None = None
+        self.demand = demand
         """Load on first request (catalog/demand.py): asked only on a routing miss."""
-        self.inflight = Inflight()
+        self.inflight = inflight if inflight is not None else Inflight()
         """Requests in flight per instance (both relay paths register theirs here)."""
-        self.requests = RequestLog(settings.request_log_size)
-        """The request log and usage counters (both relay paths note theirs here)."""
+        self.requests = RequestLog(settings.request_log_size, pod)
+        """The request log and usage counters (both relay paths note theirs here), each
+        record stamped with ``pod``, this pod's id."""
         self._last_warning: dict[str, float] = {}
         self.remote_headers = remote_headers
         """Cluster mode (cluster/forwarding.py): the header lines that send a request to
