@@ -19,17 +19,21 @@ for every request that misses the routing table.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from sardeenz.catalog.adapterfiles import AdapterProbe, probe_ranks
 from sardeenz.catalog.models import CatalogModel, CatalogSource, CatalogState
 from sardeenz.catalog.validation import (
     EntryInvalid,
+    check_adapter_base,
     check_catalog,
     check_entry,
     check_name,
+    is_adapter,
     is_external,
 )
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
@@ -83,6 +87,8 @@ class Catalog:
         self._api_raw: dict[str, dict[str, Any]] = {}
         self._items: dict[str, _Item] = {}
         self._names: dict[str, str] = {}
+        self._probes: dict[str, AdapterProbe] = {}
+        """Adapter folder -> its rank or why it has none, read when entries are (re)read."""
         self.version = 0
         """Bumped on every change (``GET /v1/models`` caches on it)."""
         self.external_state: Callable[[str], tuple[CatalogState, str | None] | None] | None = None
@@ -94,6 +100,7 @@ class Catalog:
     async def start(self) -> None:
         """Read the stored API entries and build the view; log every bad entry once."""
         self._api_raw = await self._repo.list_all()
+        await self._probe_adapters()
         self._rebuild()
         for item in self._items.values():
             if item.error is not None:
@@ -106,6 +113,7 @@ class Catalog:
         """The stored API entries changed elsewhere (the leader wrote the cluster's
         catalog): rebuild the view from them."""
         self._api_raw = await self._repo.list_all()
+        await self._probe_adapters()
         self._rebuild()
         log.info("catalog: %d API entr(ies) from the cluster", len(self._api_raw))
 
@@ -155,6 +163,14 @@ class Catalog:
             checked = check_entry(name, entry, self._default_engine)
         except EntryInvalid as exc:
             raise InvalidRequest(str(exc), code="invalid_catalog_entry") from None
+        if is_adapter(checked):
+            path = checked.adapter_path or ""
+            self._probes.update(await asyncio.to_thread(probe_ranks, [path]))
+            probe = self._probes[path]
+            try:
+                check_adapter_base(name, checked, self.entries(), self._errors(), probe)
+            except EntryInvalid as exc:
+                raise InvalidRequest(str(exc), code="invalid_catalog_entry") from None
         if is_external(checked) and self.external_refusal is not None:
             why = await self.external_refusal(checked)
             if why is not None:
@@ -201,12 +217,25 @@ class Catalog:
         return removed
 
     # -------------------------------------------------------------- internals
+    def _errors(self) -> dict[str, str]:
+        return {n: i.error for n, i in self._items.items() if i.error is not None}
+
+    async def _probe_adapters(self) -> None:
+        """Read the rank of every adapter folder the entries name (in a thread: file I/O)."""
+        paths: set[str] = set()
+        for data in (*self._config_raw.values(), *self._api_raw.values()):
+            if isinstance(data, Mapping):
+                path = data.get("adapterPath", data.get("adapter_path"))
+                if isinstance(path, str) and path.strip():
+                    paths.add(path)
+        self._probes = await asyncio.to_thread(probe_ranks, sorted(paths)) if paths else {}
+
     def _rebuild(self) -> None:
         merged: dict[str, Any] = {
             n: d for n, d in self._config_raw.items() if str(n) not in self._api_raw
         }
         merged.update(self._api_raw)
-        good, bad = check_catalog(merged, self._default_engine)
+        good, bad = check_catalog(merged, self._default_engine, self._probes)
         items: dict[str, _Item] = {}
         for raw_name in merged:
             name = str(raw_name)
