@@ -122,7 +122,8 @@ def test_lru_idle_adapter_is_the_victim(slots: int) -> None:
     book.add_instance("i", slots)
     for n in range(slots):
         r = book.reserve(f"a{n}", ["i"], float(n))
-        assert r is not None and r.victim is None
+        assert r is not None
+        assert r.victim is None
         assert book.loaded("i", f"a{n}", float(n))
     # The oldest is busy: the next oldest idle one goes.
     assert book.acquire("i", "a0", 100.0)
@@ -130,7 +131,8 @@ def test_lru_idle_adapter_is_the_victim(slots: int) -> None:
     if slots == 1:
         assert r is None  # its only adapter serves a request: nothing may be evicted
     else:
-        assert r is not None and r.victim == "a1"
+        assert r is not None
+        assert r.victim == "a1"
         assert book.held("i")["a1"] is SlotState.EVICTING
         assert book.reserve("other", ["i"], 102.0) is None or slots > 2
 
