@@ -10,6 +10,9 @@ with ``Retry-After``. A start that fails (refused by the ledger, or the engine
 dying while it starts) answers every waiter with the cause taken from the
 engine's log; for ``ondemand_failure_hold_seconds`` afterwards new requests get
 that cause at once instead of starting the failing engine again.
+
+A request for a LoRA adapter entry (``adapterOf``) goes to ``catalog.adapters``,
+which waits for its base through ``wait`` and loads the adapter into it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from sardeenz.catalog.adapters import AdapterLoader
 from sardeenz.catalog.eviction import MEMORY_REFUSALS
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.metrics import STATS
@@ -117,6 +121,8 @@ class OnDemand:
         """In a cluster: starts are placed by the leader's scheduler."""
         self._remote: dict[str, tuple[str, str, float]] = {}
         """Model -> (pod, instance id, when) of a start the leader placed on another pod."""
+        self.adapters = AdapterLoader(settings, table, starter, self.wait)
+        """LoRA adapter entries: loaded into an instance of their base on first request."""
 
     @property
     def evictor(self) -> Evictor | None:
@@ -147,6 +153,9 @@ class OnDemand:
         return self._waiting.get(name, 0)
 
     async def wait(self, name: str) -> Endpoint | ErrorReply:
+        entry = self._catalog.entry(name)
+        if entry is not None and entry.adapter_of is not None:
+            return await self.adapters.wait(name, entry)
         external = self.external
         if external is not None and external.manages(name):
             return await external.wait(name)  # nothing to start: up or not
@@ -237,8 +246,8 @@ class OnDemand:
     async def start(self, name: str) -> None:
         """Start ``name`` unless something of it is running or coming (preload)."""
         entry = self._catalog.entry(name)
-        if entry is not None and is_external(entry):
-            return  # a server we do not run
+        if entry is not None and (is_external(entry) or entry.adapter_of is not None):
+            return  # a server we do not run, or an adapter (loaded on its first request)
         if self._table.pick(name) is not None or self._table.pending(name):
             return
         await self._start_once(name)
@@ -246,7 +255,7 @@ class OnDemand:
     async def preload(self) -> None:
         """Start every ``preload`` entry in the background (errors are logged, not raised)."""
         for name, entry in self._catalog.entries().items():
-            if entry.preload and not is_external(entry):
+            if entry.preload and not is_external(entry) and entry.adapter_of is None:
                 task = asyncio.get_running_loop().create_task(self._preload(name))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -257,7 +266,12 @@ class OnDemand:
         except StartFailed as exc:
             log.error("preload of %s failed: %s", name, exc)
 
+    def release(self, name: str, ep: Endpoint) -> None:
+        """A request ``wait`` answered with ``ep`` ended (adapters count theirs in flight)."""
+        self.adapters.release(name, ep)
+
     async def close(self) -> None:
+        await self.adapters.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

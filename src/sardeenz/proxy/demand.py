@@ -42,6 +42,10 @@ class Demand(Protocol):
     async def wait(self, name: str) -> Endpoint | ErrorReply:
         """Start ``name`` if nothing of it is running or coming, and wait for it (bounded)."""
 
+    def release(self, name: str, ep: Endpoint) -> None:
+        """The request ``wait`` answered with ``ep`` ended (a LoRA adapter's in-flight
+        count drops; nothing for other models)."""
+
 
 def model_state(statuses: set[InstanceStatus]) -> str:
     """What ``GET /v1/models`` shows in ``state`` for a model with these instances."""
