@@ -119,6 +119,12 @@ def test_bad_adapters_are_listed_invalid_with_their_reason(srv: ServerProcess) -
     assert "'plain' has no loraSlots" in catalog["nolora"]["error"]
     assert catalog["sql"]["state"] == "unloaded"
     assert catalog["sql"]["entry"]["adapterOf"] == "first"
+    with srv.client() as c:
+        cards = {m["id"]: m for m in c.get("/v1/models").json()["data"]}
+    assert cards["sql"]["parent"] == "first"  # listed as vLLM lists an adapter
+    assert cards["sql"]["state"] == "unloaded"
+    assert "parent" not in cards["first"]
+    assert "big" not in cards
     client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused")
     with pytest.raises(openai.NotFoundError):  # an invalid entry is no model
         client.completions.create(model="big", prompt="hi", max_tokens=1)
@@ -139,6 +145,9 @@ def test_first_request_starts_the_base_and_loads_the_adapter(srv: ServerProcess)
     )
     assert {chunk.model for chunk in stream} == {"sql"}
     assert engine_state(srv, "first")["lora_loads"] == 1  # the second request was a hit
+    listed = {m.id: m.model_extra or {} for m in client.models.list().data}
+    assert listed["sql"]["state"] == "active"
+    assert listed["poem"]["state"] == "unloaded"
     assert metric(srv, 'sardeenz_adapter_loads_total{model="sql"}') == 1
     assert metric(srv, 'sardeenz_adapter_misses_total{model="sql"}') == 1
     assert metric(srv, 'sardeenz_adapter_hits_total{model="sql"}') == 1

@@ -115,6 +115,8 @@ class AdapterLoader:
         self._freed: asyncio.Event | None = None
         self._room_waiters = 0
         self._http: httpx.AsyncClient | None = None
+        self.version = 0
+        """Bumped when an adapter is loaded or lost (``GET /v1/models`` caches on it)."""
         table.add_listener(self._on_instance)
 
     async def close(self) -> None:
@@ -162,6 +164,18 @@ class AdapterLoader:
                 return answer
             if answer == "busy" and not await self._wait_for_room(deadline - loop.time()):
                 return self._no_room(name)
+
+    def state(self, name: str, base: str) -> str:
+        """``active`` (or ``sleeping``) while an instance of ``base`` holds the adapter."""
+        holders = set(self.book.holders(name))
+        if not holders:
+            return "unloaded"
+        if any(e.instance_id in holders for e in self._table.endpoints(base)):
+            return "active"
+        views = self._table.instances(base)
+        if any(v.instance_id in holders and v.status is InstanceStatus.SLEEPING for v in views):
+            return "sleeping"
+        return "unloaded"
 
     def release(self, name: str, ep: Endpoint) -> None:
         """A request ``wait`` answered with ``ep`` ended."""
@@ -262,6 +276,7 @@ class AdapterLoader:
             with contextlib.suppress(_LoadFailed):  # gone already is as good as unloaded
                 await self._call(ep, "/v1/unload_lora_adapter", {"lora_name": victim})
             self.book.evicted(reservation, time.monotonic())
+            self.version += 1
             STATS.adapter_unloaded(victim, "lru")
             log.info("adapter %s unloaded from %s for %s (lru)", victim, ep.instance_id, name)
         try:
@@ -274,6 +289,7 @@ class AdapterLoader:
         if not self.book.loaded(ep.instance_id, name, time.monotonic(), flight.waiters):
             raise _Retry  # the instance left meanwhile (its adapters with it)
         flight.granted = ep
+        self.version += 1
         seconds = time.perf_counter() - t0
         STATS.adapter_loaded(name, seconds)
         log.info("adapter %s loaded into %s in %.3f s", name, ep.instance_id, seconds)
@@ -350,6 +366,7 @@ class AdapterLoader:
         for adapter in lost:
             STATS.adapter_unloaded(adapter, "base_gone")
         if lost:
+            self.version += 1
             log.info("instance %s left: adapters %s dropped", view.instance_id, ", ".join(lost))
             self._notify_room()
 

@@ -137,10 +137,17 @@ class OnDemand:
     @property
     def version(self) -> int:
         external = self.external.version if self.external is not None else 0
-        return self._catalog.version + external
+        return self._catalog.version + external + self.adapters.version
 
     def state(self, name: str) -> str | None:
+        entry = self._catalog.entry(name)
+        if entry is not None and entry.adapter_of is not None:
+            return self.adapters.state(name, entry.adapter_of)
         return self.external.state(name) if self.external is not None else None
+
+    def parent(self, name: str) -> str | None:
+        entry = self._catalog.entry(name)
+        return entry.adapter_of if entry is not None else None
 
     def resolve(self, name: str) -> str | None:
         return self._catalog.resolve(name)
