@@ -87,6 +87,7 @@ class Catalog:
         self._api_raw: dict[str, dict[str, Any]] = {}
         self._items: dict[str, _Item] = {}
         self._names: dict[str, str] = {}
+        self._adapters_of: dict[str, list[str]] = {}
         self._probes: dict[str, AdapterProbe] = {}
         """Adapter folder -> its rank or why it has none, read when entries are (re)read."""
         self.version = 0
@@ -129,6 +130,10 @@ class Catalog:
     def names(self) -> list[str]:
         """Names of the usable entries, sorted."""
         return sorted(n for n, i in self._items.items() if i.entry is not None)
+
+    def adapters_of(self, base: str) -> list[str]:
+        """The usable LoRA adapter entries of ``base``, sorted."""
+        return self._adapters_of.get(base, [])
 
     def entries(self) -> dict[str, CatalogEntry]:
         return {n: i.entry for n, i in self._items.items() if i.entry is not None}
@@ -251,7 +256,11 @@ class Catalog:
         for name, entry in good.items():
             for n in (name, *entry.aliases):
                 names[n] = name
-        self._items, self._names = items, names
+        adapters: dict[str, list[str]] = {}
+        for name, entry in sorted(good.items()):
+            if entry.adapter_of is not None:
+                adapters.setdefault(entry.adapter_of, []).append(name)
+        self._items, self._names, self._adapters_of = items, names, adapters
         self.version += 1
 
     def _sorted(self) -> list[_Item]:
