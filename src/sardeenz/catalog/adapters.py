@@ -43,6 +43,7 @@ import httpx
 
 from sardeenz.catalog.adapterslots import Reservation, SlotBook, SlotState
 from sardeenz.catalog.metrics import STATS
+from sardeenz.catalog.replies import not_ready
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, ModelInstance
 from sardeenz.engines.vllm import flag_value
@@ -417,15 +418,7 @@ class AdapterLoader:
         return failure[1]
 
     def _timed_out(self, name: str) -> ErrorReply:
-        retry = str(max(1, min(30, math.ceil(self._max_wait / 4)))).encode()
-        return ErrorReply(
-            503,
-            f"LoRA adapter {name!r} is not loaded yet (waited {self._max_wait:g} s, "
-            "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS); retry later",
-            "service_unavailable_error",
-            "model_not_ready",
-            headers=[(b"retry-after", retry)],
-        )
+        return not_ready(f"LoRA adapter {name!r}", "not loaded yet", self._max_wait)
 
     @staticmethod
     def _no_room(name: str) -> ErrorReply:

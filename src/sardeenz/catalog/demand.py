@@ -30,6 +30,7 @@ from sardeenz.catalog.eviction import MEMORY_REFUSALS
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
+from sardeenz.catalog.replies import not_ready
 from sardeenz.catalog.room import Evictor, RoomMaker
 from sardeenz.catalog.validation import is_external, load_request
 from sardeenz.config import Settings
@@ -426,12 +427,4 @@ class OnDemand:
         )
 
     def _timed_out(self, name: str) -> ErrorReply:
-        retry = str(max(1, min(30, math.ceil(self._max_wait / 4)))).encode()
-        return ErrorReply(
-            503,
-            f"Model {name!r} is not ready yet (waited {self._max_wait:g} s, "
-            "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS); retry later",
-            "service_unavailable_error",
-            "model_not_ready",
-            headers=[(b"retry-after", retry)],
-        )
+        return not_ready(f"Model {name!r}", "not ready yet", self._max_wait)
