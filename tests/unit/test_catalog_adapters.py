@@ -56,6 +56,7 @@ def test_a_lora_base_starts_its_engine_with_vllms_flags() -> None:
         ({"adapterOf": "base", "adapterPath": "/a", "sleepLevel": 1}, "sleepLevel: does not"),
         ({"adapterOf": "base", "adapterPath": "/a", "loraSlots": 1}, "loraSlots: does not"),
         ({"adapterOf": " x", "adapterPath": "/a"}, "adapterOf:"),
+        ({"adapterOf": "bad", "adapterPath": "/a"}, "adapterOf: an adapter cannot be its own"),
     ],
 )
 def test_bad_lora_fields_are_named(data: dict[str, Any], reason: str) -> None:

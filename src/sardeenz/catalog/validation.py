@@ -263,6 +263,8 @@ def check_entry(name: object, data: object, default_engine: EngineKind) -> Catal
             raise EntryInvalid(f"{where}: {_describe(exc)}") from None
     if entry.adapter_of is not None or entry.adapter_path is not None:
         _check_adapter(where, entry)
+        if entry.adapter_of == checked_name:
+            raise EntryInvalid(f"{where}: adapterOf: an adapter cannot be its own base")
     elif is_external(entry):
         _check_external(where, entry)
     else:
