@@ -27,7 +27,7 @@ MAX_WAIT = 20
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("adapters")
-    for name in ("sql", "poem", "a1", "a2", "a3", "g1", "vanished"):
+    for name in ("sql", "poem", "a1", "a2", "a3", "g1", "l1", "l2", "vanished"):
         make_adapter(root / name, rank=8)
     make_adapter(root / "big", rank=32)
     return root
@@ -55,6 +55,11 @@ catalog:
     engine: sim
     loraSlots: 1
     extraArgs: {SIM_ARGS}
+  leave:
+    modelPath: org/leave
+    engine: sim
+    loraSlots: 1
+    extraArgs: {SIM_ARGS}
   plain:
     modelPath: org/plain
     engine: sim
@@ -68,6 +73,8 @@ catalog:
   a2: {{adapterOf: lru, adapterPath: "{folders / "a2"}"}}
   a3: {{adapterOf: lru, adapterPath: "{folders / "a3"}"}}
   g1: {{adapterOf: gone, adapterPath: "{folders / "g1"}"}}
+  l1: {{adapterOf: leave, adapterPath: "{folders / "l1"}"}}
+  l2: {{adapterOf: leave, adapterPath: "{folders / "l2"}"}}
 """
     )
     env = {
@@ -272,3 +279,21 @@ def test_put_checks_an_adapter_against_its_base(srv: ServerProcess, folders: Pat
         assert mixed.status_code == 400
         assert "pinned: does not apply to an adapter" in mixed.json()["detail"]
     assert complete(srv, "sql2").json()["model"] == "sql2"
+
+
+def test_a_client_that_leaves_during_the_load_does_not_pin_the_adapter(
+    srv: ServerProcess,
+) -> None:
+    """The load goes on (shielded); the leaver's place is given back, so the adapter
+    can be unloaded later (one slot: l2 needs l1's)."""
+    assert complete(srv, "leave").status_code == 200  # the base runs
+    body = {"model": "l1", "prompt": "hi", "max_tokens": 1}
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=srv.url, timeout=0.1) as c:
+        c.post("/v1/completions", json=body)  # the adapter's load takes 300 ms
+    deadline = time.monotonic() + MAX_WAIT
+    while "l1" not in engine_state(srv, "leave")["lora_adapters"]:
+        assert time.monotonic() < deadline, "the load did not go on without its client"
+        time.sleep(0.1)
+    reply = complete(srv, "l2")
+    assert reply.status_code == 200, reply.text  # not 503 adapter_slots_busy
+    assert set(engine_state(srv, "leave")["lora_adapters"]) == {"l2"}
