@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ MAX_WAIT = 20
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("adapters")
-    for name in ("sql", "poem", "a1", "a2", "a3", "g1", "l1", "l2", "vanished"):
+    for name in ("sql", "poem", "a1", "a2", "a3", "g1", "l1", "l2", "b1", "b2", "vanished"):
         make_adapter(root / name, rank=8)
     make_adapter(root / "big", rank=32)
     return root
@@ -60,6 +61,11 @@ catalog:
     engine: sim
     loraSlots: 1
     extraArgs: {SIM_ARGS}
+  busy:
+    modelPath: org/busy
+    engine: sim
+    loraSlots: 1
+    extraArgs: {SIM_ARGS}
   plain:
     modelPath: org/plain
     engine: sim
@@ -75,6 +81,8 @@ catalog:
   g1: {{adapterOf: gone, adapterPath: "{folders / "g1"}"}}
   l1: {{adapterOf: leave, adapterPath: "{folders / "l1"}"}}
   l2: {{adapterOf: leave, adapterPath: "{folders / "l2"}"}}
+  b1: {{adapterOf: busy, adapterPath: "{folders / "b1"}"}}
+  b2: {{adapterOf: busy, adapterPath: "{folders / "b2"}"}}
 """
     )
     env = {
@@ -297,3 +305,35 @@ def test_a_client_that_leaves_during_the_load_does_not_pin_the_adapter(
     reply = complete(srv, "l2")
     assert reply.status_code == 200, reply.text  # not 503 adapter_slots_busy
     assert set(engine_state(srv, "leave")["lora_adapters"]) == {"l2"}
+
+
+def test_with_every_slot_serving_a_request_the_next_adapter_waits_for_one(
+    srv: ServerProcess,
+) -> None:
+    """One slot, b1 streaming: b2 neither evicts b1 nor fails; it is loaded once b1's
+    request ends."""
+    assert complete(srv, "b1").status_code == 200
+    order: list[str] = []
+    answers: list[httpx.Response] = []
+
+    def other() -> None:
+        answers.append(complete(srv, "b2"))
+        order.append("b2 answered")
+
+    body = {"model": "b1", "prompt": "x", "max_tokens": 60, "stream": True}
+    with (
+        httpx.Client(base_url=srv.url, timeout=MAX_WAIT + 10) as c,
+        c.stream("POST", "/v1/completions", json=body) as long,
+    ):
+        lines = long.iter_lines()
+        assert next(lines).startswith("data: ")
+        waiter = threading.Thread(target=other)
+        waiter.start()
+        rest = list(lines)
+        order.append("b1 ended")
+    waiter.join(MAX_WAIT + 10)
+    assert "data: [DONE]" in rest  # b1 was not cut
+    assert order == ["b1 ended", "b2 answered"]
+    assert answers[0].status_code == 200, answers[0].text
+    assert answers[0].json()["model"] == "b2"
+    assert set(engine_state(srv, "busy")["lora_adapters"]) == {"b2"}
