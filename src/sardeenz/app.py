@@ -29,6 +29,7 @@ from sardeenz.api import (
     moves,
     presets,
     requests,
+    tenants,
 )
 from sardeenz.api.docs_ui import install_docs
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
@@ -89,7 +90,9 @@ from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.requests import RequestRepository
+from sardeenz.store.tenants import TenantRepository
 from sardeenz.telemetry import node as node_metrics
+from sardeenz.tenancy.service import TenantService
 
 log = logging.getLogger("sardeenz")
 
@@ -151,6 +154,8 @@ def build_services(settings: Settings) -> Services:
         hop_header=HOP_HEADER if cluster.active else None,
     )
     proxy.demand = ondemand
+    proxy.admission.default_completion = settings.tenancy_default_completion_tokens
+    tenant_service = TenantService(settings, proxy.admission, TenantRepository(db), api_keys.ids)
     proxy.requests.pod = identity_of(settings).pod_id
     retention = (
         RequestRepository(db, settings.request_log_max_rows)
@@ -228,6 +233,7 @@ def build_services(settings: Settings) -> Services:
         ),
         collector=RequestCollector(cluster, requests, in_flight),
         external=external,
+        tenants=tenant_service,
     )
 
 
@@ -286,6 +292,7 @@ def create_app(settings: Settings) -> Gateway:
         services.routing.replace_all(services.supervisor.list_instances())
         await services.control.load()  # this pod's copy of the cluster's control state
         await services.catalog.start()
+        await services.tenants.start()
         if services.external is not None:
             services.external.start()
         await services.ondemand.preload()
@@ -324,6 +331,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.warmup.close()
             await services.routing_updater.stop()
             await services.proxy.close()
+            await services.tenants.stop()
             await services.audit.close()
             removed = await services.segments.cleanup(services.kvctl)
             if removed:
@@ -355,6 +363,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(moves.router)
     app.include_router(presets.router)
     app.include_router(requests.router)
+    app.include_router(tenants.router)
     app.include_router(metrics_history_router)
     install_docs(app)
 
