@@ -286,6 +286,7 @@ def restartable(server_factory: ServerPool, tmp_path: Any) -> ServerProcess:
             **JWT_ENV,
             "SARDEENZ_API_KEYS_FILE": keys,
             "SARDEENZ_TENANTS": json.dumps(tenants),
+            "SARDEENZ_PROXY_FAST_LANE": "false",  # the handler admits and settles
         }
     )
 
@@ -293,6 +294,7 @@ def restartable(server_factory: ServerPool, tmp_path: Any) -> ServerProcess:
 def test_a_spent_budget_survives_a_restart_and_config_tenants_are_read_only(
     restartable: ServerProcess,
 ) -> None:
+    """A config-file tenant, served by the ASGI handler (the other tests: express path)."""
     srv = restartable.start()
     with _admin(srv) as api:
         load_active(api, MODEL, "--ttft-ms", "5", "--itl-ms", "1")
@@ -300,8 +302,15 @@ def test_a_spent_budget_survives_a_restart_and_config_tenants_are_read_only(
         assert (put.status_code, put.json()["code"]) == (409, "tenant_from_config")
         assert api.get("/api/v1/tenants/cfg").json()["source"] == "config"
     with _v1(srv, "k-cfg") as v1:
-        assert _chat(v1, _body()).status_code == 200  # 0 used < 1
+        first = _chat(v1, _body())
+        assert first.status_code == 200  # 0 used < 1
         _assert_429(_chat(v1, _body()), "tokens per day limit of 1")
+    # settled by the ASGI handler (fast lane off here): the engine's count, nothing held
+    assert _usage(srv, "cfg")["*"] == {
+        "concurrent_requests": 0,
+        "tokens_today": _used(first),
+        "tokens_this_month": None,
+    }
     assert srv.stop(signal.SIGTERM) in (0, -signal.SIGTERM)  # shut down, not killed
     srv.start()
     with _admin(srv) as api:

@@ -345,3 +345,17 @@ def test_config_tenants_name_the_bad_one() -> None:
     (t,) = from_config({"a": {"api_keys": ["k1"], "limits": {"tokens_per_day": 5}}})
     assert t.source == "config"
     assert t.limits.tokens_per_day == 5
+
+
+def test_a_budget_added_while_requests_are_in_flight_is_not_credited_by_them() -> None:
+    adm = Admission()
+    adm.configure([_tenant(requests_per_minute=100)])
+    early = _admit(adm)  # admitted before the budget existed: nothing held for it
+    assert isinstance(early, Ticket)
+    adm.configure([_tenant(requests_per_minute=100, tokens_per_day=15)])
+    early.settle(200, b'"usage":{"prompt_tokens":2,"completion_tokens":3}', b"")
+    (scope,) = adm.scopes()
+    assert scope.day is not None
+    assert scope.day.held == 0  # not -20: later requests get no credit
+    # admitted when no limit counted tokens, its usage is not read: the estimate counts
+    assert scope.day.used == 20

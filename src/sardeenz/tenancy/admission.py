@@ -164,7 +164,8 @@ class Scope:
             self.tpm.give(estimate - actual, now)
         for budget in (self.day, self.month):
             if budget is not None:
-                budget.held -= estimate
+                # (never below 0: a budget added while this request was in flight)
+                budget.held = max(0, budget.held - estimate)
                 if actual:
                     budget.add(actual, wall)
 
@@ -176,7 +177,7 @@ class Scope:
             self.tpm.give(estimate, now)
         for budget in (self.day, self.month):
             if budget is not None:
-                budget.held -= estimate
+                budget.held = max(0, budget.held - estimate)
 
     def apply(self, limits: Limits, counters: CounterFactory, wall: float) -> None:
         """Take ``limits``, keeping what was consumed under the previous ones."""
@@ -195,10 +196,7 @@ def _rate(
     if held is None:
         return counters.rate(scope.tenant, scope.name, kind, limit)
     if held.capacity != limit:
-        resize = getattr(held, "resize", None)
-        if resize is None:
-            return counters.rate(scope.tenant, scope.name, kind, limit)
-        resize(limit)
+        held.resize(limit)
     return held
 
 

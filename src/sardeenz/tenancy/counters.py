@@ -45,6 +45,10 @@ class RateCounter(Protocol):
         """Give back (negative: take more) after the fact, e.g. estimate minus usage."""
         ...
 
+    def resize(self, capacity: float) -> None:
+        """A new limit; what was consumed under the old one stays consumed."""
+        ...
+
 
 class BudgetCounter(Protocol):
     """Tokens per calendar period; ``held``: reserved by requests in flight."""
@@ -104,10 +108,11 @@ class TokenBucket:
         return short / self._rate if short > 0 else 0.0
 
     def take(self, amount: float, now: float) -> None:
-        self.level = self._refill(now) - amount
+        # Admission asks ``wait`` at the same ``now`` first: no second refill then.
+        self.level = (self.level if now == self._stamp else self._refill(now)) - amount
 
     def give(self, amount: float, now: float) -> None:
-        level = self._refill(now) + amount
+        level = (self.level if now == self._stamp else self._refill(now)) + amount
         self.level = level if level < self.capacity else self.capacity
 
 
