@@ -26,7 +26,7 @@ from testkit.servers import ServerPool, ServerProcess, load_active
 from tests.component.test_auth import AUDIENCE, ISSUER, SECRET, token
 
 MODEL = "tenancy-m"
-KEYS = ("k-rpm", "k-tpm", "k-conc", "k-budget", "k-free", "k-api", "k-api2", "k-cfg")
+KEYS = ("k-rpm", "k-tpm", "k-conc", "k-budget", "k-free", "k-api", "k-api2", "k-cfg", "k-model")
 JWT_ENV = {
     "SARDEENZ_JWT_SECRET": SECRET,
     "SARDEENZ_JWT_ISSUER": ISSUER,
@@ -150,6 +150,30 @@ def test_the_official_client_sees_a_rate_limit_error(srv: ServerProcess) -> None
         client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
     assert exc.value.code == "rate_limit_exceeded"
     assert exc.value.response.headers["retry-after"] in ("59", "60")
+
+
+def test_a_models_limit_holds_in_addition_to_the_tenants(
+    srv: ServerProcess,
+) -> None:
+    _put_tenant(
+        srv,
+        "per-model",
+        {
+            "api_keys": ["k-model"],
+            "limits": {"requests_per_minute": 3},
+            "models": {MODEL: {"requests_per_minute": 1}},
+        },
+    )
+    other = orjson.dumps({"model": "no-such-model", "messages": [], "max_tokens": 1})
+    with _v1(srv, "k-model") as v1:
+        assert _chat(v1, _body()).status_code == 200
+        wait = _assert_429(_chat(v1, _body()), f"for the model '{MODEL}'")
+        assert wait in (59, 60)
+        # an unknown model is a 404 before any limit is asked
+        assert _chat(v1, other).status_code == 404
+    usage = _usage(srv, "per-model")
+    assert usage["*"]["concurrent_requests"] == 0
+    assert set(usage) == {"*", MODEL}
 
 
 def test_tokens_per_minute_edge_reconciled_from_stream_usage(srv: ServerProcess) -> None:
