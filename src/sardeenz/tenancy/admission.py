@@ -295,10 +295,9 @@ class Admission:
         self._by_subject: dict[str, str] = {}
         self._by_group: dict[str, str] = {}
         self._scopes: dict[tuple[str, str], Scope] = {}
-
-    @property
-    def active(self) -> bool:
-        return bool(self._by_key)
+        self.active = False
+        """Some key has a tenant: a plain attribute, the one thing the proxy reads per
+        request when there is none."""
 
     def scopes(self) -> Iterable[Scope]:
         return self._scopes.values()
@@ -330,6 +329,8 @@ class Admission:
             by_group.update(dict.fromkeys(tenant.groups, tenant.name))
         self._by_key, self._by_subject, self._by_group = by_key, by_subject, by_group
         self._scopes = scopes
+        self.active = bool(by_key)
+        self.active = bool(by_key)
 
     def tenant_of_key(self, key_id: str) -> str | None:
         entry = self._by_key.get(key_id)
