@@ -28,6 +28,7 @@ from sardeenz.api import (
     moves,
     presets,
     requests,
+    tenants,
 )
 from sardeenz.api.docs_ui import install_docs
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
@@ -88,8 +89,11 @@ from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.requests import RequestRepository
+from sardeenz.store.tenants import TenantRepository
 from sardeenz.telemetry import node as node_metrics
 from sardeenz.telemetry.measure import ResourceMeter
+from sardeenz.tenancy.admission import Admission
+from sardeenz.tenancy.service import TenantService
 
 log = logging.getLogger("sardeenz")
 
@@ -156,6 +160,7 @@ def build_services(settings: Settings) -> Services:
         cluster=starts if cluster.active else None,
         external=external,
     )
+    admission = Admission(default_completion=settings.tenancy_default_completion_tokens)
     proxy = InferenceProxy(
         settings,
         table,
@@ -164,7 +169,9 @@ def build_services(settings: Settings) -> Services:
         demand=ondemand,
         inflight=inflight,
         pod=members.identity.pod_id,
+        admission=admission,
     )
+    tenant_service = TenantService(settings, admission, TenantRepository(db), api_keys.ids)
     retention = (
         RequestRepository(db, settings.request_log_max_rows)
         if settings.request_log_retention
@@ -257,6 +264,7 @@ def build_services(settings: Settings) -> Services:
             members, settings.cluster_collect_interval_seconds, requests, in_flight
         ),
         external=external,
+        tenants=tenant_service,
     )
 
 
@@ -315,6 +323,7 @@ def create_app(settings: Settings) -> Gateway:
         services.routing.replace_all(services.supervisor.list_instances())
         await services.control.load()  # this pod's copy of the cluster's control state
         await services.catalog.start()
+        await services.tenants.start()
         if services.external is not None:
             services.external.start()
         await services.ondemand.preload()
@@ -353,6 +362,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.warmup.close()
             await services.routing_updater.stop()
             await services.proxy.close()
+            await services.tenants.stop()
             await services.audit.close()
             removed = await services.segments.cleanup(services.kvctl)
             if removed:
@@ -384,6 +394,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(moves.router)
     app.include_router(presets.router)
     app.include_router(requests.router)
+    app.include_router(tenants.router)
     app.include_router(metrics_history_router)
     install_docs(app)
 

@@ -43,6 +43,7 @@ from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.store.db import Database
 from sardeenz.telemetry.measure import ResourceMeter
 from sardeenz.telemetry.node import NodeSampler
+from sardeenz.tenancy.service import TenantService
 
 
 @dataclass
@@ -110,6 +111,8 @@ class Services:
     """The dashboard charts' last hour, sampled in the server (metrics_history.py)."""
     collector: RequestCollector
     """Cluster mode: pulls every other pod's request log and usage (cluster/observe.py)."""
+    tenants: TenantService
+    """Tenants and their limits; the proxy asks its ``Admission`` (tenancy/)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None
