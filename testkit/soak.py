@@ -14,7 +14,7 @@ Invariants (each a named ``Violation`` with the timeline around it):
 * ``one-leader-per-term``: no two pods ever claim the lead in the same term (sampled);
 * ``every-request-answered``: a request ends ok or with a clean OpenAI error within its
   deadline; one that broke or hung is allowed only while a fault killed or stopped a pod
-  or an engine, cut the network, or it ran on an isolated pod (counted, printed);
+  or an engine (counted, printed), never for a network cut;
 * ``routing-converges``: after each fault heals, within ``bound`` every pod lists every
   model that runs somewhere and none that runs nowhere, and all agree on one leader;
 * ``no-orphan-or-double-engine``: after each step, every engine process of a pod is an

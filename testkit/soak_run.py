@@ -220,9 +220,11 @@ class Chaos:
 
 
 def _excused(soak: Soak, o: Any) -> str | None:
-    """Why a broken or hung request is allowed: a fault that could break it ran meanwhile."""
+    """Why a broken or hung request is allowed: a pod or an engine it may have been on was
+    killed or stopped meanwhile. A network cut excuses nothing: a request forwarded across
+    it ends with ``pod_unavailable`` once the failure detector gives the pod up."""
     for f in soak.report.faults:
-        if f.start <= o.ended and f.end + 1.0 >= o.started:
+        if f.kind in PROCESS_FAULTS and f.start <= o.ended and f.end + 1.0 >= o.started:
             return f.kind
     return None
 

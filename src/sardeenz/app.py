@@ -158,6 +158,7 @@ def build_services(settings: Settings) -> Services:
         else None
     )
     supervisor.traffic = ProxyTraffic(table, proxy.inflight)
+    cluster.remote_routes.inflight = proxy.inflight  # a pod gone ends what it was sent
     moves = MoveService(Pods(cluster), settings, control)
     requests = RequestHistory(proxy.requests, retention)
     own_pod = proxy.requests.pod
