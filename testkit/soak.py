@@ -103,6 +103,8 @@ class Report:
     violations: list[Violation] = field(default_factory=list)
     traffic: TrafficLog = field(default_factory=TrafficLog)
     unavailable: dict[str, float] = field(default_factory=dict)
+    transitions: dict[str, int] = field(default_factory=dict)
+    """The catalog model's instances seen entering each state (it sleeps and wakes)."""
 
 
 class Soak:
@@ -128,7 +130,7 @@ class Soak:
         )
         """Seconds after a fault heals within which routing must have converged."""
         self._claims: dict[int, set[str]] = {}
-        self._last_listed: dict[str, float] = {}
+        self._catalog_states: dict[str, str] = {}
 
     # ------------------------------------------------------------ timeline
     def note(self, what: str) -> None:
@@ -297,6 +299,14 @@ class Soak:
             me = next((p for p in st["pods"] if p.get("self")), None)
             if me is None:
                 continue
+            for i in me["instances"]:
+                if i["servedModelName"] == CATALOG_MODEL:
+                    was = self._catalog_states.get(i["id"])
+                    if was != i["status"]:
+                        self._catalog_states[i["id"]] = i["status"]
+                        self.note(f"{CATALOG_MODEL} {i['id']} on {name}: {was} -> {i['status']}")
+                        key = f"{CATALOG_MODEL} {i['status']}"
+                        self.report.transitions[key] = self.report.transitions.get(key, 0) + 1
             for gpu in me["gpus"]:
                 held = sum(
                     i.get("reservedBytesPerGpu") or 0

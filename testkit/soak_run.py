@@ -301,6 +301,7 @@ def summary(report: Report) -> str:
         by_kind[f.kind] = by_kind.get(f.kind, 0) + 1
     lines.append(f"faults: {len(report.faults)} {by_kind}")
     lines.append(f"admin operations: {report.admin}")
+    lines.append(f"catalog model, instances seen entering a state: {report.transitions}")
     if report.converge:
         times = [c for _, c in report.converge]
         worst = max(report.converge, key=lambda c: c[1])

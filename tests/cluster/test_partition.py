@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit import netns
 from testkit.cluster import SECRET, TIMING
 from testkit.servers import ServerProcess, kill_engines
-from testkit import netns
 from tests.hostnet import host_network
 
 pytestmark = [
