@@ -35,11 +35,11 @@ class InFlight(Protocol):
 
 
 class RemoteRoutes:
-    def __init__(self, table: RoutingTable) -> None:
+    def __init__(self, table: RoutingTable, inflight: InFlight | None = None) -> None:
         self._table = table
         self._keys: dict[str, tuple[Any, ...]] = {}
-        self.inflight: InFlight | None = None
-        """Set once the proxy exists (app.py); None: nothing is cut (unit tests)."""
+        self.inflight = inflight
+        """The proxy's requests in flight; None: nothing is cut (unit tests)."""
 
     def peer_heartbeat(self, hb: Heartbeat) -> None:
         key = route_key(hb)
