@@ -131,6 +131,7 @@ def build_services(settings: Settings) -> Services:
         inventory,
         promised_bytes=ledger.promised_bytes_by_gpu,
         profiles_version=lambda: profiles.version,
+        inflight=inflight,  # a pod given up ends the requests forwarded to it
     )
     members, view, orders = cluster.membership, cluster.view, cluster.orders
     control = control_state(members, ControlRepository(db))
