@@ -186,9 +186,8 @@ def build_services(settings: Settings) -> Services:
     preset_service = PresetService(
         cluster, PresetRepository(db), placement, control, moving=moves.moving_models
     )
-    locator = InstanceLocator(
-        cluster, supervisor, bus, inventory, functools.partial(measure_instance, node, proxy)
-    )
+    measure = functools.partial(measure_instance, node, proxy, requests)
+    locator = InstanceLocator(cluster, supervisor, bus, inventory, measure)
     return Services(
         settings=settings,
         bus=bus,

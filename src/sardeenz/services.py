@@ -136,7 +136,7 @@ class Services:
 
     async def resource_metrics(self) -> list[ResourceMetrics]:
         """The seed's ``ResourceMetrics`` of every instance of this node."""
-        return await measure_resources(self.node, self.proxy)
+        return await measure_resources(self.node, self.proxy, self.requests)
 
     def gpu_budgets(self, gpus: list[GpuInfo]) -> list[GpuBudget]:
         """Per-GPU budget of a snapshot: model baselines, other processes, KV cache total."""
@@ -145,10 +145,14 @@ class Services:
 
 
 async def measure_resources(
-    node: NodeSampler, proxy: InferenceProxy, instance_id: str | None = None
+    node: NodeSampler,
+    proxy: InferenceProxy,
+    requests: RequestHistory,
+    instance_id: str | None = None,
 ) -> list[ResourceMetrics]:
     """The seed's ``ResourceMetrics`` of this node's instances (or of one), measured now."""
     sample = await node.sample()
+    answered = await requests.answered_by_instance()
     return [
         resource_metrics(
             inst,
@@ -156,6 +160,7 @@ async def measure_resources(
             sample.at,
             proxy_metrics.peek(inst.served_model_name),
             proxy.inflight.count(inst.id),
+            answered.get(inst.id),
         )
         for inst in sample.instances
         if instance_id is None or inst.id == instance_id
@@ -163,10 +168,10 @@ async def measure_resources(
 
 
 async def measure_instance(
-    node: NodeSampler, proxy: InferenceProxy, instance_id: str
+    node: NodeSampler, proxy: InferenceProxy, requests: RequestHistory, instance_id: str
 ) -> ResourceMetrics:
     """One instance of this node (404 ``instance_not_found`` when it has none such)."""
-    found = await measure_resources(node, proxy, instance_id)
+    found = await measure_resources(node, proxy, requests, instance_id)
     if not found:
         raise NotFound(f"no instance with id {instance_id!r}", code="instance_not_found")
     return found[0]
