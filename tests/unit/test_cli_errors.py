@@ -12,7 +12,8 @@ import json
 from sardeenz.cli.client import Response, error_message
 from sardeenz.cli.models import LOAD_FLAGS
 from sardeenz.errors import SardeenzError
-from sardeenz.memory.fit import FitVerdict, load_refusal
+from sardeenz.memory.fit import load_refusal
+from sardeenz.memory.models import FitVerdict
 
 
 def _response(exc: SardeenzError) -> Response:
