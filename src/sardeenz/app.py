@@ -215,7 +215,7 @@ def build_services(settings: Settings) -> Services:
         control,
         moving=moves.moving_models,
     )
-    meter = ResourceMeter(node, proxy)
+    meter = ResourceMeter(node, proxy, requests)
     budgets = GpuBudgets(supervisor)
     locator = InstanceLocator(members, view, settings, supervisor, bus, inventory, meter.one)
     return Services(
