@@ -215,6 +215,7 @@ def build_services(settings: Settings) -> Services:
         control,
         moving=moves.moving_models,
     )
+    proxy.desired = preset_service.declares  # a 503, not a 404, between two replicas
     meter = ResourceMeter(node, proxy, requests)
     budgets = GpuBudgets(supervisor)
     locator = InstanceLocator(members, view, settings, supervisor, bus, inventory, meter.one)
@@ -323,6 +324,7 @@ def create_app(settings: Settings) -> Gateway:
         await services.benchmarks.start()  # fails runs a dead predecessor left running
         services.routing.replace_all(services.supervisor.list_instances())
         await services.control.load()  # this pod's copy of the cluster's control state
+        await services.presets.load()  # the names the proxy answers 503 for, not 404
         await services.catalog.start()
         await services.tenants.start()
         if services.external is not None:

@@ -120,8 +120,15 @@ class PresetService:
         """What the last reconcile pass could not place, with the reasons."""
         self.moving = moving
         """Served names with a move under way (the move service's); left alone."""
+        self._declared: frozenset[str] = frozenset()
+        """Served names the applied preset wants replicas of, kept in memory so the proxy
+        can ask on a routing miss without a database read (:meth:`declares`)."""
 
     # ------------------------------------------------------------- lifecycle
+    async def load(self) -> None:
+        """Read which names the applied preset declares (after the control state loaded)."""
+        await self._remember_declared()
+
     def start(self) -> None:
         self._loop.start()
 
@@ -140,6 +147,7 @@ class PresetService:
     async def put(self, name: str, body: PresetBody) -> dict[str, Any]:
         models = [m.model_dump(mode="json", by_alias=True) for m in body.models]
         row = await self._repo.put(name, models)
+        await self._remember_declared()
         await self._publish()
         self.poke()
         return self._view(row)
@@ -152,6 +160,7 @@ class PresetService:
                 code="preset_apply_in_progress",
             )
         await self._repo.delete(name)
+        await self._remember_declared()
         await self._publish()
         return self._view(row)
 
@@ -183,6 +192,7 @@ class PresetService:
                     steps=[s.as_json() for s in plan.unschedulable],
                 )
             await self._repo.mark_applied(name)
+            await self._remember_declared()
             await self._publish()
         except BaseException:
             self._busy.release()
@@ -384,6 +394,7 @@ class PresetService:
         """Another pod's copy (the leader's write, or what a new leader adopted)."""
         rows = [PresetRow.from_json(r) for r in body] if isinstance(body, list) else []
         await self._repo.replace_all(rows)
+        await self._remember_declared()
 
     async def _seed(self) -> Any:
         """A cluster's first leader: the table an older version kept on every pod."""
@@ -414,6 +425,23 @@ class PresetService:
         if row is None:
             return None
         return row.name, frozenset(str(m["servedModelName"]) for m in row.models)
+
+    def declares(self, name: str) -> bool:
+        """True if the applied preset wants at least one replica of served name ``name``.
+
+        The proxy asks this when a request's model has no instance anywhere: such a
+        model is between replicas (a move, a restart of its engines), so the client
+        gets 503 ``model_not_ready`` instead of 404. From memory: no database read.
+        """
+        return name in self._declared
+
+    async def _remember_declared(self) -> None:
+        """Refresh :meth:`declares`'s set; called after every change to the table."""
+        row = next((r for r in await self._repo.list_all() if r.applied_at is not None), None)
+        models = row.models if row is not None else []
+        self._declared = frozenset(
+            str(m["servedModelName"]) for m in models if int(m.get("replicas", 1)) > 0
+        )
 
     def _view(self, row: PresetRow) -> dict[str, Any]:
         out = row.as_json()

@@ -18,6 +18,8 @@ lifecycle and decides, for each request, whether and where it goes. The parts:
 * a key of a tenant over one of its limits: 429 ``rate_limit_exceeded`` with
   ``Retry-After`` (tenancy/admission.py decides; proxy/usage.py answers);
 * ``GET /v1/models``, and the 404 for an unknown model: proxy/listing.py;
+  a model nothing serves that the applied preset declares (``desired``) is
+  between replicas: 503 ``model_not_ready`` instead (proxy/waiting.py);
 * a model that is still ``starting`` or ``sleeping`` holds the request until it
   is active or ``proxy_ready_wait_seconds`` pass (then 503 with ``Retry-After``):
   proxy/waiting.py;
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
@@ -54,6 +57,7 @@ from sardeenz.proxy.remote import entered_here
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import UpstreamClient
 from sardeenz.proxy.usage import allowed, note_refused, rate_limited
+from sardeenz.proxy.waiting import between_replicas
 from sardeenz.proxy.wire import (
     API_KEY_SCOPE,
     TICKET_SCOPE,
@@ -111,6 +115,9 @@ class InferenceProxy(AsgiRelay):
         """Check an engine's process tree owns its port before a direct request; False
         only in the standalone proxy, whose engines were started by someone else."""
         self._listing = ModelListing(table)
+        self.desired: Callable[[str], bool] | None = None
+        """Whether the cluster means to serve a name (the applied preset's
+        ``PresetService.declares``); asked only when nothing serves the name."""
         table.add_listener(metrics.observe_instance)
         for inst in table.instances():
             metrics.observe_instance(None, inst)
@@ -190,6 +197,9 @@ class InferenceProxy(AsgiRelay):
                     model, body = served, with_model(payload, served)  # the served name
                     ep = table.pick(model)
                 elif served is None and not table.is_known(model):
+                    desired = self.desired
+                    if desired is not None and desired(model):
+                        raise between_replicas(model, self._ready_wait)
                     raise unknown_model(table, demand, model, key)
             if key is not None and self.admission.active:
                 verdict = self.admission.admit(key.id, model, payload, body_bytes)

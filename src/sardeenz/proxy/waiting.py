@@ -37,14 +37,13 @@ async def wait_for(table: RoutingTable, model: str, ready_wait: float) -> Endpoi
         if ep is not None:
             return ep
         if table.pending(model):
-            retry = str(max(1, min(30, math.ceil(ready_wait / 4) or 1))).encode()
             return ErrorReply(
                 503,
                 f"Model {model!r} is not ready yet (still starting after "
                 f"{ready_wait:g} s); retry later",
                 "service_unavailable_error",
                 "model_not_ready",
-                headers=[(b"retry-after", retry)],
+                headers=[(b"retry-after", _retry_after(ready_wait))],
             )
     statuses = sorted({i.status.value for i in table.instances(model)})
     if "sleeping" in statuses:  # auto-wake is off: say so, and when to retry
@@ -62,3 +61,25 @@ async def wait_for(table: RoutingTable, model: str, ready_wait: float) -> Endpoi
         "service_unavailable_error",
         "no_healthy_endpoint",
     )
+
+
+def between_replicas(model: str, ready_wait: float) -> ErrorReply:
+    """The 503 for a model the cluster means to serve while no instance of it exists.
+
+    The applied preset declares it, so its absence is a moment between two replicas
+    (a move, a restart of its engines, a pod that died before the reconcile loop
+    replaced it): a client that got 404 would drop the model as unknown.
+    """
+    return ErrorReply(
+        503,
+        f"Model {model!r} has no instance right now; the cluster's applied preset "
+        "declares it and brings one back; retry later",
+        "service_unavailable_error",
+        "model_not_ready",
+        headers=[(b"retry-after", _retry_after(ready_wait))],
+    )
+
+
+def _retry_after(ready_wait: float) -> bytes:
+    """``Retry-After`` of a model that is not ready: a quarter of the wait, 1 to 30 s."""
+    return str(max(1, min(30, math.ceil(ready_wait / 4) or 1))).encode()

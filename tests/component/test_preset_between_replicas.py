@@ -1,0 +1,109 @@
+"""A model the applied preset declares, with no instance for a moment: 503, not 404.
+
+Between two replicas (a move, a restart of its engines) nothing serves the
+name; a client that got 404 ``model_not_found`` would drop the model as
+unknown. A single node has presets too, so one server shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+from testkit.servers import ServerPool, wait_for_status
+
+
+def _sim(name: str, replicas: int = 1) -> dict[str, Any]:
+    return {
+        "modelPath": name,
+        "servedModelName": name,
+        "engine": "sim",
+        "extraArgs": ["--load-seconds", "0.3"],
+        "replicas": replicas,
+    }
+
+
+def _apply(c: httpx.Client, name: str) -> dict[str, Any]:
+    """POST apply and read its event stream to the end: the ``done`` event's data."""
+    done: dict[str, Any] = {}
+    with c.stream("POST", f"/api/cluster/presets/{name}/apply", timeout=60) as resp:
+        assert resp.status_code == 200, resp.read().decode()
+        kind = ""
+        for line in resp.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and kind == "done":
+                done = json.loads(line.split(":", 1)[1])
+    return done
+
+
+def _instances_of(c: httpx.Client, name: str) -> list[dict[str, Any]]:
+    return [i for i in c.get("/api/v1/models").json() if i["servedModelName"] == name]
+
+
+def _unload_all(c: httpx.Client, name: str) -> None:
+    for inst in _instances_of(c, name):
+        resp = c.post(f"/api/v1/models/{inst['id']}/unload")
+        assert resp.status_code == 200, resp.text
+    deadline = time.monotonic() + 30
+    while _instances_of(c, name):
+        assert time.monotonic() < deadline, f"instances of {name} not gone after 30 s"
+        time.sleep(0.1)
+
+
+def _chat(c: httpx.Client, model: str) -> httpx.Response:
+    return c.post(
+        "/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    )
+
+
+def _assert_unknown(resp: httpx.Response, model: str) -> None:
+    assert resp.status_code == 404, (model, resp.text)
+    assert resp.json()["error"]["code"] == "model_not_found"
+
+
+def test_declared_model_without_instances_answers_503_and_others_404(
+    server_factory: ServerPool,
+) -> None:
+    # A pass an hour apart: only the pass right after the apply can bring a replica back.
+    node = server_factory(extra_env={"SARDEENZ_PRESET_RECONCILE_SECONDS": "3600"}).start()
+    with node.client() as c:
+        put = c.put("/api/cluster/presets/p", json={"models": [_sim("kept"), _sim("zero", 0)]})
+        assert put.status_code == 200, put.text
+        other = c.put("/api/cluster/presets/other", json={"models": [_sim("draft")]})
+        assert other.status_code == 200, other.text
+        assert _apply(c, "p")["state"] == "done"
+        [inst] = _instances_of(c, "kept")
+        wait_for_status(c, inst["id"], "active")
+        assert _chat(c, "kept").status_code == 200
+
+        # The reconcile pass right after the apply may still put a replica back after
+        # the unload; once it has run, the next one is an hour away.
+        for _ in range(2):
+            _unload_all(c, "kept")
+            resp = _chat(c, "kept")
+            if not _instances_of(c, "kept"):
+                break
+            for again in _instances_of(c, "kept"):  # that pass ran: it is over now
+                wait_for_status(c, again["id"], "active")
+        else:
+            raise AssertionError("the reconcile loop kept bringing 'kept' back")
+
+        assert resp.status_code == 503, resp.text
+        error = resp.json()["error"]
+        assert error["code"] == "model_not_ready"
+        assert error["type"] == "service_unavailable_error"
+        assert "preset" in error["message"]
+        assert 1 <= int(resp.headers["retry-after"]) <= 30
+
+        _assert_unknown(_chat(c, "nobody"), "nobody")  # nobody serves it
+        _assert_unknown(_chat(c, "zero"), "zero")  # declared with 0 replicas
+        _assert_unknown(_chat(c, "draft"), "draft")  # in a preset that is not applied
+
+        # Deleting the applied preset changes the answer at once.
+        assert c.delete("/api/cluster/presets/p").status_code == 200
+        _assert_unknown(_chat(c, "kept"), "kept")
