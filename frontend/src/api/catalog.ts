@@ -7,7 +7,8 @@ import type { EngineKind } from './types';
 export type CatalogState = 'unloaded' | 'starting' | 'active' | 'sleeping' | 'stopping' | 'failed' | 'invalid' | 'unreachable';
 
 export interface CatalogEntry {
-  modelPath: string;
+  /** What the engine loads; absent (or "") for a LoRA adapter, which runs in its base. */
+  modelPath?: string;
   engine?: EngineKind | 'external' | null;
   url?: string | null;
   apiKeyEnv?: string | null;
@@ -23,7 +24,15 @@ export interface CatalogEntry {
   pinned?: boolean;
   preload?: boolean;
   warmup?: boolean;
-  warmupPrompt?: string;
+  warmupPrompt?: string | null;
+  /** A base for LoRA adapters: adapters an instance holds at once (vLLM's --max-loras). */
+  loraSlots?: number | null;
+  /** With loraSlots: the largest adapter rank accepted (vLLM's --max-lora-rank). */
+  maxLoraRank?: number | null;
+  /** This entry is a LoRA adapter of that base entry (docs/catalog.md, "LoRA adapters"). */
+  adapterOf?: string | null;
+  /** With adapterOf: the folder holding the PEFT adapter, as the engine's host sees it. */
+  adapterPath?: string | null;
 }
 
 export interface CatalogModel {

@@ -22,6 +22,10 @@ export interface CatalogForm {
   preload: boolean;
   warmup: boolean;
   warmupPrompt: string;
+  loraSlots: string;
+  maxLoraRank: string;
+  adapterOf: string;
+  adapterPath: string;
 }
 
 export type FieldErrors = Partial<Record<keyof CatalogForm, string>>;
@@ -43,6 +47,10 @@ export const EMPTY_CATALOG_FORM: CatalogForm = {
   preload: false,
   warmup: false,
   warmupPrompt: '',
+  loraSlots: '',
+  maxLoraRank: '',
+  adapterOf: '',
+  adapterPath: '',
 };
 
 const str = (v: number | null | undefined): string => (v == null ? '' : String(v));
@@ -52,7 +60,7 @@ export function formFromModel(m: CatalogModel): CatalogForm {
   if (!e) return { ...EMPTY_CATALOG_FORM, name: m.name };
   return {
     name: m.name,
-    modelPath: e.modelPath,
+    modelPath: e.modelPath ?? '',
     engine: e.engine ?? '',
     url: e.url ?? '',
     aliases: (e.aliases ?? []).join(', '),
@@ -67,14 +75,43 @@ export function formFromModel(m: CatalogModel): CatalogForm {
     preload: e.preload ?? false,
     warmup: e.warmup ?? false,
     warmupPrompt: e.warmupPrompt ?? '',
+    loraSlots: str(e.loraSlots),
+    maxLoraRank: str(e.maxLoraRank),
+    adapterOf: e.adapterOf ?? '',
+    adapterPath: e.adapterPath ?? '',
   };
+}
+
+/** What the catalog table's Model column says of an entry: an adapter by its base. */
+export function entrySummary(e: CatalogEntry): string {
+  if (e.adapterOf) return `adapter of ${e.adapterOf}${e.adapterPath ? ` · ${e.adapterPath}` : ''}`;
+  const slots = e.loraSlots ? ` · ${e.loraSlots} LoRA slot${e.loraSlots === 1 ? '' : 's'}` : '';
+  return `${e.modelPath ?? ''} · ${e.engine ?? 'default engine'}${slots}`;
+}
+
+const splitList = (text: string): string[] => text.split(',').map((a) => a.trim()).filter(Boolean);
+
+/**
+ * A LoRA adapter entry: it takes no field but its base, its folder and aliases (it runs in
+ * its base's instances and follows the base's settings), so the rest of the form is unused.
+ */
+function adapterFromForm(f: CatalogForm): { entry: CatalogEntry | null; errors: FieldErrors } {
+  const errors: FieldErrors = {};
+  if (!f.name.trim()) errors.name = 'The served model name is required.';
+  if (!f.adapterPath.trim()) errors.adapterPath = "Required for an adapter: the folder with its adapter_config.json.";
+  if (f.modelPath.trim()) errors.modelPath = "Leave empty for an adapter: it runs in its base's instances.";
+  if (f.loraSlots.trim()) errors.loraSlots = 'Only for a base model, not an adapter.';
+  if (Object.keys(errors).length > 0) return { entry: null, errors };
+  return { entry: { adapterOf: f.adapterOf.trim(), adapterPath: f.adapterPath.trim(), aliases: splitList(f.aliases) }, errors };
 }
 
 /** The entry to PUT, or the fields the operator must fix first (checked again by the server). */
 export function entryFromForm(f: CatalogForm): { entry: CatalogEntry | null; errors: FieldErrors } {
+  if (f.adapterOf.trim()) return adapterFromForm(f);
   const errors: FieldErrors = {};
   if (!f.name.trim()) errors.name = 'The served model name is required.';
   if (!f.modelPath.trim()) errors.modelPath = 'Required: an HF id or folder (the served model for external).';
+  if (f.adapterPath.trim()) errors.adapterOf = 'An adapter path needs the base entry it is an adapter of.';
   const positive = (key: 'idleSleepSeconds' | 'idleUnloadSeconds' | 'gpuMemoryLimit'): number | null => {
     const text = f[key].trim();
     if (!text) return null;
@@ -96,10 +133,20 @@ export function entryFromForm(f: CatalogForm): { entry: CatalogEntry | null; err
   if (f.warmup && f.sleepLevel === '0') errors.warmup = 'Needs sleep level 1 or 2 (a warmup follows a wake).';
   if (f.warmupPrompt && !f.warmup) errors.warmupPrompt = 'Only used with warmup on.';
   if (f.engine === 'external' && !f.url.trim()) errors.url = 'An external engine needs its server URL.';
+  const whole = (key: 'loraSlots' | 'maxLoraRank'): number | null => {
+    const text = f[key].trim();
+    if (!text) return null;
+    const n = Number(text);
+    if (!Number.isInteger(n) || n < 1) errors[key] = 'A whole number, 1 or more, or empty.';
+    return n;
+  };
+  const loraSlots = whole('loraSlots');
+  const maxLoraRank = whole('maxLoraRank');
+  if (maxLoraRank !== null && loraSlots === null) errors.maxLoraRank = 'Needs LoRA slots.';
   if (Object.keys(errors).length > 0) return { entry: null, errors };
   const entry: CatalogEntry = {
     modelPath: f.modelPath.trim(),
-    aliases: f.aliases.split(',').map((a) => a.trim()).filter(Boolean),
+    aliases: splitList(f.aliases),
     extraArgs: splitArgs(f.extraArgs),
     tensorParallelSize: tp,
     sleepLevel: Number(f.sleepLevel) as 0 | 1 | 2,
@@ -113,6 +160,8 @@ export function entryFromForm(f: CatalogForm): { entry: CatalogEntry | null; err
     ...(memory !== null ? { gpuMemoryLimit: memory } : {}),
     ...(idleSleep !== null ? { idleSleepSeconds: idleSleep } : {}),
     ...(idleUnload !== null ? { idleUnloadSeconds: idleUnload } : {}),
+    ...(loraSlots !== null ? { loraSlots } : {}),
+    ...(maxLoraRank !== null ? { maxLoraRank } : {}),
   };
   return { entry, errors };
 }

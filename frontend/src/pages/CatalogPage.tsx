@@ -37,6 +37,7 @@ import { useNow } from '../hooks/useNow';
 import {
   EMPTY_CATALOG_FORM,
   entryFromForm,
+  entrySummary,
   formFromModel,
   idleCountdown,
   serverFieldErrors,
@@ -153,7 +154,7 @@ function EntryModal({ initial, isNew, onClose }: { initial: CatalogForm; isNew: 
         <Form onSubmit={(e) => e.preventDefault()}>
           <Grid hasGutter md={6}>
             <GridItem>{text('name', 'Served model name', { required: true, help: 'What /v1 requests name' })}</GridItem>
-            <GridItem>{text('modelPath', 'Model path', { required: true, help: 'HF id or folder' })}</GridItem>
+            <GridItem>{text('modelPath', 'Model path', { required: !form.adapterOf.trim(), help: 'HF id or folder; empty for an adapter' })}</GridItem>
             <GridItem>
               <Field id="engine" label="Engine" error={errors.engine}>
                 <FormSelect id="cat-engine" value={form.engine} onChange={(_e, v) => set('engine', v as CatalogForm['engine'])}>
@@ -196,6 +197,10 @@ function EntryModal({ initial, isNew, onClose }: { initial: CatalogForm; isNew: 
               </Field>
             </GridItem>
             <GridItem>{text('warmupPrompt', 'Warmup prompt', { help: 'Empty: "Hello"' })}</GridItem>
+            <GridItem>{text('loraSlots', 'LoRA slots', { type: 'number', help: 'A base for LoRA adapters: adapters an instance holds at once' })}</GridItem>
+            <GridItem>{text('maxLoraRank', 'Max LoRA rank', { type: 'number', help: 'With LoRA slots: 1, 8, 16, 32, 64, 128, 256, 320 or 512 (default 16)' })}</GridItem>
+            <GridItem>{text('adapterOf', 'Adapter of', { help: 'A LoRA adapter: the base entry it runs in (takes only its path and aliases)' })}</GridItem>
+            <GridItem>{text('adapterPath', 'Adapter path', { required: Boolean(form.adapterOf.trim()), help: 'The folder with adapter_config.json' })}</GridItem>
           </Grid>
         </Form>
         {general && <Alert isInline variant="danger" title={general} className="sz-mt-md" />}
@@ -275,7 +280,7 @@ export default function CatalogPage() {
                         ))}
                       </Td>
                       <Td dataLabel="Model" className="sz-wrap-anywhere">
-                        {m.entry ? `${m.entry.modelPath} · ${m.entry.engine ?? 'default engine'}` : '—'}
+                        {m.entry ? entrySummary(m.entry) : '—'}
                       </Td>
                       <Td dataLabel="Idle TTL" modifier="nowrap">
                         <Ttl m={m} ageSeconds={age} />
