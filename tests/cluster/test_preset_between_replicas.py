@@ -1,0 +1,94 @@
+"""Every pod answers 503, not 404, for a name the applied preset declares and nothing runs.
+
+The leader's preset writes reach the followers through the replicated control
+state; each pod keeps the applied preset's names in memory for its proxy. A
+declared model that runs nowhere (here: one whose GPU type no pod has, so the
+reconcile loop cannot place it; in life, the moment between two replicas) is
+503 ``model_not_ready`` on every pod, and a name nobody declares stays 404.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from testkit.cluster import Cluster
+
+SMALL = "between-small"
+GHOST = "between-ghost"
+
+
+def _sim(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "modelPath": f"/models/{name}",
+        "servedModelName": name,
+        "engine": "sim",
+        "extraArgs": ["--load-seconds", "0.2", "--memory-gib", "1"],
+        **extra,
+    }
+
+
+def _apply(url: str, name: str) -> str:
+    """POST apply and read its event stream to the end: the outcome."""
+    outcome = ""
+    with httpx.stream("POST", f"{url}/api/cluster/presets/{name}/apply", timeout=60) as resp:
+        assert resp.status_code == 200, resp.read().decode()
+        kind = ""
+        for line in resp.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and kind == "done":
+                outcome = json.loads(line.split(":", 1)[1])["state"]
+    return outcome
+
+
+def _chat(url: str, model: str) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+
+
+@pytest.fixture
+def applied(shared_cluster: Cluster) -> Iterator[str]:
+    """The leader's URL, with preset ``between`` applied; removed with its instances after."""
+    url = shared_cluster.leader_url()
+    try:
+        yield url
+    finally:
+        httpx.delete(f"{url}/api/cluster/presets/between", timeout=30)
+        for pod in shared_cluster.names:
+            for inst in shared_cluster.instances(pod):
+                if inst["servedModelName"] in (SMALL, GHOST):
+                    httpx.post(f"{url}/api/v1/models/{inst['id']}/unload", timeout=30)
+                    shared_cluster.wait_instance(pod, inst["id"], None)
+
+
+def test_every_pod_answers_503_for_a_declared_model_that_runs_nowhere(
+    shared_cluster: Cluster, applied: str
+) -> None:
+    url = applied
+    put = httpx.put(f"{url}/api/cluster/presets/between", json={"models": [_sim(SMALL)]})
+    assert put.status_code == 200, put.text
+    assert _apply(url, "between") == "done"
+    # The applied preset now also declares a model no pod can run (no H100 anywhere).
+    models = [_sim(SMALL), _sim(GHOST, gpuType="NVIDIA H100")]
+    put = httpx.put(f"{url}/api/cluster/presets/between", json={"models": models})
+    assert put.status_code == 200, put.text
+
+    for pod in shared_cluster.names:
+        pod_url = shared_cluster.pods[pod].url
+        deadline = time.monotonic() + 15
+        while (resp := _chat(pod_url, GHOST)).status_code == 404:  # the copy is on its way
+            assert time.monotonic() < deadline, f"{pod} still answers 404: {resp.text}"
+            time.sleep(0.2)
+        assert resp.status_code == 503, (pod, resp.text)
+        assert resp.json()["error"]["code"] == "model_not_ready", (pod, resp.text)
+        assert 1 <= int(resp.headers["retry-after"]) <= 30
+        nobody = _chat(pod_url, "between-nobody")
+        assert nobody.status_code == 404, (pod, nobody.text)
+        assert nobody.json()["error"]["code"] == "model_not_found"
+        assert _chat(pod_url, SMALL).status_code == 200, pod  # what runs is served as before
