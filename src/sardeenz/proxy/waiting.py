@@ -68,12 +68,14 @@ def between_replicas(model: str, ready_wait: float) -> ErrorReply:
 
     The applied preset declares it, so its absence is a moment between two replicas
     (a move, a restart of its engines, a pod that died before the reconcile loop
-    replaced it): a client that got 404 would drop the model as unknown.
+    replaced it), or one the reconcile loop cannot place for now: a client that got
+    404 would drop the model as unknown.
     """
     return ErrorReply(
         503,
         f"Model {model!r} has no instance right now; the cluster's applied preset "
-        "declares it and brings one back; retry later",
+        "declares it (between two replicas, or waiting for room: see the preset's "
+        "reconcile status); retry later",
         "service_unavailable_error",
         "model_not_ready",
         headers=[(b"retry-after", _retry_after(ready_wait))],
