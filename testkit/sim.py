@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import httpx
 
@@ -20,7 +20,13 @@ class Sim:
     """One simulated engine process in its own session (killed as a group)."""
 
     def __init__(
-        self, model: str, *, ttft_ms: float = 5, itl_ms: float = 2, extra: Sequence[str] = ()
+        self,
+        model: str,
+        *,
+        ttft_ms: float = 5,
+        itl_ms: float = 2,
+        extra: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.model = model
         self.port = free_port()
@@ -45,6 +51,7 @@ class Sim:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, **env} if env is not None else None,
         )
 
     @property

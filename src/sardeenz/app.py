@@ -8,7 +8,6 @@ else to the FastAPI app (``gateway.api``) with the admin API, docs and dashboard
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -42,8 +41,8 @@ from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
 from sardeenz.cluster.control_state import ControlRegister
-from sardeenz.cluster.handover import Pods
-from sardeenz.cluster.identity import identity_of
+from sardeenz.cluster.handover import Pods, PodSide
+from sardeenz.cluster.loads import Loads
 from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
@@ -59,11 +58,12 @@ from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
 from sardeenz.domain import EngineKind, InstanceStatus
+from sardeenz.engines.availability import EngineAvailability
 from sardeenz.engines.vllm_probe import VllmProbe
 from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus
 from sardeenz.gateway import Gateway
-from sardeenz.gpu.budget import compute_budget
+from sardeenz.gpu.budget import GpuBudgets
 from sardeenz.gpu.inventory import GpuInventory, create_inventory
 from sardeenz.gpu.kvcached import Kvctl, SegmentTracker
 from sardeenz.logsetup import RequestIdMiddleware
@@ -73,13 +73,13 @@ from sardeenz.memory.profiles import ProfileService
 from sardeenz.metrics_history import GpuPoint, MetricsHistory
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.history import RequestHistory
-from sardeenz.proxy.inflight import ProxyTraffic, in_flight_by_model
+from sardeenz.proxy.inflight import Inflight, ProxyTraffic, in_flight_by_model
 from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, WakeFailed
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.security.unverified import UnverifiedBodies
-from sardeenz.services import Services, measure_instance
+from sardeenz.services import Services
 from sardeenz.store.audit import AuditRepository
 from sardeenz.store.benchmarks import BenchmarkRepository
 from sardeenz.store.catalog import CatalogRepository
@@ -90,6 +90,7 @@ from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.requests import RequestRepository
 from sardeenz.telemetry import node as node_metrics
+from sardeenz.telemetry.measure import ResourceMeter
 
 log = logging.getLogger("sardeenz")
 
@@ -106,12 +107,20 @@ def build_services(settings: Settings) -> Services:
     vllm_probe = VllmProbe(
         settings.vllm_python, settings.vllm_device, settings.vllm_probe_timeout_seconds
     )
-    supervisor = Supervisor(settings, bus, InstanceRepository(db), ledger, vllm_probe)
+    table = RoutingTable(engine_host=settings.engine_host)
+    inflight = Inflight()
+    supervisor = Supervisor(
+        settings,
+        bus,
+        InstanceRepository(db),
+        ledger,
+        vllm_probe,
+        traffic=ProxyTraffic(table, inflight),
+    )
+    if settings.proxy_auto_wake:
+        table.set_waker(_waker(supervisor))
     api_keys = ApiKeys.from_settings(settings)
     authenticator = Authenticator(settings)
-    table = RoutingTable(engine_host=settings.engine_host)
-    if settings.proxy_auto_wake:
-        table.waker = _waker(supervisor)
     cluster = ClusterManager(
         settings,
         table,
@@ -120,7 +129,8 @@ def build_services(settings: Settings) -> Services:
         promised_bytes=ledger.promised_bytes_by_gpu,
         profiles_version=lambda: profiles.version,
     )
-    control = ControlRegister(cluster, ControlRepository(db))
+    members, view, orders = cluster.membership, cluster.view, cluster.orders
+    control = ControlRegister(members, ControlRepository(db))
     entries = CatalogRepository(db)
     catalog = Catalog(
         settings.catalog,
@@ -130,35 +140,39 @@ def build_services(settings: Settings) -> Services:
     )
     if cluster.active:  # the API entries are the cluster's (cluster/catalog_sync.py)
         bind_catalog(control, catalog, entries)
-    room = RoomMaker(settings, supervisor, bus, ledger.host_room)
-    placement = ClusterPlacement(cluster, profiles)
-    starts = ClusterStarts(cluster, placement)
-    ondemand = OnDemand(
-        settings, catalog, table, supervisor, room, cluster=starts if cluster.active else None
-    )
-    reaper = IdleReaper(settings, catalog, supervisor, bus=bus, host_room=ledger.host_room)
-    ondemand.evictor = reaper
-    warmup = WarmUp(settings, catalog, bus)
-    supervisor.after_wake = warmup.after_wake
     external = ExternalServers(settings, catalog, table)
-    ondemand.external = external
-    catalog.external_state = external.catalog_state
-    catalog.external_refusal = external.refusal
+    catalog.attach_external(external)
+    warmup = WarmUp(settings, catalog, bus)
+    supervisor.set_after_wake(warmup.after_wake)
+    reaper = IdleReaper(settings, catalog, supervisor, bus=bus, host_room=ledger.host_room)
+    room = RoomMaker(settings, supervisor, bus, ledger.host_room, evictor=reaper)
+    placement = ClusterPlacement(members, settings, supervisor, inventory, orders, profiles)
+    starts = ClusterStarts(members, view, placement)
+    ondemand = OnDemand(
+        settings,
+        catalog,
+        table,
+        supervisor,
+        room,
+        cluster=starts if cluster.active else None,
+        external=external,
+    )
     proxy = InferenceProxy(
         settings,
         table,
         proxy_remote_headers(cluster),
         hop_header=HOP_HEADER if cluster.active else None,
+        demand=ondemand,
+        inflight=inflight,
+        pod=members.identity.pod_id,
     )
-    proxy.demand = ondemand
-    proxy.requests.pod = identity_of(settings).pod_id
     retention = (
         RequestRepository(db, settings.request_log_max_rows)
         if settings.request_log_retention
         else None
     )
-    supervisor.traffic = ProxyTraffic(table, proxy.inflight)
-    moves = MoveService(Pods(cluster), settings, control)
+    pod_side = PodSide(cluster.local, members)
+    moves = MoveService(Pods(members, pod_side, orders, settings), settings, control)
     requests = RequestHistory(proxy.requests, retention)
     own_pod = proxy.requests.pod
 
@@ -174,7 +188,7 @@ def build_services(settings: Settings) -> Services:
                 used_bytes=g.used_bytes,
                 total_bytes=g.total_bytes,
             )
-            for pod, g in cluster.peer_gpus()
+            for pod, g in view.peer_gpus()
         ]
 
     def all_in_flight() -> dict[str | None, dict[str, int]]:
@@ -184,11 +198,19 @@ def build_services(settings: Settings) -> Services:
 
     node = node_metrics.NodeSampler(inventory, supervisor, ledger)
     preset_service = PresetService(
-        cluster, PresetRepository(db), placement, control, moving=moves.moving_models
+        members,
+        view,
+        orders,
+        supervisor,
+        settings,
+        PresetRepository(db),
+        placement,
+        control,
+        moving=moves.moving_models,
     )
-    locator = InstanceLocator(
-        cluster, supervisor, bus, inventory, functools.partial(measure_instance, node, proxy)
-    )
+    meter = ResourceMeter(node, proxy)
+    budgets = GpuBudgets(supervisor)
+    locator = InstanceLocator(members, view, settings, supervisor, bus, inventory, meter.one)
     return Services(
         settings=settings,
         bus=bus,
@@ -199,7 +221,7 @@ def build_services(settings: Settings) -> Services:
         vllm_probe=vllm_probe,
         segments=segments,
         kvctl=kvctl,
-        kv_limits=KvcachedLimits(bus, kvctl, segments, _kv_room(inventory, supervisor, ledger)),
+        kv_limits=KvcachedLimits(bus, kvctl, segments, _kv_room(inventory, budgets, ledger)),
         routing=table,
         proxy=proxy,
         routing_updater=RoutingUpdater(bus, table, resync=supervisor.list_instances),
@@ -214,6 +236,12 @@ def build_services(settings: Settings) -> Services:
         reaper=reaper,
         warmup=warmup,
         cluster=cluster,
+        view=view,
+        loads=Loads(orders, placement, supervisor),
+        engines=EngineAvailability(vllm_probe),
+        budgets=budgets,
+        meter=meter,
+        pod_side=pod_side,
         locator=locator,
         control=control,
         moves=moves,
@@ -221,28 +249,30 @@ def build_services(settings: Settings) -> Services:
         starts=starts,
         presets=preset_service,
         stewards=Stewards(preset_service, catalog),
-        profile_sync=ProfileSync(cluster, profiles),
+        profile_sync=ProfileSync(members, settings, profiles),
         node=node,
         metrics_history=MetricsHistory(
             inventory, requests, all_in_flight, peer_gpus if cluster.active else None
         ),
-        collector=RequestCollector(cluster, requests, in_flight),
+        collector=RequestCollector(
+            members, settings.cluster_collect_interval_seconds, requests, in_flight
+        ),
         external=external,
     )
 
 
-def _kv_room(inventory: GpuInventory, supervisor: Supervisor, ledger: MemoryLedger) -> RoomByGpu:
+def _kv_room(inventory: GpuInventory, budgets: GpuBudgets, ledger: MemoryLedger) -> RoomByGpu:
     """The KV cache room per GPU that kvcached limits share out (memory/kvlimits.py):
     the GPU budget's ``kvCacheTotalBytes`` less what starting or waking engines were
     promised and have not taken yet."""
 
     async def room() -> dict[int, int]:
         gpus = await inventory.snapshot()
-        budgets = compute_budget(
-            gpus, supervisor.baselines_bytes(), instance_pids=supervisor.instance_pids()
-        )
         promised = await ledger.promised_bytes_by_gpu(gpus)
-        return {b.index: max(0, b.kv_cache_total_bytes - promised.get(b.index, 0)) for b in budgets}
+        return {
+            b.index: max(0, b.kv_cache_total_bytes - promised.get(b.index, 0))
+            for b in budgets.of(gpus)
+        }
 
     return room
 
@@ -363,12 +393,14 @@ def create_app(settings: Settings) -> Gateway:
     unverified = UnverifiedBodies(settings.unverified_body_bytes)
     hooks = gateway_hooks(
         services.cluster,
+        services.pod_side,
         services.profile_sync,
         services.control,
         services.starts,
         services.collector,
         services.locator,
         unverified,
+        settings.proxy_max_body_bytes,
     )
     gateway = Gateway(
         app,
@@ -384,7 +416,7 @@ def create_app(settings: Settings) -> Gateway:
         before_scrape=services.node.refresh,
         unverified=unverified,
     )
-    node_metrics.COLLECTOR.sampler = services.node
+    node_metrics.COLLECTOR.attach(services.node)
     return gateway
 
 

@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         if not sep or port is None or not 0 < port < 65536:
             parser.error(f"--route {route!r}: expected NAME=PORT")
         table.apply(make_instance(f"static-{i}", name, port))
-    proxy = InferenceProxy(settings, table)
-    proxy.verify_direct = False  # engines we did not start: no process to check
+    # engines we did not start: no process to check
+    proxy = InferenceProxy(settings, table, verify_direct=False)
     gateway = build_gateway(proxy, settings)
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.run(

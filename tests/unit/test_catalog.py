@@ -42,7 +42,7 @@ def test_a_good_entry_becomes_the_load_request_it_stands_for() -> None:
 @pytest.mark.parametrize(
     ("data", "field"),
     [
-        ({"modelPath": ""}, "model_path"),
+        ({"modelPath": ""}, "modelPath"),
         ({"modelPath": "m", "gpuMemoryLimit": -1}, "gpu_memory_limit"),
         ({"modelPath": "m", "gpuIds": [5000]}, "gpu_ids"),
         ({"modelPath": "m", "tensorParallelSize": 0}, "tensor_parallel_size"),

@@ -1,4 +1,4 @@
-"""ClusterManager.instances(): GET /api/v1/models of a cluster, from the heartbeats held."""
+"""ClusterView.instances(): GET /api/v1/models of a cluster, from the heartbeats held."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def beat(pod: str, host: str, *instances: ModelInstance) -> Heartbeat:
 def test_a_single_node_lists_its_instances_as_they_are() -> None:
     local = instance("i-local")
     cm = manager(FakeSupervisor(local))
-    listed = cm.instances()
+    listed = cm.view.instances()
     assert listed == [local]
     assert listed[0].pod_id is None
     assert listed[0].model_dump(mode="json")["podId"] is None
@@ -69,7 +69,7 @@ def test_a_cluster_lists_every_pods_instances_with_its_pod_and_drops_unavailable
     assert cm.active
     cm.membership.on_heartbeat(beat("pod-b", "10.0.0.2", instance("i-b1"), instance("i-b2")))
     cm.membership.on_heartbeat(beat("pod-c", "10.0.0.3", instance("i-c", InstanceStatus.SLEEPING)))
-    listed = {i.id: (i.pod_id, i.status) for i in cm.instances()}
+    listed = {i.id: (i.pod_id, i.status) for i in cm.view.instances()}
     assert listed == {
         "i-a": ("pod-a", InstanceStatus.ACTIVE),
         "i-b1": ("pod-b", InstanceStatus.ACTIVE),
@@ -78,8 +78,9 @@ def test_a_cluster_lists_every_pods_instances_with_its_pod_and_drops_unavailable
     }
     assert local.pod_id is None  # the supervisor's own record is not touched
     # pod-c falls silent past the unavailable threshold: its instances leave the list.
-    heard = cm.detector.last_heard("pod-c")
+    members = cm.membership
+    heard = members.detector.last_heard("pod-c")
     assert heard is not None
-    cm.now = lambda: heard + cm.membership.timing.unavailable_after + 1  # type: ignore[method-assign]
-    cm.detector.heard("pod-b", cm.now())
-    assert sorted(i.id for i in cm.instances()) == ["i-a", "i-b1", "i-b2"]
+    members.now = lambda: heard + members.timing.unavailable_after + 1  # type: ignore[method-assign]
+    members.detector.heard("pod-b", members.now())
+    assert sorted(i.id for i in cm.view.instances()) == ["i-a", "i-b1", "i-b2"]

@@ -121,11 +121,17 @@ class _FakeLifecycle:
 
 
 class _FakeCatalog:
-    def __init__(self, entries: dict[str, CatalogEntry]) -> None:
+    def __init__(
+        self, entries: dict[str, CatalogEntry], adapters: dict[str, list[str]] | None = None
+    ) -> None:
         self._entries = entries
+        self._adapters = adapters or {}
 
     def entry(self, name: str) -> CatalogEntry | None:
         return self._entries.get(name)
+
+    def adapters_of(self, base: str) -> list[str]:
+        return self._adapters.get(base, [])
 
 
 def _instance(iid: str, name: str) -> ModelInstance:
@@ -185,6 +191,35 @@ async def test_the_idle_loop_sleeps_then_unloads_and_a_new_loop_starts_clocks_af
     now[0] += 1
     await restarted.tick()
     assert life.calls == [("sleep", "i1"), ("unload", "i1")]
+
+
+async def test_requests_for_its_adapters_keep_a_base_awake() -> None:
+    """An adapter's requests run in its base's instance: they count as the base's."""
+    now = [1000.0]
+    busy = {"base": (0, 0), "lora": (0, 0)}
+    entry = CatalogEntry(model_path="m", sleep_level=1, idle_sleep_seconds=10, lora_slots=2)
+    life = _FakeLifecycle([_instance("i1", "base")])
+    reaper = IdleReaper(
+        Settings(ondemand_min_residency_seconds=0),
+        _FakeCatalog({"base": entry}, {"base": ["lora"]}),  # type: ignore[arg-type]
+        life,
+        activity=lambda name: busy[name],
+        clock=lambda: now[0],
+    )
+    await reaper.tick()
+    busy["lora"] = (1, 0)  # a long request for the adapter
+    now[0] += 100
+    await reaper.tick()
+    assert life.calls == []
+    assert reaper.busy("base")
+    busy["lora"] = (0, 1)  # it finished: the base's idle clock restarts now
+    await reaper.tick()
+    now[0] += 9
+    await reaper.tick()
+    assert life.calls == []
+    now[0] += 1
+    await reaper.tick()
+    assert life.calls == [("sleep", "i1")]
 
 
 def test_a_busy_or_fresh_candidate_is_worth_waiting_for_a_pinned_one_never() -> None:

@@ -52,7 +52,7 @@ def test_hold_as_sleeping_makes_requests_wait_and_as_stopping_not() -> None:
     async def waker(name: str, views: Sequence[InstanceView]) -> None:
         return None
 
-    table.waker = waker
+    table.set_waker(waker)
     table.apply(inst("a"))
     table.hold("a", SLEEPING)
     assert [v.status for v in table.pending("m")] == [SLEEPING]
@@ -73,7 +73,7 @@ async def test_request_held_while_falling_asleep_wakes_the_model_once_asleep() -
         if len(calls) == 2:  # the second call (model asleep now) wakes it
             table.apply(inst("a"))
 
-    table.waker = waker
+    table.set_waker(waker)
     table.apply(inst("a"))
     table.hold("a", SLEEPING)
     waiting = asyncio.create_task(table.wait_until_routable("m", 5))

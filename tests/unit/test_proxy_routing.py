@@ -223,7 +223,7 @@ def test_pending_counts_starting_and_only_with_a_waker_sleeping() -> None:
     async def waker(name: str, sleeping: Sequence[InstanceView]) -> None:
         return None
 
-    table.waker = waker
+    table.set_waker(waker)
     assert sorted(i.instance_id for i in table.pending("m")) == ["a", "b"]
 
 
@@ -292,7 +292,7 @@ async def test_waker_is_called_for_sleeping_models_and_wait_follows_the_wake() -
         calls.append((name, [i.instance_id for i in sleeping]))
         asyncio.get_running_loop().call_later(0.05, table.apply, inst("a"))
 
-    table.waker = waker
+    table.set_waker(waker)
     ep = await asyncio.wait_for(table.wait_until_routable("m", 5), 2)
     assert ep is not None
     assert calls == [("m", ["a"])]
@@ -305,7 +305,7 @@ async def test_failing_waker_does_not_break_the_wait() -> None:
     async def waker(name: str, sleeping: Sequence[InstanceView]) -> None:
         raise RuntimeError("wake failed")
 
-    table.waker = waker
+    table.set_waker(waker)
     assert await table.wait_until_routable("m", 0.1) is None
 
 
@@ -316,7 +316,7 @@ async def test_a_refused_wake_ends_the_wait_at_once_with_the_reason() -> None:
     async def waker(name: str, sleeping: Sequence[InstanceView]) -> None:
         raise WakeFailed("not enough free GPU memory")
 
-    table.waker = waker
+    table.set_waker(waker)
     with pytest.raises(WakeFailed, match="not enough free GPU memory"):
         await asyncio.wait_for(table.wait_until_routable("m", 30), 1)
 
@@ -329,7 +329,7 @@ async def test_a_refused_wake_still_routes_to_an_instance_that_came_up() -> None
         table.apply(inst("b"))  # another instance of the model became active meanwhile
         raise WakeFailed("refused")
 
-    table.waker = waker
+    table.set_waker(waker)
     ep = await asyncio.wait_for(table.wait_until_routable("m", 30), 1)
     assert ep is not None
     assert ep.instance_id == "b"

@@ -58,7 +58,7 @@ async def put_catalog_entry(name: str, body: CatalogEntry, services: ServicesDep
     entry with ``engine: vllm`` where no vLLM was found is refused with 409
     ``engine_unavailable``); a running instance keeps running as it was loaded.
     """
-    return await services.catalog.put(name, body, services.require_engine)
+    return await services.catalog.put(name, body, services.engines.require)
 
 
 @router.delete(

@@ -57,7 +57,7 @@ async def control_state(services: ServicesDep) -> dict[str, Any]:
 @router.get("/status", response_model=ClusterStatus, dependencies=[READONLY])
 async def cluster_status(services: ServicesDep) -> dict[str, Any]:
     """Mode, leader, term and every pod this one knows (itself first)."""
-    return await services.cluster.status()
+    return await services.view.status()
 
 
 class ScheduleVerdict(BaseModel):

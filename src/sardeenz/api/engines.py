@@ -67,7 +67,7 @@ async def list_engines(services: ServicesDep, refresh: bool = False) -> EnginesR
     ``vllm.available`` false: loads with ``engine: vllm`` are refused with 409
     ``engine_unavailable``.
     """
-    install = await services.vllm_install(refresh)
+    install = await services.engines.vllm_install(refresh)
     return EnginesReport(
         vllm=VllmReport.of(install),
         sim=SimReport(),

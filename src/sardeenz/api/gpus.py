@@ -43,7 +43,7 @@ async def list_gpus(services: ServicesDep) -> GpuReport:
     """
     inv = services.inventory
     gpus = await inv.snapshot()
-    budgets = services.gpu_budgets(gpus)
+    budgets = services.budgets.of(gpus)
     return GpuReport(
         available=inv.available,
         simulated=inv.simulated,

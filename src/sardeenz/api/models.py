@@ -48,7 +48,7 @@ async def load_model(body: LoadRequest, services: ServicesDep) -> ModelInstance:
     the leader's scheduler chooses the pod and GPUs (``SARDEENZ_SCHEDULER_STRATEGY``,
     constraints ``gpuType``, ``minVramGiB``, ``tensorParallelSize``).
     """
-    return await services.load_model(body)
+    return await services.loads.load(body)
 
 
 @router.post(
@@ -177,7 +177,7 @@ events_router = APIRouter(prefix="/api/v1", tags=["models"])
 )
 async def list_resource_metrics(services: ServicesDep) -> list[ResourceMetrics]:
     """``ResourceMetrics`` of every instance of this node (one poll for the dashboard)."""
-    return await services.resource_metrics()
+    return await services.meter.all()
 
 
 @events_router.get(

@@ -10,6 +10,9 @@ with ``Retry-After``. A start that fails (refused by the ledger, or the engine
 dying while it starts) answers every waiter with the cause taken from the
 engine's log; for ``ondemand_failure_hold_seconds`` afterwards new requests get
 that cause at once instead of starting the failing engine again.
+
+A request for a LoRA adapter entry (``adapterOf``) goes to ``catalog.adapters``,
+which waits for its base through ``wait`` and loads the adapter into it.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from sardeenz.catalog.adapters import AdapterLoader
 from sardeenz.catalog.eviction import MEMORY_REFUSALS
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.registry import Catalog
+from sardeenz.catalog.replies import not_ready
 from sardeenz.catalog.room import Evictor, RoomMaker
 from sardeenz.catalog.validation import is_external, load_request
 from sardeenz.config import Settings
@@ -94,6 +99,7 @@ class OnDemand:
         room: RoomMaker | None = None,
         *,
         cluster: ClusterStarter | None = None,
+        external: ExternalServers | None = None,
     ) -> None:
         self._catalog = catalog
         self._table = table
@@ -111,30 +117,35 @@ class OnDemand:
         self._tasks: set[asyncio.Task[object]] = set()
         self.room = room or RoomMaker(settings, starter)
         """Runs starts and wakes, evicting idle models while memory is short (room.py)."""
-        self.external: ExternalServers | None = None
-        """Set by the app: the catalog's ``engine: external`` servers (never started)."""
+        self.external = external
+        """The catalog's ``engine: external`` servers (never started here)."""
         self.cluster = cluster
         """In a cluster: starts are placed by the leader's scheduler."""
         self._remote: dict[str, tuple[str, str, float]] = {}
         """Model -> (pod, instance id, when) of a start the leader placed on another pod."""
+        self.adapters = AdapterLoader(settings, table, starter, self.wait)
+        """LoRA adapter entries: loaded into an instance of their base on first request."""
 
     @property
     def evictor(self) -> Evictor | None:
+        """What lets a start or wake that does not fit evict idle models (the room's)."""
         return self.room.evictor
-
-    @evictor.setter
-    def evictor(self, evictor: Evictor | None) -> None:
-        """Set by the app: lets a start or wake that does not fit evict idle models."""
-        self.room.evictor = evictor
 
     # ----------------------------------------------------------- the hook
     @property
     def version(self) -> int:
         external = self.external.version if self.external is not None else 0
-        return self._catalog.version + external
+        return self._catalog.version + external + self.adapters.version
 
     def state(self, name: str) -> str | None:
+        entry = self._catalog.entry(name)
+        if entry is not None and entry.adapter_of is not None:
+            return self.adapters.state(name, entry.adapter_of)
         return self.external.state(name) if self.external is not None else None
+
+    def parent(self, name: str) -> str | None:
+        entry = self._catalog.entry(name)
+        return entry.adapter_of if entry is not None else None
 
     def resolve(self, name: str) -> str | None:
         return self._catalog.resolve(name)
@@ -147,6 +158,9 @@ class OnDemand:
         return self._waiting.get(name, 0)
 
     async def wait(self, name: str) -> Endpoint | ErrorReply:
+        entry = self._catalog.entry(name)
+        if entry is not None and entry.adapter_of is not None:
+            return await self.adapters.wait(name, entry)
         external = self.external
         if external is not None and external.manages(name):
             return await external.wait(name)  # nothing to start: up or not
@@ -237,8 +251,8 @@ class OnDemand:
     async def start(self, name: str) -> None:
         """Start ``name`` unless something of it is running or coming (preload)."""
         entry = self._catalog.entry(name)
-        if entry is not None and is_external(entry):
-            return  # a server we do not run
+        if entry is not None and (is_external(entry) or entry.adapter_of is not None):
+            return  # a server we do not run, or an adapter (loaded on its first request)
         if self._table.pick(name) is not None or self._table.pending(name):
             return
         await self._start_once(name)
@@ -246,7 +260,7 @@ class OnDemand:
     async def preload(self) -> None:
         """Start every ``preload`` entry in the background (errors are logged, not raised)."""
         for name, entry in self._catalog.entries().items():
-            if entry.preload and not is_external(entry):
+            if entry.preload and not is_external(entry) and entry.adapter_of is None:
                 task = asyncio.get_running_loop().create_task(self._preload(name))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -257,7 +271,12 @@ class OnDemand:
         except StartFailed as exc:
             log.error("preload of %s failed: %s", name, exc)
 
+    def release(self, name: str, ep: Endpoint) -> None:
+        """A request ``wait`` answered with ``ep`` ended (adapters count theirs in flight)."""
+        self.adapters.release(name, ep)
+
     async def close(self) -> None:
+        await self.adapters.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -405,12 +424,4 @@ class OnDemand:
         )
 
     def _timed_out(self, name: str) -> ErrorReply:
-        retry = str(max(1, min(30, math.ceil(self._max_wait / 4)))).encode()
-        return ErrorReply(
-            503,
-            f"Model {name!r} is not ready yet (waited {self._max_wait:g} s, "
-            "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS); retry later",
-            "service_unavailable_error",
-            "model_not_ready",
-            headers=[(b"retry-after", retry)],
-        )
+        return not_ready(f"Model {name!r}", "not ready yet", self._max_wait)

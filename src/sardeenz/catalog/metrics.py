@@ -1,4 +1,5 @@
-"""Prometheus metrics of on-demand models: starts, waits, wakes, sleeps, unloads, warm-ups.
+"""Prometheus metrics of on-demand models: starts, waits, wakes, sleeps, unloads, warm-ups,
+and LoRA adapters (loads, unloads, hits, misses, load time).
 
 Plain counters updated from the event loop (no prometheus_client objects on the
 request path, same reasoning as ``proxy.metrics``), turned into metric families
@@ -33,6 +34,9 @@ class OnDemandStats:
         self.lifecycle: dict[tuple[str, str, str], int] = {}
         self.waiting: dict[str, int] = {}
         self.wait: dict[str, Histogram] = {}
+        self.adapter_events: dict[tuple[str, str], int] = {}
+        self.adapter_unloads: dict[tuple[str, str], int] = {}
+        self.adapter_load_seconds: dict[str, Histogram] = {}
 
     def started(self, model: str) -> None:
         self.starts[model] = self.starts.get(model, 0) + 1
@@ -54,8 +58,39 @@ class OnDemandStats:
             h = self.wait[model] = Histogram(WAIT_BUCKETS)
         h.observe(seconds)
 
+    def adapter(self, model: str, event: str) -> None:
+        """``event``: hit, miss, load or load_failed (``catalog.adapters``)."""
+        key = (model, event)
+        self.adapter_events[key] = self.adapter_events.get(key, 0) + 1
+
+    def adapter_unloaded(self, model: str, reason: str) -> None:
+        key = (model, reason)
+        self.adapter_unloads[key] = self.adapter_unloads.get(key, 0) + 1
+
+    def adapter_loaded(self, model: str, seconds: float) -> None:
+        self.adapter(model, "load")
+        h = self.adapter_load_seconds.get(model)
+        if h is None:
+            h = self.adapter_load_seconds[model] = Histogram(WAIT_BUCKETS)
+        h.observe(seconds)
+
 
 STATS = OnDemandStats()
+
+_ADAPTER_COUNTERS = (
+    ("hit", "sardeenz_adapter_hits", "Requests for a LoRA adapter that was loaded already."),
+    (
+        "miss",
+        "sardeenz_adapter_misses",
+        "Requests for a LoRA adapter that waited for it to be loaded (or for its base).",
+    ),
+    ("load", "sardeenz_adapter_loads", "LoRA adapters loaded into an instance of their base."),
+    (
+        "load_failed",
+        "sardeenz_adapter_load_failures",
+        "LoRA adapter loads the engine refused (every waiter got its reason).",
+    ),
+)
 
 
 class _Collector(Collector):
@@ -113,6 +148,34 @@ class _Collector(Collector):
         for model, h in sorted(s.wait.items()):
             wait.add_metric([model], h.buckets(), h.total)
         yield wait
+        yield from self._adapters()
+
+    @staticmethod
+    def _adapters() -> Iterator[Metric]:
+        s = STATS
+        for event, name, doc in _ADAPTER_COUNTERS:
+            family = CounterMetricFamily(name, doc, labels=["model"])
+            for (model, e), n in sorted(s.adapter_events.items()):
+                if e == event:
+                    family.add_metric([model], n)
+            yield family
+        unloads = CounterMetricFamily(
+            "sardeenz_adapter_unloads",
+            "LoRA adapters unloaded: reason lru (a slot was needed for another adapter) or "
+            "base_gone (their base instance was unloaded, failed or moved).",
+            labels=["model", "reason"],
+        )
+        for (model, reason), n in sorted(s.adapter_unloads.items()):
+            unloads.add_metric([model, reason], n)
+        yield unloads
+        seconds = HistogramMetricFamily(
+            "sardeenz_adapter_load_seconds",
+            "Time to load a LoRA adapter into a running base (eviction included).",
+            labels=["model"],
+        )
+        for model, h in sorted(s.adapter_load_seconds.items()):
+            seconds.add_metric([model], h.buckets(), h.total)
+        yield seconds
 
     def describe(self) -> Iterator[Metric]:
         for name in (
@@ -128,6 +191,10 @@ class _Collector(Collector):
         )
         yield GaugeMetricFamily("sardeenz_ondemand_waiting_requests", "", labels=["model"])
         yield HistogramMetricFamily("sardeenz_ondemand_wait_seconds", "", labels=["model"])
+        for _, name, _ in _ADAPTER_COUNTERS:
+            yield CounterMetricFamily(name, "", labels=["model"])
+        yield CounterMetricFamily("sardeenz_adapter_unloads", "", labels=["model", "reason"])
+        yield HistogramMetricFamily("sardeenz_adapter_load_seconds", "", labels=["model"])
 
 
 REGISTRY.register(_Collector())

@@ -151,7 +151,7 @@ class IdleReaper:
 
     def _observe(self, inst: ModelInstance, now: float) -> tuple[int, _Clock]:
         """Sample the model's activity into the instance's clock: (in flight, clock)."""
-        in_flight, finished = self._activity(inst.served_model_name)
+        in_flight, finished = self._model_activity(inst.served_model_name)
         clock = self._clocks.get(inst.id)
         if clock is None:  # first sight (new load or re-adopted): the clock starts now
             clock = self._clocks[inst.id] = _Clock(last_activity=now, finished_seen=finished)
@@ -233,7 +233,17 @@ class IdleReaper:
 
     def busy(self, name: str) -> bool:
         """A request for ``name`` is in flight right now."""
-        return self._activity(name)[0] > 0
+        return self._model_activity(name)[0] > 0
+
+    def _model_activity(self, name: str) -> tuple[int, int]:
+        """The activity of ``name`` and of its LoRA adapters: a request for an adapter
+        runs in the base's instance and keeps it awake like one for the base."""
+        in_flight, finished = self._activity(name)
+        for adapter in self._catalog.adapters_of(name):
+            more, done = self._activity(adapter)
+            in_flight += more
+            finished += done
+        return in_flight, finished
 
     async def _apply(
         self, action: IdleAction, inst: ModelInstance, level: int, idle_for: float, clock: _Clock
@@ -241,7 +251,7 @@ class IdleReaper:
         name = inst.served_model_name
         # Re-read right before acting: a request may have arrived during an earlier await
         # of this tick (the call below starts synchronously, so none can slip in after).
-        if self._activity(name)[0] > 0:
+        if self._model_activity(name)[0] > 0:
             return
         if action is IdleAction.SLEEP and level == 1 and not await self._host_has_room(inst, clock):
             return

@@ -19,17 +19,21 @@ for every request that misses the routing table.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from sardeenz.catalog.adapterfiles import AdapterProbe, probe_ranks
 from sardeenz.catalog.models import CatalogModel, CatalogSource, CatalogState
 from sardeenz.catalog.validation import (
     EntryInvalid,
+    check_adapter_base,
     check_catalog,
     check_entry,
     check_name,
+    is_adapter,
     is_external,
 )
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
@@ -55,6 +59,14 @@ class EntryStore(Protocol):
     async def put(self, name: str, entry: dict[str, Any]) -> None: ...
 
     async def delete(self, name: str) -> bool: ...
+
+
+class ExternalChecks(Protocol):
+    """What the catalog needs of its ``engine: external`` servers (catalog/external.py)."""
+
+    def catalog_state(self, name: str) -> tuple[CatalogState, str | None] | None: ...
+
+    async def refusal(self, entry: CatalogEntry) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +95,32 @@ class Catalog:
         self._api_raw: dict[str, dict[str, Any]] = {}
         self._items: dict[str, _Item] = {}
         self._names: dict[str, str] = {}
+        self._adapters_of: dict[str, list[str]] = {}
+        self._probes: dict[str, AdapterProbe] = {}
+        """Adapter folder -> its rank or why it has none, read when entries are (re)read."""
         self.version = 0
         """Bumped on every change (``GET /v1/models`` caches on it)."""
         self.external_state: Callable[[str], tuple[CatalogState, str | None] | None] | None = None
-        """Set by the app: the health of ``engine: external`` entries (catalog/external.py)."""
+        """The health of ``engine: external`` entries (catalog/external.py); see
+        ``attach_external``."""
         self.external_refusal: Callable[[CatalogEntry], Awaitable[str | None]] | None = None
-        """Set by the app: why an external entry may not be stored (its key source, a url
-        that is this server's own; catalog/external.py), checked on ``put``."""
+        """Why an external entry may not be stored (its key source, a url that is this
+        server's own; catalog/external.py), checked on ``put``."""
+
+    def attach_external(self, external: ExternalChecks) -> None:
+        """Take the health and the refusals of ``engine: external`` entries from ``external``.
+
+        Late by necessity: the external servers (catalog/external.py) read their entries
+        from this catalog, so it is built first. app.py calls this once, right after
+        building them.
+        """
+        self.external_state = external.catalog_state
+        self.external_refusal = external.refusal
 
     async def start(self) -> None:
         """Read the stored API entries and build the view; log every bad entry once."""
         self._api_raw = await self._repo.list_all()
+        await self._probe_adapters()
         self._rebuild()
         for item in self._items.values():
             if item.error is not None:
@@ -106,6 +133,7 @@ class Catalog:
         """The stored API entries changed elsewhere (the leader wrote the cluster's
         catalog): rebuild the view from them."""
         self._api_raw = await self._repo.list_all()
+        await self._probe_adapters()
         self._rebuild()
         log.info("catalog: %d API entr(ies) from the cluster", len(self._api_raw))
 
@@ -121,6 +149,10 @@ class Catalog:
     def names(self) -> list[str]:
         """Names of the usable entries, sorted."""
         return sorted(n for n, i in self._items.items() if i.entry is not None)
+
+    def adapters_of(self, base: str) -> list[str]:
+        """The usable LoRA adapter entries of ``base``, sorted."""
+        return self._adapters_of.get(base, [])
 
     def entries(self) -> dict[str, CatalogEntry]:
         return {n: i.entry for n, i in self._items.items() if i.entry is not None}
@@ -147,7 +179,7 @@ class Catalog:
     ) -> CatalogModel:
         """Add or replace the API entry ``name`` (overrides a config entry of that name).
 
-        ``engine_check`` (the node's ``Services.require_engine``) runs once the entry is
+        ``engine_check`` (the node's ``EngineAvailability.require``) runs once the entry is
         otherwise valid: it raises when the entry's engine cannot run on this node.
         """
         try:
@@ -155,6 +187,14 @@ class Catalog:
             checked = check_entry(name, entry, self._default_engine)
         except EntryInvalid as exc:
             raise InvalidRequest(str(exc), code="invalid_catalog_entry") from None
+        if is_adapter(checked):
+            path = checked.adapter_path or ""
+            self._probes.update(await asyncio.to_thread(probe_ranks, [path]))
+            probe = self._probes[path]
+            try:
+                check_adapter_base(name, checked, self.entries(), self._errors(), probe)
+            except EntryInvalid as exc:
+                raise InvalidRequest(str(exc), code="invalid_catalog_entry") from None
         if is_external(checked) and self.external_refusal is not None:
             why = await self.external_refusal(checked)
             if why is not None:
@@ -201,12 +241,25 @@ class Catalog:
         return removed
 
     # -------------------------------------------------------------- internals
+    def _errors(self) -> dict[str, str]:
+        return {n: i.error for n, i in self._items.items() if i.error is not None}
+
+    async def _probe_adapters(self) -> None:
+        """Read the rank of every adapter folder the entries name (in a thread: file I/O)."""
+        paths: set[str] = set()
+        for data in (*self._config_raw.values(), *self._api_raw.values()):
+            if isinstance(data, Mapping):
+                path = data.get("adapterPath", data.get("adapter_path"))
+                if isinstance(path, str) and path.strip():
+                    paths.add(path)
+        self._probes = await asyncio.to_thread(probe_ranks, sorted(paths)) if paths else {}
+
     def _rebuild(self) -> None:
         merged: dict[str, Any] = {
             n: d for n, d in self._config_raw.items() if str(n) not in self._api_raw
         }
         merged.update(self._api_raw)
-        good, bad = check_catalog(merged, self._default_engine)
+        good, bad = check_catalog(merged, self._default_engine, self._probes)
         items: dict[str, _Item] = {}
         for raw_name in merged:
             name = str(raw_name)
@@ -222,7 +275,11 @@ class Catalog:
         for name, entry in good.items():
             for n in (name, *entry.aliases):
                 names[n] = name
-        self._items, self._names = items, names
+        adapters: dict[str, list[str]] = {}
+        for name, entry in sorted(good.items()):
+            if entry.adapter_of is not None:
+                adapters.setdefault(entry.adapter_of, []).append(name)
+        self._items, self._names, self._adapters_of = items, names, adapters
         self.version += 1
 
     def _sorted(self) -> list[_Item]:

@@ -54,13 +54,14 @@ class RoomMaker:
         victims: Victims,
         bus: EventBus | None = None,
         host_room: Callable[[], Awaitable[int]] | None = None,
+        evictor: Evictor | None = None,
     ) -> None:
         self._victims = victims
         self._bus = bus
         self._host_room = host_room
         self._tick = settings.ondemand_tick_seconds
         self._max_wait = settings.ondemand_max_wait_seconds
-        self.evictor: Evictor | None = None
+        self.evictor = evictor
 
     async def run(
         self, name: str, attempt: Callable[[], Awaitable[ModelInstance]]

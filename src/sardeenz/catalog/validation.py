@@ -16,14 +16,23 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
+from sardeenz.catalog.adapterfiles import AdapterProbe
 from sardeenz.domain import EngineKind, LoadRequest
 from sardeenz.engines import get_adapter
+from sardeenz.engines.vllm import has_flag
 from sardeenz.errors import InvalidRequest
 from sardeenz.runtime.names import check_load_names, name_problem
 from sardeenz.safetext import TEXT_WHITESPACE, first_unsafe
 from sardeenz.store.records import CatalogEntry
 
 MAX_NAME = 512
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""vLLM's ``--max-lora-rank`` choices."""
+DEFAULT_LORA_RANK = 16
+"""vLLM's default ``--max-lora-rank``."""
+LORA_FLAGS = ("--enable-lora", "--max-loras", "--max-lora-rank")
+"""The engine flags ``loraSlots``/``maxLoraRank`` set (so extraArgs may not)."""
 
 
 class EntryInvalid(ValueError):
@@ -103,6 +112,8 @@ def parse_external_url(url: str) -> ExternalUrl:
 
 
 _NOT_FOR_EXTERNAL = (
+    ("lora_slots", "loraSlots"),
+    ("max_lora_rank", "maxLoraRank"),
     ("extra_args", "extraArgs"),
     ("gpu_ids", "gpuIds"),
     ("gpu_memory_limit", "gpuMemoryLimit"),
@@ -144,6 +155,46 @@ def _check_external(where: str, entry: CatalogEntry) -> None:
         raise EntryInvalid(f"{where}: tensorParallelSize: does not apply to engine external")
 
 
+_ADAPTER_OWN = frozenset({"adapter_of", "adapter_path", "aliases"})
+
+
+def is_adapter(entry: CatalogEntry) -> bool:
+    """A LoRA adapter entry: it runs inside an instance of its base, never on its own."""
+    return entry.adapter_of is not None
+
+
+def _check_adapter(where: str, entry: CatalogEntry) -> None:
+    """The adapter's own fields; its base and rank are checked against the whole catalog."""
+    if entry.adapter_of is None:
+        raise EntryInvalid(f"{where}: adapterPath: needs adapterOf (the base entry's name)")
+    try:
+        check_name(entry.adapter_of)
+    except EntryInvalid:
+        raise EntryInvalid(f"{where}: adapterOf: {entry.adapter_of[:80]!r} is not a name") from None
+    path = entry.adapter_path
+    if path is None or not path.strip():
+        raise EntryInvalid(f"{where}: adapterPath: an adapter needs the folder of its PEFT files")
+    bad = first_unsafe(path)
+    if bad is not None:
+        raise EntryInvalid(f"{where}: adapterPath contains a control character ({bad})")
+    defaults = CatalogEntry()
+    for field, info in CatalogEntry.model_fields.items():
+        if field not in _ADAPTER_OWN and getattr(entry, field) != getattr(defaults, field):
+            alias = info.alias or field
+            raise EntryInvalid(
+                f"{where}: {alias}: does not apply to an adapter (it runs in its base's "
+                "instances and follows the base's settings)"
+            )
+
+
+def lora_args(entry: CatalogEntry) -> list[str]:
+    """The engine flags of a LoRA base (``loraSlots``): none for any other entry."""
+    if entry.lora_slots is None:
+        return []
+    rank = entry.max_lora_rank or DEFAULT_LORA_RANK
+    return ["--enable-lora", "--max-loras", str(entry.lora_slots), "--max-lora-rank", str(rank)]
+
+
 def load_request(name: str, entry: CatalogEntry) -> LoadRequest:
     """The load request an on-demand start of ``entry`` sends to the supervisor."""
     if not isinstance(entry.engine, EngineKind | None):
@@ -156,12 +207,25 @@ def load_request(name: str, entry: CatalogEntry) -> LoadRequest:
         gpu_memory_limit=entry.gpu_memory_limit,
         tensor_parallel_size=entry.tensor_parallel_size,
         enable_sleep_mode=entry.sleep_level > 0,
-        extra_args=list(entry.extra_args),
+        extra_args=[*entry.extra_args, *lora_args(entry)],
     )
 
 
 def _check_load(where: str, name: str, entry: CatalogEntry, default_engine: EngineKind) -> None:
     """The entry's load fields, checked as the load request it stands for."""
+    if not entry.model_path.strip():
+        raise EntryInvalid(f"{where}: modelPath: required (what the engine loads)")
+    if entry.max_lora_rank is not None and entry.lora_slots is None:
+        raise EntryInvalid(f"{where}: maxLoraRank: needs loraSlots (LoRA is off without it)")
+    if entry.max_lora_rank is not None and entry.max_lora_rank not in LORA_RANKS:
+        choices = ", ".join(str(r) for r in LORA_RANKS)
+        raise EntryInvalid(f"{where}: maxLoraRank: must be one of {choices} (vLLM's choices)")
+    if entry.lora_slots is not None:
+        for flag in LORA_FLAGS:
+            if has_flag(list(entry.extra_args), flag):
+                raise EntryInvalid(
+                    f"{where}: extraArgs: {flag} is set by loraSlots/maxLoraRank; remove it"
+                )
     try:
         req = load_request(name, entry)
         check_load_names(req)
@@ -197,7 +261,11 @@ def check_entry(name: object, data: object, default_engine: EngineKind) -> Catal
             entry = CatalogEntry.model_validate(dict(data))
         except ValidationError as exc:
             raise EntryInvalid(f"{where}: {_describe(exc)}") from None
-    if is_external(entry):
+    if entry.adapter_of is not None or entry.adapter_path is not None:
+        _check_adapter(where, entry)
+        if entry.adapter_of == checked_name:
+            raise EntryInvalid(f"{where}: adapterOf: an adapter cannot be its own base")
+    elif is_external(entry):
         _check_external(where, entry)
     else:
         for field, alias in _EXTERNAL_ONLY:
@@ -217,30 +285,89 @@ def check_entry(name: object, data: object, default_engine: EngineKind) -> Catal
     return entry
 
 
+def check_adapter_base(
+    name: str,
+    entry: CatalogEntry,
+    good: Mapping[str, CatalogEntry],
+    bad: Mapping[str, str],
+    probe: AdapterProbe | None,
+) -> None:
+    """An adapter against the catalog: its base is a good vllm/sim entry with
+    ``loraSlots``, and its rank (``probe``: read from its folder) fits the base's."""
+    where = f"catalog entry {name!r}"
+    base_name = entry.adapter_of
+    assert base_name is not None
+    base = good.get(base_name)
+    if base is None:
+        if base_name in bad:
+            raise EntryInvalid(f"{where}: adapterOf: its base {base_name!r} is invalid")
+        raise EntryInvalid(f"{where}: adapterOf: no catalog entry named {base_name!r}")
+    if is_adapter(base):
+        raise EntryInvalid(f"{where}: adapterOf: {base_name!r} is itself an adapter")
+    if is_external(base):
+        raise EntryInvalid(
+            f"{where}: adapterOf: {base_name!r} is an external server (adapters need a "
+            "vllm or sim entry that Sardeenz starts)"
+        )
+    if base.lora_slots is None:
+        raise EntryInvalid(
+            f"{where}: adapterOf: {base_name!r} has no loraSlots (LoRA is not enabled on it)"
+        )
+    if isinstance(probe, str):
+        raise EntryInvalid(f"{where}: adapterPath: {probe}")
+    limit = base.max_lora_rank or DEFAULT_LORA_RANK
+    if probe is not None and probe > limit:
+        raise EntryInvalid(
+            f"{where}: adapterPath: the adapter's rank {probe} is greater than "
+            f"{base_name!r}'s maxLoraRank {limit}"
+        )
+
+
 def check_catalog(
-    raw: Mapping[str, Any], default_engine: EngineKind
+    raw: Mapping[str, Any],
+    default_engine: EngineKind,
+    adapter_probes: Mapping[str, AdapterProbe] | None = None,
 ) -> tuple[dict[str, CatalogEntry], dict[str, str]]:
     """Check every entry on its own: (good entries, name -> error) in input order.
 
     A name (or alias) already used by an earlier good entry makes the later
-    entry bad: a request must resolve to one model.
+    entry bad: a request must resolve to one model. Adapters are checked after
+    every other entry, against their base; ``adapter_probes`` holds what each
+    adapter folder says of its rank (``adapterfiles.probe_ranks``; a folder
+    missing from it is not checked here, only by the engine).
     """
     good: dict[str, CatalogEntry] = {}
     bad: dict[str, str] = {}
     taken: dict[str, str] = {}
+
+    def claim(name: str, entry: CatalogEntry) -> None:
+        clash = next((n for n in (name, *entry.aliases) if n in taken), None)
+        if clash is not None:
+            bad[name] = (
+                f"catalog entry {name!r}: aliases: {clash!r} already names entry {taken[clash]!r}"
+            )
+            return
+        good[name] = entry
+        for n in (name, *entry.aliases):
+            taken[n] = name
+
+    adapters: list[tuple[str, CatalogEntry]] = []
     for name, data in raw.items():
         try:
             entry = check_entry(name, data, default_engine)
         except EntryInvalid as exc:
             bad[str(name)] = str(exc)
             continue
-        clash = next((n for n in (name, *entry.aliases) if n in taken), None)
-        if clash is not None:
-            bad[name] = (
-                f"catalog entry {name!r}: aliases: {clash!r} already names entry {taken[clash]!r}"
-            )
+        if is_adapter(entry):
+            adapters.append((name, entry))
+        else:
+            claim(name, entry)
+    probes = adapter_probes or {}
+    for name, entry in adapters:
+        try:
+            check_adapter_base(name, entry, good, bad, probes.get(entry.adapter_path or ""))
+        except EntryInvalid as exc:
+            bad[name] = str(exc)
             continue
-        good[name] = entry
-        for n in (name, *entry.aliases):
-            taken[n] = name
+        claim(name, entry)
     return good, bad

@@ -36,8 +36,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.replicated import (
     KEYS,
     Document,
@@ -70,8 +70,8 @@ class _Write(BaseModel):
 
 
 class ControlRegister:
-    def __init__(self, manager: ClusterManager, repo: ControlRepository) -> None:
-        self._m = manager
+    def __init__(self, membership: Membership, repo: ControlRepository) -> None:
+        self._m = membership
         self._repo = repo
         self._copies: dict[str, Document] = {}
         self._lock = asyncio.Lock()
@@ -87,10 +87,14 @@ class ControlRegister:
         self._failed_at: dict[str, float] = {}
         """Pod -> when a send to it last failed: catch-up retries it after RETRY_SECONDS."""
         self._loop = LeaderLoop(
-            "control-register", manager.is_leader, self._tick, TICK_SECONDS, on_follow=self._follow
+            "control-register",
+            membership.is_leader,
+            self._tick,
+            TICK_SECONDS,
+            on_follow=self._follow,
         )
         self._sends: set[asyncio.Task[bool]] = set()
-        self.write_timeout = max(5.0, 4 * manager.settings.cluster_request_timeout_seconds)
+        self.write_timeout = max(5.0, 4 * membership.settings.cluster_request_timeout_seconds)
         """Bound on one write: reaching a majority, or waiting to be ready."""
 
     # ------------------------------------------------------------- lifecycle
@@ -381,7 +385,7 @@ def _copy(doc: Document) -> StoredCopy:
     return StoredCopy(doc.key, doc.term, doc.revision, doc.body)
 
 
-def _not_ready(m: ClusterManager) -> Unavailable:
+def _not_ready(m: Membership) -> Unavailable:
     if not m.is_leader():
         return Unavailable(
             "this pod no longer leads the cluster; retry (the new leader takes the write)",

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from sardeenz.asgi import Message, Receive, Scope, Send, header
-from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.identity import Identity
 from sardeenz.cluster.transport.routes import HOP_HEADER
 from sardeenz.cluster.transport.server import BodyError, read_verified
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.proxy.wire import INVALID_API_KEY, openai_error, send_json
-from sardeenz.security.cluster_hmac import ANY_TARGET, ClusterAuthError
+from sardeenz.security.cluster_hmac import ANY_TARGET, ClusterAuthError, Signer, Verifier
 from sardeenz.security.unverified import UnverifiedBodies
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -32,11 +32,9 @@ _REFUSED = [(b"connection", b"close")]
 """A refusal may leave the body unread: the connection is not reused."""
 
 
-def remote_headers(manager: ClusterManager) -> RemoteHeaders:
+def remote_headers(identity: Identity, signer: Signer) -> RemoteHeaders:
     """The proxy's hook: extra header lines for a remote endpoint, None if it must not go."""
-    signer = manager.signer
-    assert signer is not None
-    hop = HOP_HEADER + b": " + manager.identity.pod_id.encode("latin-1", "replace") + b"\r\n"
+    hop = HOP_HEADER + b": " + identity.pod_id.encode("latin-1", "replace") + b"\r\n"
 
     def build(
         headers: list[tuple[bytes, bytes]], method: bytes, target: bytes, body: bytes, pod: str
@@ -52,16 +50,14 @@ def remote_headers(manager: ClusterManager) -> RemoteHeaders:
 
 
 def trusted_forward(
-    manager: ClusterManager, unverified: UnverifiedBodies
+    verifier: Verifier, unverified: UnverifiedBodies, max_body_bytes: int
 ) -> Callable[[Scope, Receive, Send, Handler], Awaitable[None]]:
     """The gateway's hook for a /v1 request with a cluster signature and no valid API key."""
-    verifier = manager.verifier
-    assert verifier is not None
 
     async def run(scope: Scope, receive: Receive, send: Send, handler: Handler) -> None:
         try:
             body, signed_for = await read_verified(
-                verifier, scope, receive, unverified, manager.settings.proxy_max_body_bytes
+                verifier, scope, receive, unverified, max_body_bytes
             )
             if signed_for == ANY_TARGET:  # only a ping may be for anyone
                 raise ClusterAuthError("a forwarded request must name this pod", "wrong_target")

@@ -3,11 +3,11 @@
 A move (cluster/moves.py) is a sequence of small steps on two pods; each step
 exists in two forms, which this module keeps side by side so they cannot drift:
 
-* the **pod side** (``withdraw_here``, ``restore_here``, ``drain_here``,
-  ``routes_here``): what a pod does to one of its own instances, called
+* the **pod side** (``PodSide``: ``withdraw_here``, ``restore_here``,
+  ``drain_here``, ``routes_here``): what a pod does to one of its own instances, called
   directly when the leader is that pod and from ``/internal`` otherwise;
 * the **leader side** (``Pods``): the same step aimed at a pod id, a local
-  call for the leader's own pod, a fenced order (cluster/manager.py) or a
+  call for the leader's own pod, a fenced order (cluster/orders.py) or a
   signed read (``routes.ROUTES``) for the others.
 
 Why "withdraw" exists: routes come from heartbeats, so after an instance
@@ -27,10 +27,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.local_pod import LocalPod
 from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.service import Membership
+from sardeenz.cluster.orders import PodOrders
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler, InternalRequest
+from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.errors import Conflict, NotFound
 from sardeenz.runtime.drain import drain_for_unload
@@ -38,84 +41,87 @@ from sardeenz.runtime.drain import drain_for_unload
 # ------------------------------------------------------------------ pod side
 
 
-def routes_here(manager: ClusterManager) -> dict[str, Any]:
-    """This pod's routing table as ``{name: ["pod/instance", ...]}`` (locals named too)."""
-    table, me = manager.table, manager.identity.pod_id
-    routes = {
-        name: [e.instance_id if not e.local else f"{me}/{e.instance_id}" for e in eps]
-        for name in table.names()
-        if (eps := table.endpoints(name))
-    }
-    return {"podId": me, "version": table.version, "routes": routes}
+class PodSide:
+    """What a pod does to one of its own instances for a move (``LocalPod``'s withdrawals,
+    its routing table and supervisor; membership only to send the next heartbeat now)."""
 
+    def __init__(self, local: LocalPod, membership: Membership) -> None:
+        self.local = local
+        self._membership = membership
 
-def _serving(manager: ClusterManager, instance_id: str) -> ModelInstance:
-    inst = manager.supervisor.get(instance_id)  # NotFound: instance_not_found
-    if inst.status is not InstanceStatus.ACTIVE:
-        raise Conflict(
-            f"instance {instance_id} is {inst.status.value}, not active",
-            code="instance_not_active",
-        )
-    return inst
+    def routes_here(self) -> dict[str, Any]:
+        """This pod's routing table as ``{name: ["pod/instance", ...]}`` (locals named too)."""
+        table, me = self.local.table, self.local.pod_id
+        routes = {
+            name: [e.instance_id if not e.local else f"{me}/{e.instance_id}" for e in eps]
+            for name in table.names()
+            if (eps := table.endpoints(name))
+        }
+        return {"podId": me, "version": table.version, "routes": routes}
 
+    def _serving(self, instance_id: str) -> ModelInstance:
+        inst = self.local.supervisor.get(instance_id)  # NotFound: instance_not_found
+        if inst.status is not InstanceStatus.ACTIVE:
+            raise Conflict(
+                f"instance {instance_id} is {inst.status.value}, not active",
+                code="instance_not_active",
+            )
+        return inst
 
-def withdraw_here(manager: ClusterManager, instance_id: str, ttl: float) -> dict[str, Any]:
-    """Stop advertising ``instance_id`` to peers for ``ttl`` s; it keeps serving here.
+    def withdraw_here(self, instance_id: str, ttl: float) -> dict[str, Any]:
+        """Stop advertising ``instance_id`` to peers for ``ttl`` s; it keeps serving here.
 
-    A ``starting`` instance may be withdrawn too: a move's target is advertised
-    only once it has settled (cluster/moves.py).
-    """
-    inst = manager.supervisor.get(instance_id)  # NotFound: instance_not_found
-    if inst.status not in (InstanceStatus.ACTIVE, InstanceStatus.STARTING):
-        _serving(manager, instance_id)  # the refusal, with its code
-    manager.withdrawn[instance_id] = manager.now() + ttl
-    manager.beat_soon()
-    return {"instanceId": instance_id, "withdrawn": True}
+        A ``starting`` instance may be withdrawn too: a move's target is advertised
+        only once it has settled (cluster/moves.py).
+        """
+        inst = self.local.supervisor.get(instance_id)  # NotFound: instance_not_found
+        if inst.status not in (InstanceStatus.ACTIVE, InstanceStatus.STARTING):
+            self._serving(instance_id)  # the refusal, with its code
+        self.local.withdraw(instance_id, self._membership.now() + ttl)
+        self._membership.beat_soon()
+        return {"instanceId": instance_id, "withdrawn": True}
 
+    def restore_here(self, instance_id: str) -> dict[str, Any]:
+        """Advertise ``instance_id`` again (a move rolled back)."""
+        self.local.restore(instance_id)
+        self._membership.beat_soon()
+        return {"instanceId": instance_id, "withdrawn": False}
 
-def restore_here(manager: ClusterManager, instance_id: str) -> dict[str, Any]:
-    """Advertise ``instance_id`` again (a move rolled back)."""
-    manager.withdrawn.pop(instance_id, None)
-    manager.beat_soon()
-    return {"instanceId": instance_id, "withdrawn": False}
+    async def drain_here(self, instance_id: str, seconds: float) -> dict[str, Any]:
+        """Take ``instance_id`` out of local routing for good and wait for its requests.
 
+        The hold is the one an unload places (runtime/drain.py), so the unload that
+        follows finds nothing left to drain; requests still running after ``seconds``
+        are cut with ``model_unloaded``. The withdrawal becomes permanent: a held
+        instance must never be advertised again.
+        """
+        self._serving(instance_id)
+        self.local.withdraw(instance_id, math.inf)
+        traffic = self.local.supervisor.traffic
+        traffic.hold(instance_id, InstanceStatus.STOPPING)
+        in_flight = traffic.in_flight(instance_id)
+        cut = await drain_for_unload(traffic, instance_id, seconds)
+        return {"instanceId": instance_id, "inFlight": in_flight, "cut": cut}
 
-async def drain_here(manager: ClusterManager, instance_id: str, seconds: float) -> dict[str, Any]:
-    """Take ``instance_id`` out of local routing for good and wait for its requests.
+    def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
+        """The pod side over ``/internal`` (the orders are fenced by the route table)."""
 
-    The hold is the one an unload places (runtime/drain.py), so the unload that
-    follows finds nothing left to drain; requests still running after ``seconds``
-    are cut with ``model_unloaded``. The withdrawal becomes permanent: a held
-    instance must never be advertised again.
-    """
-    _serving(manager, instance_id)
-    manager.withdrawn[instance_id] = math.inf
-    traffic = manager.supervisor.traffic
-    traffic.hold(instance_id, InstanceStatus.STOPPING)
-    in_flight = traffic.in_flight(instance_id)
-    cut = await drain_for_unload(traffic, instance_id, seconds)
-    return {"instanceId": instance_id, "inFlight": in_flight, "cut": cut}
+        def seconds(request: InternalRequest) -> float:
+            return request.parse(_HandoverOrder).seconds
+
+        async def drain(r: InternalRequest) -> dict[str, Any]:
+            return await self.drain_here(r.params["instance_id"], seconds(r))
+
+        return [
+            (routes.ROUTES, lambda _: self.routes_here()),
+            (routes.WITHDRAW, lambda r: self.withdraw_here(r.params["instance_id"], seconds(r))),
+            (routes.RESTORE, lambda r: self.restore_here(r.params["instance_id"])),
+            (routes.DRAIN, drain),
+        ]
 
 
 class _HandoverOrder(BaseModel):
     seconds: float = Field(30.0, ge=0, le=86400)
-
-
-def internal_routes(manager: ClusterManager) -> list[tuple[routes.InternalRoute, Handler]]:
-    """The pod side over ``/internal`` (the orders are fenced by the route table)."""
-
-    def seconds(request: InternalRequest) -> float:
-        return request.parse(_HandoverOrder).seconds
-
-    async def drain(r: InternalRequest) -> dict[str, Any]:
-        return await drain_here(manager, r.params["instance_id"], seconds(r))
-
-    return [
-        (routes.ROUTES, lambda _: routes_here(manager)),
-        (routes.WITHDRAW, lambda r: withdraw_here(manager, r.params["instance_id"], seconds(r))),
-        (routes.RESTORE, lambda r: restore_here(manager, r.params["instance_id"])),
-        (routes.DRAIN, drain),
-    ]
 
 
 # --------------------------------------------------------------- leader side
@@ -124,16 +130,18 @@ def internal_routes(manager: ClusterManager) -> list[tuple[routes.InternalRoute,
 class Pods:
     """The leader's hands: every step of a move, aimed at a pod id (this one included)."""
 
-    def __init__(self, manager: ClusterManager) -> None:
-        self._m = manager
+    def __init__(
+        self, membership: Membership, here: PodSide, orders: PodOrders, settings: Settings
+    ) -> None:
+        self._m = membership
+        self._here = here
+        self._local = here.local
+        self._orders = orders
+        self._settings = settings
 
     @property
     def me(self) -> str:
         return self._m.identity.pod_id
-
-    @property
-    def manager(self) -> ClusterManager:
-        return self._m
 
     def leading(self) -> bool:
         """Orders to peers are fenced by the term; this guards the local steps too."""
@@ -155,7 +163,7 @@ class Pods:
 
     async def gpu_indices(self, pod_id: str) -> list[int]:
         if pod_id == self.me:
-            return [g.index for g in await self._m.inventory.snapshot()]
+            return [g.index for g in await self._local.inventory.snapshot()]
         peer = self._m.peers.get(pod_id)
         hb = peer.heartbeat if peer is not None else None
         return [g.index for g in hb.gpus] if hb is not None else []
@@ -175,7 +183,7 @@ class Pods:
     def on(self, pod_id: str) -> list[ModelInstance]:
         """Every instance ``pod_id`` runs (a peer: as of its last heartbeat)."""
         if pod_id == self.me:
-            return self._m.supervisor.list_instances()
+            return self._local.supervisor.list_instances()
         peer = self._m.peers.get(pod_id)
         hb = peer.heartbeat if peer is not None else None
         return list(hb.instances) if hb is not None else []
@@ -184,7 +192,7 @@ class Pods:
         """The instance on ``pod_id`` (for a peer: as of its last heartbeat)."""
         if pod_id == self.me:
             try:
-                return self._m.supervisor.get(instance_id)
+                return self._local.supervisor.get(instance_id)
             except NotFound:
                 return None
         peer = self._m.peers.get(pod_id)
@@ -196,7 +204,7 @@ class Pods:
     async def routes(self, pod_id: str) -> set[str] | None:
         """``pod/instance`` of every endpoint in ``pod_id``'s table (None: no answer)."""
         data = (
-            routes_here(self._m)
+            self._here.routes_here()
             if pod_id == self.me
             else await self._m.client_for(pod_id).ask(pod_id, routes.ROUTES)
         )
@@ -205,29 +213,29 @@ class Pods:
         return {str(e) for eps in data["routes"].values() if isinstance(eps, list) for e in eps}
 
     async def load(self, pod_id: str, req: LoadRequest) -> ModelInstance:
-        remote = await self._m.load_on(pod_id, req)
-        return remote if remote is not None else await self._m.supervisor.load(req)
+        remote = await self._orders.load_on(pod_id, req)
+        return remote if remote is not None else await self._local.supervisor.load(req)
 
     async def unload(self, pod_id: str, instance_id: str) -> None:
         if pod_id == self.me:
-            await self._m.supervisor.unload(instance_id)
+            await self._local.supervisor.unload(instance_id)
         else:
             # Drain (nothing left after ours), SIGTERM, grace, SIGKILL: longer than
             # an order's default timeout when the grace is long.
-            wait = self._m.settings.stop_grace_seconds * 2 + 30
+            wait = self._settings.stop_grace_seconds * 2 + 30
             client = self._m.client_for(pod_id)
             await client.call(pod_id, routes.UNLOAD, timeout=wait, instance_id=instance_id)
 
     async def withdraw(self, pod_id: str, instance_id: str, ttl: float) -> None:
         if pod_id == self.me:
-            withdraw_here(self._m, instance_id, ttl)
+            self._here.withdraw_here(instance_id, ttl)
         else:
             client = self._m.client_for(pod_id)
             await client.call(pod_id, routes.WITHDRAW, {"seconds": ttl}, instance_id=instance_id)
 
     async def restore(self, pod_id: str, instance_id: str) -> None:
         if pod_id == self.me:
-            restore_here(self._m, instance_id)
+            self._here.restore_here(instance_id)
         else:
             client = self._m.client_for(pod_id)
             await client.call(pod_id, routes.RESTORE, instance_id=instance_id)
@@ -235,7 +243,7 @@ class Pods:
     async def drain(self, pod_id: str, instance_id: str, seconds: float) -> tuple[int, int]:
         """Hold and drain: (requests in flight when it began, how many had to be cut)."""
         if pod_id == self.me:
-            data = await drain_here(self._m, instance_id, seconds)
+            data = await self._here.drain_here(instance_id, seconds)
         else:
             data = await self._m.client_for(pod_id).call(
                 pod_id,

@@ -29,9 +29,10 @@ import anyio
 import httpx
 import orjson
 
-from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.routes import InternalRoute
+from sardeenz.config import Settings
 from sardeenz.errors import SardeenzError, Unavailable
 from sardeenz.runtime.event_stream import SseItem
 
@@ -41,10 +42,10 @@ KEEPALIVE_SECONDS = 1.0
 """How often the owning pod writes a blank line on an idle stream."""
 
 
-def read_timeout(manager: ClusterManager) -> float:
+def read_timeout(settings: Settings) -> float:
     """Silence after which a relayed stream's pod counts as gone: a few keep-alives, and
     at most the failure detector's suspicion delay (the detector would say it anyway)."""
-    return max(3 * KEEPALIVE_SECONDS, manager.settings.cluster_suspect_after_seconds)
+    return max(3 * KEEPALIVE_SECONDS, settings.cluster_suspect_after_seconds)
 
 
 def unavailable_item(instance_id: str, pod_id: str, why: str) -> SseItem:
@@ -80,14 +81,15 @@ class PodReads:
     client of their own (they stay open as long as a client follows, so they never hold
     up heartbeats or orders)."""
 
-    def __init__(self, manager: ClusterManager) -> None:
-        self._m = manager
+    def __init__(self, membership: Membership, settings: Settings) -> None:
+        self._m = membership
+        self._settings = settings
         self._client: httpx.AsyncClient | None = None
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(max(5.0, self._m.settings.cluster_request_timeout_seconds)),
+                timeout=httpx.Timeout(max(5.0, self._settings.cluster_request_timeout_seconds)),
                 limits=httpx.Limits(max_connections=256, max_keepalive_connections=16),
                 trust_env=False,  # peers are direct: no HTTP(S)_PROXY detour for /internal
             )
@@ -126,8 +128,8 @@ class PodReads:
         headers = signer.headers("GET", path, b"", target=pod_id)
         request = self._http().build_request("GET", peer.address.url + path, headers=headers)
         request.extensions["timeout"] = httpx.Timeout(
-            max(5.0, self._m.settings.cluster_request_timeout_seconds),
-            read=read_timeout(self._m),
+            max(5.0, self._settings.cluster_request_timeout_seconds),
+            read=read_timeout(self._settings),
         ).as_dict()
         try:
             resp = await self._http().send(request, stream=True)
@@ -154,7 +156,7 @@ class PodReads:
                 if item["event"] == "removed":
                     return
         except httpx.ReadTimeout:
-            why = f"nothing for {read_timeout(self._m):g} s"
+            why = f"nothing for {read_timeout(self._settings):g} s"
         except (httpx.HTTPError, orjson.JSONDecodeError, KeyError) as exc:
             why = f"{type(exc).__name__}: {exc}"
         finally:

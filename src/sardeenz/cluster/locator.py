@@ -26,9 +26,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from sardeenz.cluster.instance_relay import PodReads
-from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.transport import routes
+from sardeenz.cluster.view import ClusterView
+from sardeenz.config import Settings
 from sardeenz.domain import ModelInstance
 from sardeenz.errors import NotFound, SardeenzError, Unavailable
 from sardeenz.events import EventBus
@@ -48,18 +50,21 @@ ACTIONS = ("unload", "sleep", "wake")
 class InstanceLocator:
     def __init__(
         self,
-        manager: ClusterManager,
+        membership: Membership,
+        view: ClusterView,
+        settings: Settings,
         supervisor: Supervisor,
         bus: EventBus,
         inventory: GpuInventory,
         local_metrics: LocalMetrics,
     ) -> None:
-        self._m = manager
+        self._m = membership
+        self._view = view
         self._supervisor = supervisor
         self._bus = bus
         self._inventory = inventory
         self._local_metrics = local_metrics
-        self.reads = PodReads(manager)
+        self.reads = PodReads(membership, settings)
         """Signed reads and relayed streams from other pods (closed by ``stop``)."""
 
     async def stop(self) -> None:
@@ -185,7 +190,7 @@ class InstanceLocator:
 
     def instances(self) -> list[ModelInstance]:
         """Every instance of every reachable pod (``GET /api/v1/models``)."""
-        return self._m.instances()
+        return self._view.instances()
 
     # ---------------------------------------------------------------- actions
     async def act(

@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, Field
 
-from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.proxy.history import RequestHistory
@@ -74,14 +74,15 @@ class RequestCollector:
 
     def __init__(
         self,
-        manager: ClusterManager,
+        membership: Membership,
+        interval: float,
         history: RequestHistory,
         in_flight: Callable[[], dict[str, int]],
     ) -> None:
-        self._m = manager
+        self._m = membership
         self._history = history
         self._in_flight = in_flight
-        self.interval = manager.settings.cluster_collect_interval_seconds
+        self.interval = interval
         self._backoff = Backoff(self.interval)
         self._task: asyncio.Task[None] | None = None
 

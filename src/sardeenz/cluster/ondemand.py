@@ -29,10 +29,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler, InternalRequest
+from sardeenz.cluster.view import ClusterView
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
 from sardeenz.errors import SardeenzError
 
@@ -47,8 +48,11 @@ _LIVE = (InstanceStatus.STARTING, InstanceStatus.ACTIVE, InstanceStatus.SLEEPING
 
 
 class ClusterStarts:
-    def __init__(self, manager: ClusterManager, placement: ClusterPlacement) -> None:
-        self._m = manager
+    def __init__(
+        self, membership: Membership, view: ClusterView, placement: ClusterPlacement
+    ) -> None:
+        self._m = membership
+        self._view = view
         self._placement = placement
         self._lock = asyncio.Lock()
         self._recent: dict[str, tuple[str, ModelInstance, float]] = {}
@@ -121,15 +125,15 @@ class ClusterStarts:
     def _existing(self, name: str) -> tuple[str, ModelInstance] | None:
         """A live instance of ``name`` anywhere in the cluster: one a heartbeat lists, or
         one this leader placed too recently for a heartbeat to list it yet."""
-        for inst in self._m.instances():
+        for inst in self._view.instances():
             if inst.served_model_name == name and inst.status in _LIVE:
                 return inst.pod_id or self._m.identity.pod_id, inst
         recent = self._recent.get(name)
         if recent is None:
             return None
         pod, placed, at = recent
-        listed = self._m.instance_on(pod, placed.id)
-        fresh = time.monotonic() - at < self._m.settings.cluster_unavailable_after_seconds
+        listed = self._view.instance_on(pod, placed.id)
+        fresh = time.monotonic() - at < self._m.timing.unavailable_after
         if listed is None and fresh:
             return pod, placed  # not in that pod's heartbeat yet
         del self._recent[name]  # gone, failed or stopping: place anew
@@ -145,7 +149,7 @@ class ClusterStarts:
     def status(self, pod_id: str, instance_id: str) -> tuple[InstanceStatus | None, str | None]:
         """The instance as its pod last described it: (None, None) while no heartbeat
         lists it yet."""
-        found = self._m.instance_on(pod_id, instance_id)
+        found = self._view.instance_on(pod_id, instance_id)
         return (found.status, found.error_message) if found is not None else (None, None)
 
 

@@ -1,7 +1,8 @@
-"""The pod side of the leader's orders on instances: load, unload, sleep, wake.
+"""The leader's orders on instances (load, unload, sleep, wake): both sides.
 
-The leader sends them through the pod client (``ClusterManager.load_on`` and
-``act_on``, the move and preset steps); the route table fences them by term,
+The leader sends them through the pod client (:class:`PodOrders`: ``load_on``
+and ``act_on``, used by placement, moves and presets); the pod side
+(:class:`InstanceOrders`) is fenced by term in the route table,
 so a handler here only runs the supervisor's own operation, whose refusals
 (409 ``model_does_not_fit``, 404 ``instance_not_found``, ...) go back to the
 leader as they are.
@@ -13,9 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler, InternalRequest
-from sardeenz.domain import LoadRequest
+from sardeenz.cluster.view import ClusterView
+from sardeenz.domain import LoadRequest, ModelInstance
 from sardeenz.runtime.supervisor import Supervisor
 
 
@@ -57,3 +60,32 @@ class InstanceOrders:
             (routes.SLEEP, self.sleep),
             (routes.WAKE, self.wake),
         ]
+
+
+class PodOrders:
+    """The sending side: the leader's orders to the pod that runs (or will run) an instance."""
+
+    def __init__(self, membership: Membership, view: ClusterView) -> None:
+        self._members = membership
+        self._view = view
+
+    async def load_on(self, pod_id: str, req: LoadRequest) -> ModelInstance | None:
+        """Load on ``pod_id``; None when that is this pod (the caller loads locally)."""
+        if pod_id == self._members.identity.pod_id:
+            return None
+        request = req.model_dump(mode="json", exclude={"pod_id"})
+        data = await self._members.client_for(pod_id).call(
+            pod_id, routes.LOAD, {"request": request}
+        )
+        return ModelInstance.model_validate({**data, "podId": pod_id})
+
+    async def act_on(self, instance_id: str, action: str, level: int = 1) -> ModelInstance | None:
+        """Unload/sleep/wake an instance another pod runs; None when it is not remote."""
+        owner = self._view.owner_of(instance_id)
+        if owner is None:
+            return None
+        route = routes.INSTANCE_ACTIONS[action]
+        data = await self._members.client_for(owner).call(
+            owner, route, {"level": level}, instance_id=instance_id
+        )
+        return ModelInstance.model_validate({**data, "podId": owner})

@@ -27,9 +27,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.membership.peers import Heartbeat
+from sardeenz.cluster.membership.service import Membership
+from sardeenz.cluster.orders import PodOrders
 from sardeenz.cluster.scheduler import (
     GIB,
     ClusterSnapshot,
@@ -42,12 +43,14 @@ from sardeenz.cluster.scheduler import (
     matches_type,
     schedule,
 )
+from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, LoadRequest, ModelInstance
 from sardeenz.engines import get_adapter
 from sardeenz.errors import Conflict, InvalidRequest
-from sardeenz.gpu.inventory import GpuInfo
+from sardeenz.gpu.inventory import GpuInfo, GpuInventory
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.fit import check_fit, fit_request_for_load
+from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.profiles import ProfileRepository
 
 RECENT_TTL_SECONDS = 60.0
@@ -98,15 +101,27 @@ class Decision:
 
 
 class ClusterPlacement:
-    def __init__(self, manager: ClusterManager, profiles: ProfileRepository) -> None:
-        self._m = manager
+    def __init__(
+        self,
+        membership: Membership,
+        settings: Settings,
+        supervisor: Supervisor,
+        inventory: GpuInventory,
+        orders: PodOrders,
+        profiles: ProfileRepository,
+    ) -> None:
+        self._m = membership
+        self._settings = settings
+        self._supervisor = supervisor
+        self._inventory = inventory
+        self._orders = orders
         self._profiles = profiles
         self._lock = asyncio.Lock()
         self._recent: list[_Recent] = []
 
     @property
     def strategy(self) -> Strategy:
-        return Strategy(self._m.settings.scheduler_strategy)
+        return Strategy(self._settings.scheduler_strategy)
 
     # ------------------------------------------------------------------ inputs
     async def snapshot(self) -> ClusterSnapshot:
@@ -170,13 +185,13 @@ class ClusterPlacement:
         self, req: LoadRequest, snapshot: ClusterSnapshot
     ) -> tuple[PlacementRequest, dict[str, str]]:
         """The scheduler's request for a load, and where each pod's need came from."""
-        engine = req.engine or EngineKind(self._m.settings.effective_default_engine)
+        engine = req.engine or EngineKind(self._settings.effective_default_engine)
         adapter = get_adapter(engine)
         try:
             extra_args = adapter.validate_args(list(req.extra_args))
         except ValueError as exc:
             raise InvalidRequest(str(exc), code="invalid_extra_args") from exc
-        target = await adapter.target(self._m.supervisor.installs)
+        target = await adapter.target(self._supervisor.installs)
         booked = (
             round(req.gpu_memory_limit * GB)
             if req.gpu_memory_limit is not None
@@ -201,7 +216,7 @@ class ClusterPlacement:
             if names not in verdicts:  # the profile chosen depends on the GPU model only
                 verdict = await check_fit(
                     fit_question,
-                    inventory=self._m.inventory,
+                    inventory=self._inventory,
                     profiles=self._profiles,
                     gpus=[_gpu_info(g) for g in eligible],
                 )
@@ -256,8 +271,8 @@ class ClusterPlacement:
                 update={"pod_id": None, "gpu_ids": list(result.gpu_ids) or None}
             )
             if result.pod_id == m.identity.pod_id:
-                return await m.supervisor.load(pinned)
-            instance = await m.load_on(result.pod_id, pinned)
+                return await self._supervisor.load(pinned)
+            instance = await self._orders.load_on(result.pod_id, pinned)
             assert instance is not None  # another pod: load_on answers its instance
             if result.gpu_ids and result.need_bytes_per_gpu:
                 self._recent.append(

@@ -33,13 +33,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sardeenz.cluster.control_state import ControlRegister
-from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.service import Membership
+from sardeenz.cluster.orders import PodOrders
 from sardeenz.cluster.preset_plan import Placer, Plan, Step, make_plan
 from sardeenz.cluster.presets import Observed, PresetBody, PresetModel
 from sardeenz.cluster.transport.leader_loop import LeaderLoop
+from sardeenz.cluster.view import ClusterView
+from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, utcnow
 from sardeenz.errors import Conflict, NotFound, SardeenzError
+from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.presets import PresetRepository, PresetRow
 from sardeenz.tasks import stop_task
 
@@ -84,13 +88,21 @@ class ApplyRun:
 class PresetService:
     def __init__(
         self,
-        manager: ClusterManager,
+        membership: Membership,
+        view: ClusterView,
+        orders: PodOrders,
+        supervisor: Supervisor,
+        settings: Settings,
         repo: PresetRepository,
         placer: Placer,
         control: ControlRegister,
         moving: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
-        self._m = manager
+        self._m = membership
+        self._cluster = view
+        self._orders = orders
+        self._supervisor = supervisor
+        self._settings = settings
         self._repo = repo
         self._placer = placer
         self._control = control
@@ -98,7 +110,7 @@ class PresetService:
         control.seed(KEY, self._seed)
         self._busy = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._loop = LeaderLoop("preset-reconcile", manager.is_leader, self._tick, TICK_SECONDS)
+        self._loop = LeaderLoop("preset-reconcile", membership.is_leader, self._tick, TICK_SECONDS)
         self._last_run: ApplyRun | None = None
         self._last_pass = 0.0
         self._members: frozenset[str] = frozenset()
@@ -233,21 +245,22 @@ class PresetService:
                 self._busy.release()
 
     async def _execute(self, step: Step) -> dict[str, Any]:
-        m = self._m
         if step.action == "unload":
             assert step.instance_id is not None
-            if await m.act_on(step.instance_id, "unload") is None:
-                await m.supervisor.unload(step.instance_id)
+            if await self._orders.act_on(step.instance_id, "unload") is None:
+                await self._supervisor.unload(step.instance_id)
             return {}
         assert step.load is not None
         assert step.pod_id is not None
-        remote = await m.load_on(step.pod_id, step.load)
-        instance = remote or await m.supervisor.load(step.load.model_copy(update={"pod_id": None}))
+        remote = await self._orders.load_on(step.pod_id, step.load)
+        instance = remote or await self._supervisor.load(
+            step.load.model_copy(update={"pod_id": None})
+        )
         await self._wait_serving(step.pod_id, instance.id)
         return {"instanceId": instance.id}
 
     async def _wait_serving(self, pod_id: str, instance_id: str) -> None:
-        deadline = time.monotonic() + self._m.settings.preset_step_timeout_seconds
+        deadline = time.monotonic() + self._settings.preset_step_timeout_seconds
         while time.monotonic() < deadline:
             status, error = self._status_of(pod_id, instance_id)
             if status in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING):
@@ -260,12 +273,12 @@ class PresetService:
             await asyncio.sleep(POLL_SECONDS)
         raise SardeenzError(
             f"instance {instance_id} on {pod_id} not active after "
-            f"{self._m.settings.preset_step_timeout_seconds:g} s",
+            f"{self._settings.preset_step_timeout_seconds:g} s",
             code="step_timeout",
         )
 
     def _status_of(self, pod_id: str, instance_id: str) -> tuple[InstanceStatus | None, str | None]:
-        found = self._m.instance_on(pod_id, instance_id)
+        found = self._cluster.instance_on(pod_id, instance_id)
         return (found.status, found.error_message) if found is not None else (None, None)
 
     def observed(self) -> list[Observed]:
@@ -273,7 +286,7 @@ class PresetService:
         me = self._m.identity.pod_id
         return [
             Observed(i.pod_id or me, i.id, i.served_model_name, i.status, i.created_at)
-            for i in self._m.instances()
+            for i in self._cluster.instances()
         ]
 
     # ------------------------------------------------------------- reconcile
@@ -302,7 +315,7 @@ class PresetService:
             return
         self._members = members
         async with self._busy:
-            self._next_pass = now + self._m.settings.preset_reconcile_seconds
+            self._next_pass = now + self._settings.preset_reconcile_seconds
             plan = await make_plan(
                 _models(applied), self.observed(), self._placer, applied.dropped, self.moving()
             )
@@ -318,9 +331,7 @@ class PresetService:
         self._failures = self._failures + 1 if failed else 0
         if self._failures:
             delay = min(MAX_BACKOFF_SECONDS, 5.0 * 2 ** (self._failures - 1))
-            self._next_pass = time.monotonic() + max(
-                delay, self._m.settings.preset_reconcile_seconds
-            )
+            self._next_pass = time.monotonic() + max(delay, self._settings.preset_reconcile_seconds)
 
     def _available_pods(self) -> frozenset[str]:
         m = self._m

@@ -38,11 +38,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from sardeenz.asgi import ascii_int
-from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.leader_loop import LeaderLoop
 from sardeenz.cluster.transport.server import Handler, InternalRequest
+from sardeenz.config import Settings
 from sardeenz.errors import SardeenzError
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.records import MemoryProfile
@@ -122,10 +123,10 @@ class _PodSync:
 class ProfileSync:
     """The leader's reconciliation loop, and the pod side of ``/internal/memory-profiles``."""
 
-    def __init__(self, manager: ClusterManager, repo: ProfileRepository) -> None:
-        self._m = manager
+    def __init__(self, membership: Membership, settings: Settings, repo: ProfileRepository) -> None:
+        self._m = membership
         self._repo = repo
-        s = manager.settings
+        s = settings
         self._tick = s.cluster_heartbeat_interval_seconds
         self._every = s.cluster_profile_sync_interval_seconds
         self._pods: dict[str, _PodSync] = {}
@@ -133,7 +134,7 @@ class ProfileSync:
         self._next_full = 0.0
         self._loop = LeaderLoop(
             "sardeenz-profile-sync",
-            manager.is_leader,
+            membership.is_leader,
             self.reconcile,
             self._tick,
             on_follow=self._follow,

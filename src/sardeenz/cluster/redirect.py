@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from sardeenz.asgi import Scope, Send
-from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.proxy.wire import api_error, send_json
 from sardeenz.security.policy import is_mutation
 
@@ -43,16 +43,16 @@ LEADER_PREFIXES: Final = ("/api/cluster/moves", "/api/cluster/presets")
 Redirect = Callable[[Scope, Send], Awaitable[bool]]
 
 
-def leader_redirect(manager: ClusterManager) -> Redirect:
+def leader_redirect(membership: Membership) -> Redirect:
     """The gateway's hook: answers (307 or 503) and returns True, or returns False."""
 
     async def redirect(scope: Scope, send: Send) -> bool:
         path: str = scope["path"]
         local = path.startswith(LOCAL_PREFIXES) and not path.startswith(LEADER_PREFIXES)
-        if local or manager.is_leader():
+        if local or membership.is_leader():
             return False
-        leader = manager.leader()
-        peer = manager.peers.get(leader) if leader is not None else None
+        leader = membership.leader()
+        peer = membership.peers.get(leader) if leader is not None else None
         if peer is None:
             if not is_mutation(scope["method"], path):
                 return False

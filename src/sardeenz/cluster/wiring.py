@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
-from sardeenz.cluster import handover
 from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
+from sardeenz.cluster.handover import PodSide
 from sardeenz.cluster.instance_routes import InstanceRoutes
 from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
@@ -33,6 +33,7 @@ from sardeenz.security.unverified import UnverifiedBodies
 
 def internal_router(
     manager: ClusterManager,
+    pod_side: PodSide,
     profile_sync: ProfileSync,
     control: ControlRegister,
     starts: ClusterStarts,
@@ -41,11 +42,12 @@ def internal_router(
     locator: InstanceLocator,
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
-    assert manager.verifier is not None
-    router = InternalRouter(manager.verifier, manager, unverified)
+    membership = manager.membership
+    assert membership.verifier is not None
+    router = InternalRouter(membership.verifier, membership, unverified)
     router.include(manager.internal_routes())
-    router.include(InstanceOrders(manager.supervisor).internal_routes())
-    router.include(handover.internal_routes(manager))
+    router.include(InstanceOrders(manager.local.supervisor).internal_routes())
+    router.include(pod_side.internal_routes())
     router.include(profile_sync.internal_routes())
     router.include(control.internal_routes())
     router.include(starts.internal_routes())
@@ -68,24 +70,30 @@ class GatewayHooks:
 
 def gateway_hooks(
     manager: ClusterManager,
+    pod_side: PodSide,
     profile_sync: ProfileSync,
     control: ControlRegister,
     starts: ClusterStarts,
     collector: RequestCollector,
     locator: InstanceLocator,
     unverified: UnverifiedBodies,
+    max_body_bytes: int,
 ) -> GatewayHooks:
-    if not manager.active:
+    membership = manager.membership
+    if not manager.active or membership.verifier is None:
         return GatewayHooks()
     return GatewayHooks(
         internal=internal_router(
-            manager, profile_sync, control, starts, unverified, collector, locator
+            manager, pod_side, profile_sync, control, starts, unverified, collector, locator
         ),
-        trusted_forward=trusted_forward(manager, unverified),
-        redirect=leader_redirect(manager),
+        trusted_forward=trusted_forward(membership.verifier, unverified, max_body_bytes),
+        redirect=leader_redirect(membership),
     )
 
 
 def proxy_remote_headers(manager: ClusterManager) -> RemoteHeaders | None:
     """The proxy's hook for requests to other pods (None on a single node)."""
-    return remote_headers(manager) if manager.active else None
+    signer = manager.membership.signer
+    if not manager.active or signer is None:
+        return None
+    return remote_headers(manager.membership.identity, signer)

@@ -126,6 +126,9 @@ def engine_env(instance: ModelInstance, ctx: LaunchContext) -> dict[str, str]:
       set; ``KVCACHED_IPC_NAME`` keeps instances' shared segments apart.
     - Sleep/wake endpoints exist only with ``VLLM_SERVER_DEV_MODE=1``; it must be the
       integer string, since vLLM parses it with ``int()`` and ``true`` crashes it.
+    - ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``: an engine started with ``--enable-lora`` (a
+      catalog base with ``loraSlots``) serves ``/v1/load_lora_adapter`` and
+      ``/v1/unload_lora_adapter``, through which adapters are loaded on first request.
     - ``PYTHONUNBUFFERED`` so log lines (and the ready line) reach the file at once.
     - ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``: how long the engine's HTTP server keeps an idle
       connection (vLLM's default is 5 s); the proxy's pool keeps them almost as long.
@@ -140,6 +143,8 @@ def engine_env(instance: ModelInstance, ctx: LaunchContext) -> dict[str, str]:
         env.update(kvcached_env(ctx.kvcached_ipc_name))
     if instance.sleep_mode_enabled:
         env["VLLM_SERVER_DEV_MODE"] = "1"
+    if has_flag(list(instance.extra_args), "--enable-lora"):
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
     return env
 
 

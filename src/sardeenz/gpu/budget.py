@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -282,3 +283,23 @@ def wake_shortfalls(
         for gpu in sorted(with_pending_reservations(gpus, rest), key=lambda g: g.index)
         if needed.get(gpu.index, 0) > gpu.free_bytes
     ]
+
+
+class EngineFootprints(Protocol):
+    """What a budget needs of the engines running here (the supervisor has both)."""
+
+    def baselines_bytes(self) -> dict[str, dict[int, int]]: ...
+
+    def instance_pids(self) -> dict[str, list[int]]: ...
+
+
+class GpuBudgets:
+    """Per-GPU budgets of this node's engines (``GET /api/gpus``, kvcached limits)."""
+
+    def __init__(self, engines: EngineFootprints) -> None:
+        self._engines = engines
+
+    def of(self, gpus: list[GpuInfo]) -> list[GpuBudget]:
+        """Per-GPU budget of a snapshot: model baselines, other processes, KV cache total."""
+        e = self._engines
+        return compute_budget(gpus, e.baselines_bytes(), instance_pids=e.instance_pids())

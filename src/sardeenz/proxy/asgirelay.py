@@ -135,17 +135,21 @@ class AsgiRelay:
         remote_headers: RemoteHeaders | None = None,
         *,
         hop_header: bytes | None = None,
+        demand: Demand | None = None,
+        inflight: Inflight | None = None,
+        pod: str | None = None,
     ) -> None:
         self._settings = settings
         self._table = table
         self._ready_wait = settings.proxy_ready_wait_seconds
         self._client: UpstreamClient | None = None
-        self.demand: Demand | None = None
+        self.demand = demand
         """Load on first request (catalog/demand.py): asked only on a routing miss."""
-        self.inflight = Inflight()
+        self.inflight = inflight if inflight is not None else Inflight()
         """Requests in flight per instance (both relay paths register theirs here)."""
-        self.requests = RequestLog(settings.request_log_size)
-        """The request log and usage counters (both relay paths note theirs here)."""
+        self.requests = RequestLog(settings.request_log_size, pod)
+        """The request log and usage counters (both relay paths note theirs here), each
+        record stamped with ``pod``, this pod's id."""
         self._last_warning: dict[str, float] = {}
         self.remote_headers = remote_headers
         """Cluster mode (cluster/forwarding.py): the header lines that send a request to
@@ -193,9 +197,14 @@ class AsgiRelay:
         status = 499
         flight: list[str] = []  # the instance this request is registered under, if any
         try:
-            status = await self._forward(
-                scope, send, t0, mm, ep, model, url_path, body, headers, state, openai, flight
-            )
+            if ep is not None:
+                status = await self._forward(
+                    scope, send, t0, mm, ep, model, url_path, body, headers, state, openai, flight
+                )
+            else:
+                status = await self._wait_and_forward(
+                    scope, send, t0, mm, model, url_path, body, headers, state, openai, flight
+                )
         except asyncio.CancelledError:
             if state.cut_before_head and not state.client_gone and task.uncancel() == 0:
                 # A drain ended the request before the engine answered: say why.
@@ -237,13 +246,49 @@ class AsgiRelay:
                     state.prev,
                 )
 
+    async def _wait_and_forward(
+        self,
+        scope: Scope,
+        send: Send,
+        t0: float,
+        mm: ModelMetrics,
+        model: str | None,
+        url_path: bytes,
+        body: bytes,
+        headers: bytes,
+        state: _State,
+        openai: bool,
+        flight: list[str],
+    ) -> int:
+        """A routing miss: wait for the model (load on demand, or a start under way),
+        then ``_forward``. What load on demand answered is released when the request ends
+        (a LoRA adapter counts its requests in flight)."""
+        assert model is not None
+        demand = self.demand
+        if demand is None or demand.resolve(model) is None:
+            waited = await wait_for(self._table, model, self._ready_wait)
+            if isinstance(waited, ErrorReply):
+                return await waited.send(send, openai)
+            return await self._forward(
+                scope, send, t0, mm, waited, model, url_path, body, headers, state, openai, flight
+            )
+        answer = await demand.wait(model)
+        if isinstance(answer, ErrorReply):
+            return await answer.send(send, openai)
+        try:
+            return await self._forward(
+                scope, send, t0, mm, answer, model, url_path, body, headers, state, openai, flight
+            )
+        finally:
+            demand.release(model, answer)
+
     async def _forward(
         self,
         scope: Scope,
         send: Send,
         t0: float,
         mm: ModelMetrics,
-        ep: Endpoint | None,
+        ep: Endpoint,
         model: str | None,
         url_path: bytes,
         body: bytes,
@@ -261,16 +306,6 @@ class AsgiRelay:
         if client is None:
             raise RuntimeError("InferenceProxy.start() was not awaited")
         table = self._table
-        if ep is None:
-            assert model is not None
-            demand = self.demand
-            if demand is not None and demand.resolve(model) is not None:
-                waited = await demand.wait(model)
-            else:
-                waited = await wait_for(table, model, self._ready_wait)
-            if isinstance(waited, ErrorReply):
-                return await waited.send(send, openai)
-            ep = waited
         inflight = self.inflight
         inflight.add(ep.instance_id, state)
         flight.append(ep.instance_id)

@@ -36,11 +36,19 @@ class Demand(Protocol):
 
     def state(self, name: str) -> str | None:
         """The state of a catalog model that has no instances (an external server:
-        ``starting`` until its first health check, ``active`` or ``unreachable``),
+        ``starting`` until its first health check, ``active`` or ``unreachable``; a LoRA
+        adapter: ``active``/``sleeping`` with its base while loaded, else ``unloaded``),
         or None to take it from the instances."""
+
+    def parent(self, name: str) -> str | None:
+        """The base model of a LoRA adapter entry; None for any other name."""
 
     async def wait(self, name: str) -> Endpoint | ErrorReply:
         """Start ``name`` if nothing of it is running or coming, and wait for it (bounded)."""
+
+    def release(self, name: str, ep: Endpoint) -> None:
+        """The request ``wait`` answered with ``ep`` ended (a LoRA adapter's in-flight
+        count drops; nothing for other models)."""
 
 
 def model_state(statuses: set[InstanceStatus]) -> str:

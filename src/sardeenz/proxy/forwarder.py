@@ -42,6 +42,8 @@ from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
 from sardeenz.proxy import metrics
 from sardeenz.proxy.asgirelay import AsgiRelay
+from sardeenz.proxy.demand import Demand
+from sardeenz.proxy.inflight import Inflight
 from sardeenz.proxy.intake import Disconnected, RequestReader, parse_json, with_model
 from sardeenz.proxy.listing import ModelListing, unknown_model
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL
@@ -84,10 +86,22 @@ class InferenceProxy(AsgiRelay):
         remote_headers: RemoteHeaders | None = None,
         *,
         hop_header: bytes | None = None,
+        demand: Demand | None = None,
+        inflight: Inflight | None = None,
+        pod: str | None = None,
+        verify_direct: bool = True,
     ) -> None:
-        super().__init__(settings, table, remote_headers, hop_header=hop_header)
+        super().__init__(
+            settings,
+            table,
+            remote_headers,
+            hop_header=hop_header,
+            demand=demand,
+            inflight=inflight,
+            pod=pod,
+        )
         self._reader = RequestReader(settings.proxy_max_body_bytes)
-        self.verify_direct = True
+        self.verify_direct = verify_direct
         """Check an engine's process tree owns its port before a direct request; False
         only in the standalone proxy, whose engines were started by someone else."""
         self._listing = ModelListing(table)

@@ -149,6 +149,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             timer.cancel()
         self._stop_body_clock()
         super().connection_lost(exc)
+        # uvicorn cancels its keep-alive timer only when the connection ended cleanly
+        # (``exc is None``). A client that resets the connection (closing with the
+        # answer's last bytes unread does it) left the timer armed, and the timer holds
+        # this protocol, its transport, the last request's cycle and its scope (every
+        # header, 60 KiB ones included) until it fires: ``timeout_keep_alive`` (75 s)
+        # later. Under a flood of new connections that is tens of MiB held at any
+        # moment, and RSS the allocator never gave back (docs/connection-memory.md).
+        self._unset_keepalive_if_required()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:

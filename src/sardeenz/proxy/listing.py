@@ -115,7 +115,8 @@ class ModelListing:
     def _card(self, name: str, on_demand: set[str], demand: Demand | None) -> dict[str, Any]:
         """An OpenAI model card plus ``state``: ``active``, ``starting``, ``sleeping`` (a
         request waits for or wakes it), for catalog models also ``unloaded`` and, for
-        external servers, what their health check says."""
+        external servers, what their health check says. A LoRA adapter also has
+        ``parent`` (its base) and is ``active`` while an instance of the base holds it."""
         eps = self._table.endpoints(name)
         card: dict[str, Any] = {
             "id": name,
@@ -127,6 +128,9 @@ class ModelListing:
         if lens:
             card["max_model_len"] = min(lens)
         known = demand.state(name) if name in on_demand and demand is not None else None
+        parent = demand.parent(name) if name in on_demand and demand is not None else None
+        if parent is not None:  # a LoRA adapter, listed as vLLM lists one: with its base
+            card["parent"] = parent
         if known is not None:  # an external server: its health check knows
             card["state"] = known
         else:

@@ -190,7 +190,17 @@ class RoutingTable:
         self._listeners: list[Listener] = []
         self._version = 0
         self.waker: Waker | None = None
-        """Hook for sleeping models (auto-wake issue); None = sleeping is not ready."""
+        """Hook for sleeping models (auto-wake); None = sleeping is not ready. See
+        ``set_waker``."""
+
+    def set_waker(self, waker: Waker) -> None:
+        """Install the auto-wake hook: a request for a sleeping model wakes one instance.
+
+        Late by necessity: the waker wakes through the supervisor, and the supervisor's
+        traffic view (proxy/inflight.py ``ProxyTraffic``) reads this table, so the
+        table is built first. app.py calls this once, when auto-wake is on.
+        """
+        self.waker = waker
 
     # ---------------------------------------------------------------- reads
     @property

@@ -85,6 +85,8 @@ class Supervisor:
         installs: InstallProbe,
         adapters: Callable[[EngineKind], EngineAdapter] = get_adapter,
         runner_class: type[InstanceRunner] = InstanceRunner,
+        *,
+        traffic: Traffic | None = None,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -99,11 +101,20 @@ class Supervisor:
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
         self.instances_dir = settings.data_dir / "instances"
-        self.traffic: Traffic = NoTraffic()
-        """The proxy's side of a sleep or an unload (runtime/drain.py); set by app.py."""
+        self.traffic: Traffic = traffic if traffic is not None else NoTraffic()
+        """The proxy's side of a sleep or an unload (runtime/drain.py)."""
         self.after_wake: Callable[[ModelInstance], Awaitable[None]] | None = None
         """Run after an engine woke, before it is routed again (the catalog's warm-up
-        request); set by app.py. It must not raise: a failure is logged, not a failed wake."""
+        request); see ``set_after_wake``. It must not raise: a failure is logged."""
+
+    def set_after_wake(self, hook: Callable[[ModelInstance], Awaitable[None]]) -> None:
+        """Install the post-wake hook (the catalog's warm-up, catalog/warmup.py).
+
+        Late by necessity: the warm-up reads the catalog, and the catalog lists this
+        supervisor's instances, so the supervisor is built before either. app.py
+        calls this once, right after building the warm-up.
+        """
+        self.after_wake = hook
 
     # --- queries -------------------------------------------------------------
     def list_instances(self) -> list[ModelInstance]:

@@ -23,6 +23,7 @@ from sardeenz.sim import SIM_VERSION
 from sardeenz.sim.args import SimConfig
 from sardeenz.sim.generation import Scheduler
 from sardeenz.sim.logwriter import VllmLog
+from sardeenz.sim.lora import LoraAdapters, runtime_updating_allowed
 from sardeenz.sim.memory import MemoryPlan
 from sardeenz.sim.metrics import SimMetrics
 from sardeenz.sim.openai import OpenAIHandlers
@@ -46,7 +47,8 @@ class SimEngine:
         self.metrics = SimMetrics(cfg.served_name)
         self.scheduler = Scheduler(cfg, plan, log, self.metrics)
         self.sleep = SleepControl(cfg, plan, log, self.metrics, self.scheduler)
-        self.openai = OpenAIHandlers(cfg, self.scheduler)
+        self.lora = LoraAdapters(cfg, log)
+        self.openai = OpenAIHandlers(cfg, self.scheduler, self.lora)
         self.engine_core_pid: int | None = None
         self._bearer = b"Bearer " + cfg.api_key.encode() if cfg.api_key else None
         self.server: uvicorn.Server | None = None
@@ -64,6 +66,9 @@ class SimEngine:
             "/v1/chat/completions": {"POST": openai.chat_completions},
             "/sim/state": {"GET": self._sim_state},
         }
+        if runtime_updating_allowed():  # as vLLM: the routes exist only with this variable
+            self.routes["/v1/load_lora_adapter"] = {"POST": self.lora.load}
+            self.routes["/v1/unload_lora_adapter"] = {"POST": self.lora.unload}
         if self.sleep_enabled:
             self.routes["/sleep"] = {"POST": self.sleep.sleep}
             self.routes["/wake_up"] = {"POST": self.sleep.wake_up}
@@ -165,5 +170,6 @@ class SimEngine:
             "num_requests_waiting": self.scheduler.waiting,
             "pid": os.getpid(),
             "engine_core_pid": self.engine_core_pid,
+            **self.lora.state(),
         }
         await respond(send, 200, orjson.dumps(state))

@@ -70,6 +70,20 @@ def _port(text: str) -> int:
     return value
 
 
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""vLLM's ``--max-lora-rank`` choices (its ``LoRAConfig.MaxLoRARanks``)."""
+
+
+def _loras(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """vLLM-like flags; argparse errors (exit 2) on anything unknown, as vLLM does."""
     p = argparse.ArgumentParser(
@@ -116,6 +130,27 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail like vLLM with a KV cache too small for max-model-len",
     )
+    p.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (vLLM's)")
+    p.add_argument(
+        "--max-loras",
+        type=_loras,
+        default=1,
+        help="adapters whose weights stay loaded (vLLM's cache; a request for another "
+        "reloads it, taking --lora-load-ms)",
+    )
+    p.add_argument(
+        "--max-lora-rank",
+        type=int,
+        choices=MAX_LORA_RANKS,
+        default=16,
+        help="largest adapter rank accepted (vLLM's choices)",
+    )
+    p.add_argument(
+        "--lora-load-ms",
+        type=_non_negative,
+        default=50.0,
+        help="simulated time to load one adapter's weights",
+    )
     p.add_argument("--disable-uvicorn-access-log", action="store_true")
     p.add_argument(
         "--api-key",
@@ -145,6 +180,10 @@ class SimConfig:
     access_log: bool
     api_key: str | None = None
     wake_slowdown: float = 1.0
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    lora_load_s: float = 0.05
     non_default_args: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -178,5 +217,9 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         access_log=not ns.disable_uvicorn_access_log,
         api_key=ns.api_key,
         wake_slowdown=ns.wake_slowdown,
+        enable_lora=ns.enable_lora,
+        max_loras=ns.max_loras,
+        max_lora_rank=ns.max_lora_rank,
+        lora_load_s=ns.lora_load_ms / 1000,
         non_default_args=non_default,
     )

@@ -18,6 +18,7 @@ import orjson
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.sim.args import SimConfig
 from sardeenz.sim.generation import Gen, Scheduler, usage_json
+from sardeenz.sim.lora import LoraAdapters
 from sardeenz.sim.text import completion_text, count_prompt_tokens, render_chat_prompt, token_ids
 from sardeenz.sim.wire import RequestError, read_json, respond
 
@@ -29,16 +30,17 @@ _DEFAULT_MAX_TOKENS: Final = 16
 class OpenAIHandlers:
     """``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` and ``/tokenize``."""
 
-    def __init__(self, cfg: SimConfig, scheduler: Scheduler) -> None:
+    def __init__(self, cfg: SimConfig, scheduler: Scheduler, lora: LoraAdapters) -> None:
         self.cfg = cfg
         self.scheduler = scheduler
+        self.lora = lora
         self.model_json = orjson.dumps(cfg.served_name)
         self.fingerprint = f"sardeenz-sim-{cfg.port}"
         self.names = frozenset(cfg.served_model_names)
         self.created = int(time.time())
 
     async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
-        data = [
+        data: list[dict[str, Any]] = [
             {
                 "id": name,
                 "object": "model",
@@ -66,6 +68,7 @@ class OpenAIHandlers:
             }
             for name in self.cfg.served_model_names
         ]
+        data += self.lora.cards(data[0]["permission"][0])
         await respond(send, 200, orjson.dumps({"object": "list", "data": data}))
 
     async def tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -92,12 +95,18 @@ class OpenAIHandlers:
 
     # -- request validation -------------------------------------------------------------
 
-    def _check_model(self, body: dict[str, Any]) -> None:
+    def _check_model(self, body: dict[str, Any]) -> bytes:
+        """The ``model`` replies carry: the base's name, or the adapter's asked for;
+        404 for anything else."""
         model = body.get("model")
-        if model is not None and model not in self.names:
+        if model is None or model in self.names:
+            return self.model_json
+        adapter = self.lora.model_json(model) if isinstance(model, str) else None
+        if adapter is None:
             raise RequestError(
                 f"The model `{model}` does not exist.", 404, "NotFoundError", "model"
             )
+        return adapter
 
     def _chat_text(self, body: dict[str, Any]) -> str:
         messages = body.get("messages")
@@ -164,7 +173,9 @@ class OpenAIHandlers:
         body = await read_json(receive)
         if body is None:
             return
-        self._check_model(body)
+        model_json = self._check_model(body)
+        if model_json is not self.model_json:  # an adapter: its weights may need a reload
+            await self.lora.use(body["model"])
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
             prompt = prompt[0]
@@ -191,7 +202,7 @@ class OpenAIHandlers:
             + b'","object":"text_completion","created":'
             + str(created).encode()
             + b',"model":'
-            + self.model_json
+            + model_json
         )
         if stream:
             prefix = b"data: " + head + b',"choices":[{"index":0,"text":"'
@@ -215,7 +226,9 @@ class OpenAIHandlers:
         body = await read_json(receive)
         if body is None:
             return
-        self._check_model(body)
+        model_json = self._check_model(body)
+        if model_json is not self.model_json:  # an adapter: its weights may need a reload
+            await self.lora.use(body["model"])
         prompt_tokens = count_prompt_tokens(self._chat_text(body))
         max_tokens = body.get("max_completion_tokens")
         if max_tokens is None:
@@ -231,7 +244,7 @@ class OpenAIHandlers:
             + b'","created":'
             + str(created).encode()
             + b',"model":'
-            + self.model_json
+            + model_json
         )
         if stream:
             role = (

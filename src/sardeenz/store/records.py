@@ -186,8 +186,10 @@ class CatalogEntry(StrictCamelModel):
     """
 
     model_path: str = Field(
+        "",
         description="what the engine loads (HF id or folder); for engine external, the "
-        "model name that server serves (requests are rewritten to it)"
+        "model name that server serves (requests are rewritten to it). Required except "
+        "for an adapter (adapterOf)",
     )
     engine: EngineKind | Literal["external"] | None = Field(
         None, description="vllm or sim (started here), or external: a server at url"
@@ -236,3 +238,27 @@ class CatalogEntry(StrictCamelModel):
         description="the warm-up request's prompt (needs warmup: true; default a short one)",
     )
     preload: bool = Field(False, description="start when the server starts")
+    lora_slots: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="a base model for LoRA adapters: how many adapters an instance holds at "
+        "once (vLLM's --max-loras; starts the engine with --enable-lora)",
+    )
+    max_lora_rank: int | None = Field(
+        None,
+        description="with loraSlots: the largest adapter rank its instances accept (vLLM's "
+        "--max-lora-rank: 1, 8, 16, 32, 64, 128, 256, 320 or 512; default 16)",
+    )
+    adapter_of: str | None = Field(
+        None,
+        max_length=512,
+        description="this entry is a LoRA adapter of that catalog entry (which has loraSlots); "
+        "loaded into one of its instances on the first request",
+    )
+    adapter_path: str | None = Field(
+        None,
+        max_length=4096,
+        description="with adapterOf: the folder holding the PEFT adapter (adapter_config.json "
+        "and its weights), as the engine's host sees it",
+    )

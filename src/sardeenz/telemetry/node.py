@@ -116,6 +116,14 @@ class _Collector(Collector):
     def __init__(self) -> None:
         self.sampler: NodeSampler | None = None
 
+    def attach(self, sampler: NodeSampler) -> None:
+        """Render ``sampler``'s last sample on ``/metrics``.
+
+        The collector is registered once per process (prometheus' global registry) and
+        outlives any app, so the app built last hands it its sampler (app.py).
+        """
+        self.sampler = sampler
+
     def collect(self) -> Iterator[Metric]:
         sample = self.sampler.last if self.sampler is not None else NodeSample(at=utcnow())
         yield from families(sample)

@@ -2,7 +2,7 @@
 
 Static mode elects with heartbeat votes (cluster/membership/election.py ``Election``),
 Kubernetes mode with a Lease (cluster/membership/kube_lease.py ``LeaseElection``). The
-ClusterManager, the ``/internal`` handlers and the heartbeat driver only use
+Membership, the ``/internal`` handlers and the heartbeat driver only use
 this interface: who leads now, the fencing term, and what to do with the term
 and leader claims that heartbeats and orders carry. The Bully-only steps
 (standing, pre-votes, vote replies) stay on ``Election`` and run in static mode
@@ -18,7 +18,7 @@ class Leadership(Protocol):
     term: int
     """Fencing term: the newest seen anywhere; never decreases."""
     size: int
-    """Pods known (the manager keeps it current)."""
+    """Pods known (membership keeps it current)."""
 
     @property
     def quorum(self) -> int: ...

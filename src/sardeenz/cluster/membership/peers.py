@@ -68,7 +68,7 @@ class PeerStore:
         self._peers: dict[str, Peer] = {}
         self._by_address: dict[PeerAddress, str] = {}
         self.replaced: list[str] = []
-        """Pod ids forgotten because another pod took their address (the manager
+        """Pod ids forgotten because another pod took their address (membership
         clears their routes and failure-detector entry)."""
 
     def get(self, pod_id: str) -> Peer | None:

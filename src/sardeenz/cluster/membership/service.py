@@ -41,6 +41,7 @@ from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.client import PodClient
 from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.config import Settings
+from sardeenz.errors import NotFound
 from sardeenz.security.cluster_hmac import Signer, Verifier
 
 if TYPE_CHECKING:
@@ -49,8 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HeartbeatSource = Callable[[], Awaitable[Heartbeat]]
-"""This pod's heartbeat as it is now (its instances, GPUs, routing version...)."""
+HeartbeatSource = Callable[[int, bool], Awaitable[Heartbeat]]
+"""This pod's heartbeat as it is now (its instances, GPUs, routing version...), given the
+term and whether this pod leads (membership owns both; cluster/local_pod.py builds the rest)."""
 
 
 class RouteListener(Protocol):
@@ -214,11 +216,19 @@ class Membership:
         """False while the failure detector calls ``pod_id`` unavailable."""
         return self.state_of(pod_id) is not PeerState.UNAVAILABLE
 
+    def client_for(self, pod_id: str) -> PodClient:
+        """The pod client, to reach ``pod_id`` (404 ``pod_not_found`` on a single node)."""
+        if self.client is None:
+            raise NotFound(
+                f"no pod {pod_id!r}: this node is not in a cluster", code="pod_not_found"
+            )
+        return self.client
+
     def warnings(self) -> list[str]:
         return self._kube.warnings() if self._kube is not None else []
 
     async def local_heartbeat(self) -> Heartbeat:
-        return await self._heartbeat()
+        return await self._heartbeat(self.leadership.term, self.leadership.is_leader(self.now()))
 
     def ping(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,101 @@
+"""This pod as the cluster sees it: the heartbeat it sends and what it withdraws.
+
+Membership sends the heartbeat; what goes in it comes from here: this pod's
+supervisor's instances, its GPU figures (with the memory ledger's promised
+bytes), the routing table's version, the memory profiles' version and the
+instances it serves but no longer advertises (a move's source on its way out,
+cluster/handover.py). Membership stamps the term and the leader flag it owns,
+so this module needs nothing of membership (no cycle between the two).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from sardeenz.cluster.identity import Identity
+from sardeenz.cluster.membership.peers import GpuFigures, Heartbeat
+from sardeenz.gpu.inventory import GpuInfo, GpuInventory
+from sardeenz.proxy.routing import RoutingTable
+from sardeenz.runtime.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+PromisedBytes = Callable[[list[GpuInfo]], Awaitable[dict[int, int]]]
+"""The memory ledger's promised bytes per GPU of a snapshot."""
+
+
+class LocalPod:
+    def __init__(
+        self,
+        identity: Identity,
+        supervisor: Supervisor,
+        table: RoutingTable,
+        inventory: GpuInventory,
+        *,
+        promised_bytes: PromisedBytes | None = None,
+        profiles_version: Callable[[], str] | None = None,
+    ) -> None:
+        self.identity = identity
+        self.supervisor = supervisor
+        self.table = table
+        self.inventory = inventory
+        self._promised_bytes = promised_bytes
+        self._profiles_version = profiles_version
+        self._gpus: list[GpuFigures] = []
+        self.withdrawn: dict[str, float] = {}
+        """Instance id -> monotonic expiry: served here, not advertised to peers (a move's
+        source on its way out, cluster/handover.py). Expiry so that a leader dying mid-move
+        cannot leave an instance unadvertised forever."""
+
+    @property
+    def pod_id(self) -> str:
+        return self.identity.pod_id
+
+    async def heartbeat(self, term: int, leading: bool) -> Heartbeat:
+        """This pod's heartbeat now, in ``term`` (membership's), ``leading`` or not."""
+        try:
+            gpus = await self.inventory.snapshot()
+            promised = await self._promised_bytes(gpus) if self._promised_bytes else {}
+            self._gpus = [
+                GpuFigures(
+                    index=g.index,
+                    name=g.name,
+                    total_bytes=g.total_bytes,
+                    used_bytes=g.used_bytes,
+                    free_bytes=g.free_bytes,
+                    simulated=g.simulated,
+                    promised_bytes=promised.get(g.index, 0),
+                )
+                for g in gpus
+            ]
+        except Exception as exc:  # GPU figures are informative; a heartbeat must still go
+            log.debug("GPU snapshot for the heartbeat failed: %s", exc)
+        instances = self.supervisor.list_instances()
+        return Heartbeat(
+            pod_id=self.identity.pod_id,
+            host=self.identity.address.host,
+            port=self.identity.address.port,
+            term=term,
+            leader=leading,
+            routing_version=self.table.version,
+            instances=instances,
+            gpus=self._gpus,
+            unrouted=self._unrouted({i.id for i in instances}),
+            profiles_version=self._profiles_version() if self._profiles_version else None,
+        )
+
+    def withdraw(self, instance_id: str, until: float) -> None:
+        """Stop advertising ``instance_id`` until the monotonic time ``until``."""
+        self.withdrawn[instance_id] = until
+
+    def restore(self, instance_id: str) -> None:
+        """Advertise ``instance_id`` again."""
+        self.withdrawn.pop(instance_id, None)
+
+    def _unrouted(self, present: set[str]) -> list[str]:
+        now = time.monotonic()  # membership's clock (Membership.now)
+        for iid in [i for i, until in self.withdrawn.items() if until < now or i not in present]:
+            del self.withdrawn[iid]
+        return sorted(self.withdrawn)
