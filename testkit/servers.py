@@ -50,7 +50,7 @@ class ServerProcess:
         }
         self.args = args or []
         self.prefix = prefix or []
-        """Runs before the command, e.g. ``ip netns exec NS`` (tests/cluster/netns.py)."""
+        """Runs before the command, e.g. ``ip netns exec NS`` (testkit/netns.py)."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:

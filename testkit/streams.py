@@ -113,3 +113,12 @@ async def run_clients(
                 load.streams.append(await _one(session, url, model, length))
 
         await asyncio.gather(*(client(i) for i in range(clients)))
+
+
+async def burst(url: str, model: str, count: int, tokens: int) -> list[Stream]:
+    """``count`` streams sent at once on fresh connections (a new pool): checked as above."""
+    conn = aiohttp.TCPConnector(limit=count + 8)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+        sent = (_one(session, url, model, tokens) for _ in range(count))
+        return list(await asyncio.gather(*sent))

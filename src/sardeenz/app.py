@@ -28,6 +28,7 @@ from sardeenz.api import (
     moves,
     presets,
     requests,
+    tenants,
 )
 from sardeenz.api.docs_ui import install_docs
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
@@ -40,7 +41,6 @@ from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
-from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.handover import Pods, PodSide
 from sardeenz.cluster.loads import Loads
 from sardeenz.cluster.locator import InstanceLocator
@@ -53,7 +53,7 @@ from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.stewards import Stewards
 from sardeenz.cluster.transport.routes import HOP_HEADER
-from sardeenz.cluster.wiring import gateway_hooks, proxy_remote_headers
+from sardeenz.cluster.wiring import control_state, gateway_hooks, proxy_remote_headers
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
 from sardeenz.demo import load_demo_models
@@ -89,8 +89,11 @@ from sardeenz.store.instances import InstanceRepository
 from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.requests import RequestRepository
+from sardeenz.store.tenants import TenantRepository
 from sardeenz.telemetry import node as node_metrics
 from sardeenz.telemetry.measure import ResourceMeter
+from sardeenz.tenancy.admission import Admission
+from sardeenz.tenancy.service import TenantService
 
 log = logging.getLogger("sardeenz")
 
@@ -128,9 +131,10 @@ def build_services(settings: Settings) -> Services:
         inventory,
         promised_bytes=ledger.promised_bytes_by_gpu,
         profiles_version=lambda: profiles.version,
+        inflight=inflight,  # a pod given up ends the requests forwarded to it
     )
     members, view, orders = cluster.membership, cluster.view, cluster.orders
-    control = ControlRegister(members, ControlRepository(db))
+    control = control_state(members, ControlRepository(db))
     entries = CatalogRepository(db)
     catalog = Catalog(
         settings.catalog,
@@ -157,6 +161,7 @@ def build_services(settings: Settings) -> Services:
         cluster=starts if cluster.active else None,
         external=external,
     )
+    admission = Admission(default_completion=settings.tenancy_default_completion_tokens)
     proxy = InferenceProxy(
         settings,
         table,
@@ -165,7 +170,9 @@ def build_services(settings: Settings) -> Services:
         demand=ondemand,
         inflight=inflight,
         pod=members.identity.pod_id,
+        admission=admission,
     )
+    tenant_service = TenantService(settings, admission, TenantRepository(db), api_keys.ids)
     retention = (
         RequestRepository(db, settings.request_log_max_rows)
         if settings.request_log_retention
@@ -208,7 +215,7 @@ def build_services(settings: Settings) -> Services:
         control,
         moving=moves.moving_models,
     )
-    meter = ResourceMeter(node, proxy)
+    meter = ResourceMeter(node, proxy, requests)
     budgets = GpuBudgets(supervisor)
     locator = InstanceLocator(members, view, settings, supervisor, bus, inventory, meter.one)
     return Services(
@@ -258,6 +265,7 @@ def build_services(settings: Settings) -> Services:
             members, settings.cluster_collect_interval_seconds, requests, in_flight
         ),
         external=external,
+        tenants=tenant_service,
     )
 
 
@@ -316,6 +324,7 @@ def create_app(settings: Settings) -> Gateway:
         services.routing.replace_all(services.supervisor.list_instances())
         await services.control.load()  # this pod's copy of the cluster's control state
         await services.catalog.start()
+        await services.tenants.start()
         if services.external is not None:
             services.external.start()
         await services.ondemand.preload()
@@ -354,6 +363,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.warmup.close()
             await services.routing_updater.stop()
             await services.proxy.close()
+            await services.tenants.stop()
             await services.audit.close()
             removed = await services.segments.cleanup(services.kvctl)
             if removed:
@@ -385,6 +395,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(moves.router)
     app.include_router(presets.router)
     app.include_router(requests.router)
+    app.include_router(tenants.router)
     app.include_router(metrics_history_router)
     install_docs(app)
 

@@ -318,6 +318,29 @@ class Settings(BaseSettings):
     """Served model name -> catalog entry, as written in the YAML file. Kept raw here:
     ``catalog.validation`` checks each entry on its own, so one bad entry is reported
     (by name and field) without stopping the server or the other entries."""
+    # --- tenants: limits per group of API keys (docs/tenancy.md) ------------------
+    tenants: dict[str, Any] = Field(
+        default_factory=dict, validation_alias=_env("SARDEENZ_TENANTS", "tenants")
+    )
+    """Tenant name -> tenant (API keys, JWT subjects/groups, limits), as written in the
+    YAML file; checked by ``tenancy.spec`` at start (a bad tenant stops the server: a
+    limit that silently did not apply would be worse)."""
+    tenancy_default_completion_tokens: int = Field(
+        256,
+        ge=1,
+        le=10**7,
+        validation_alias=_env(
+            "SARDEENZ_TENANCY_DEFAULT_COMPLETION_TOKENS", "tenancy_default_completion_tokens"
+        ),
+    )
+    """Completion tokens charged up front for a request that sets no ``max_tokens``."""
+    tenancy_flush_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_TENANCY_FLUSH_SECONDS", "tenancy_flush_seconds"),
+    )
+    """How often the tokens counted against budgets are written to the database."""
     ondemand_queue_max: int = Field(
         100, ge=1, validation_alias=_env("SARDEENZ_ONDEMAND_QUEUE_MAX", "ondemand_queue_max")
     )

@@ -10,7 +10,7 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.warmup import WarmUp
-from sardeenz.cluster.control_state import ControlRegister
+from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.handover import PodSide
 from sardeenz.cluster.loads import Loads
 from sardeenz.cluster.locator import InstanceLocator
@@ -43,6 +43,7 @@ from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.store.db import Database
 from sardeenz.telemetry.measure import ResourceMeter
 from sardeenz.telemetry.node import NodeSampler
+from sardeenz.tenancy.service import TenantService
 
 
 @dataclass
@@ -91,7 +92,7 @@ class Services:
     """The seed's ``ResourceMetrics`` of this node's instances (telemetry/measure.py)."""
     locator: InstanceLocator
     """Where an instance lives; every action on one, here or on its pod (cluster/locator.py)."""
-    control: ControlRegister
+    control: ControlState
     """The cluster's replicated control state (cluster/control_state.py)."""
     moves: MoveService
     placement: ClusterPlacement
@@ -110,6 +111,8 @@ class Services:
     """The dashboard charts' last hour, sampled in the server (metrics_history.py)."""
     collector: RequestCollector
     """Cluster mode: pulls every other pod's request log and usage (cluster/observe.py)."""
+    tenants: TenantService
+    """Tenants and their limits; the proxy asks its ``Admission`` (tenancy/)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

@@ -123,3 +123,72 @@ def test_compare_a_concurrency_sweep_side_by_side(
     expect(rows).to_have_count(25)
     expect(card.locator("[data-verdict]").first).to_be_visible()
     session.shot("benchmark-compare-sweep")
+
+
+# Where the browser draws a select's text and where its arrow is. The text starts at
+# the left of the select's content box and is cut (with the select's ellipsis) at the
+# right of it, so its visible right edge is the start plus the narrower of the text's
+# measured width and the box's width.
+PICKER_GEOMETRY = """sel => {
+  const cs = getComputedStyle(sel);
+  const box = sel.getBoundingClientRect();
+  const contentLeft = box.left + parseFloat(cs.borderLeftWidth) + parseFloat(cs.paddingLeft);
+  const contentRight = box.right - parseFloat(cs.borderRightWidth) - parseFloat(cs.paddingRight);
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = cs.font;
+  const text = sel.options[sel.selectedIndex].text;
+  const textWidth = ctx.measureText(text).width;
+  const arrow = sel.closest('.pf-v6-c-form-control')
+    .querySelector('.pf-v6-c-form-control__toggle-icon').getBoundingClientRect();
+  return {
+    text,
+    title: sel.title,
+    textWidth,
+    contentWidth: contentRight - contentLeft,
+    textRight: contentLeft + Math.min(textWidth, contentRight - contentLeft),
+    arrowLeft: arrow.left,
+    selectRight: box.right,
+    overflow: cs.textOverflow,
+    viewport: document.documentElement.clientWidth,
+  };
+}"""
+
+ARROW_CLEARANCE_PX = 4
+
+
+def test_compare_pickers_cut_long_run_names_clear_of_the_arrow(
+    session: Session, server: ServerProcess, bench_instance: str
+) -> None:
+    """Issue 25 item 9: a picker's label never runs into its arrow, at any width."""
+    stem = "nightly-llama-70b-throughput-sweep-with-a-rather-long-descriptive-name"
+    with server.client() as api:
+        runs = [finished_run(api, bench_instance, f"{stem}-{x}") for x in ("a", "b")]
+    try:
+        page = session.page
+        for width in (1280, 700):
+            page.set_viewport_size({"width": width, "height": 800})
+            session.goto(f"/benchmarks/compare?a={runs[0]}&b={runs[1]}")
+            expect(page.locator("[data-pair]")).to_have_count(1)
+            for which, run_id in zip("AB", runs, strict=True):
+                picker = page.get_by_role("combobox", name=f"Run {which}")
+                expect(picker).to_have_value(run_id)
+                g = picker.evaluate(PICKER_GEOMETRY)
+                name = f"{stem}-{which.lower()}"
+                assert g["text"].startswith(f"{name} · completed · "), g
+                # The whole label is the tooltip; the box is too narrow for it, so the
+                # browser cuts it with an ellipsis.
+                assert g["title"] == g["text"], g
+                assert g["textWidth"] > g["contentWidth"], (
+                    f"the name must be longer than the picker at {width} px to test the cut: {g}"
+                )
+                assert g["overflow"] == "ellipsis", g
+                assert g["textRight"] <= g["arrowLeft"] - ARROW_CLEARANCE_PX, (
+                    f"at {width} px, run {which}'s text ends at {g['textRight']:.1f}, "
+                    f"not clear of the arrow at {g['arrowLeft']:.1f}: {g}"
+                )
+                assert g["selectRight"] <= g["viewport"], f"the picker leaves the page: {g}"
+            session.shot(f"benchmark-compare-long-names-{width}")
+    finally:
+        with server.client() as api:
+            for run_id in runs:
+                api.delete(f"/api/benchmarks/{run_id}")

@@ -6,11 +6,13 @@ each sleep level does."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
+from openai import OpenAI
 from playwright.sync_api import FloatRect, expect
 
-from testkit.servers import ServerProcess, sim_load, wait_for_status
+from testkit.servers import ServerProcess, load_active, sim_load, wait_for_status
 from tests.browser.conftest import Session
 
 pytestmark = pytest.mark.browser
@@ -200,3 +202,83 @@ def test_new_preset_sits_at_the_top_right_as_other_pages_main_action(session: Se
     right = {n: round(b["x"] + b["width"]) for n, b in boxes.items()}
     assert right["New preset"] == right["Add entry"], right
     session.shot("ux-presets-main-action")
+
+
+LATENCY_TTFT_MS = {"ux-lat-fast": 120, "ux-lat-slow": 180}
+SHOWN_MS = re.compile(r"^(\d+) ms$")
+
+
+def _shown_ms(text: str) -> float:
+    m = SHOWN_MS.match(text.strip())
+    assert m, f"not a latency in ms: {text!r}"
+    return float(m.group(1))
+
+
+def test_dashboard_and_instance_page_show_each_models_own_latency(
+    session: Session, server: ServerProcess
+) -> None:
+    """Issue 25 item 1 in the browser: two models at 120 and 180 ms read their own p50
+    and p95 (both read 175 / 243 ms, the histogram bucket's interpolation), on the
+    Dashboard's "Requests per model" and on each instance's page, within the latencies
+    the Requests page lists for that model."""
+    page = session.page
+    stop = threading.Event()
+    with server.client() as api:
+        ids = {
+            name: load_active(api, name, "--ttft-ms", str(ttft), "--itl-ms", "0")["id"]
+            for name, ttft in LATENCY_TTFT_MS.items()
+        }
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+        def traffic() -> None:  # both models busy in every 5 s sample of the history
+            while not stop.is_set():
+                for name in LATENCY_TTFT_MS:
+                    client.chat.completions.create(
+                        model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=1
+                    )
+
+        sender = threading.Thread(target=traffic, name="latency-traffic")
+        sender.start()
+        try:
+            session.goto("/")
+            table = page.locator('table[aria-label="Requests per model"]')
+            shown: dict[str, tuple[float, float]] = {}
+            for name in LATENCY_TTFT_MS:
+                row = table.locator("tbody tr", has=page.get_by_text(name, exact=True))
+                p50 = row.locator('td[data-label="p50"]')
+                p95 = row.locator('td[data-label="p95"]')
+                expect(p50).to_have_text(SHOWN_MS, timeout=30_000)
+                expect(p95).to_have_text(SHOWN_MS)
+                shown[name] = (_shown_ms(p50.inner_text()), _shown_ms(p95.inner_text()))
+            session.shot("ux-dashboard-latency-per-model")
+            on_page: dict[str, tuple[float, float]] = {}
+            for name, iid in ids.items():
+                session.goto(f"/models/{iid}")
+                terms = page.get_by_test_id("instance-traffic")
+                figures = terms.get_by_text(re.compile(r"^\d+ ms / \d+ ms$"))
+                expect(figures).to_be_visible(timeout=15_000)
+                p50_text, p95_text = figures.inner_text().split(" / ")
+                on_page[name] = (_shown_ms(p50_text), _shown_ms(p95_text))
+            session.shot("ux-instance-latency")
+        finally:
+            stop.set()
+            sender.join(timeout=30)
+        try:
+            for name in LATENCY_TTFT_MS:
+                logged = [
+                    e["latencyMs"]
+                    for e in api.get(
+                        "/api/v1/requests", params={"model": name, "limit": 1000}
+                    ).json()
+                ]
+                low, high = min(logged) - 1, max(logged) + 1  # the page rounds to 1 ms
+                for where, (median, tail) in (
+                    ("dashboard", shown[name]),
+                    ("instance", on_page[name]),
+                ):
+                    assert low <= median <= tail <= high, (where, name, median, tail, low, high)
+            assert shown["ux-lat-fast"] != shown["ux-lat-slow"], shown
+        finally:
+            for iid in ids.values():
+                session.allow(rf"404 .*/api/v1/models/{iid}")
+                api.post(f"/api/v1/models/{iid}/unload")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Route, expect
 
 from testkit.servers import ServerProcess, wait_for_status
 from tests.browser.conftest import Session, start_server, stop_server
@@ -58,6 +58,42 @@ def test_load_dialog_on_a_sim_pod_starts_on_an_engine_that_runs(
         (inst,) = [i for i in api.get("/api/v1/models").json() if i["modelPath"] == "ux/first-load"]
         assert inst["engine"] == "sim"
         wait_for_status(api, inst["id"], "active")
+        assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code in (200, 202)
+
+
+def test_load_waits_for_the_engines_before_it_can_go_to_the_default(
+    session: Session, server: ServerProcess
+) -> None:
+    """A Load clicked before ``GET /api/v1/engines`` answered went to the server's default
+    engine (vLLM, which cannot run here) and came back refused. Held back here (the real
+    answer, released once the test has looked), the dialog keeps Load disabled until
+    it knows."""
+    page = session.page
+    engines_url = re.compile(r"/api/v1/engines(\?.*)?$")
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:  # not continued here: the request waits
+        held.append(route)
+
+    page.route(engines_url, hold)
+    session.goto("/models?load=1")
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("Model path").fill("ux/quick-load")
+    dialog.get_by_label("Extra engine arguments").fill("--memory-gib 1 --load-seconds 0.2")
+    load = dialog.get_by_role("button", name="Load", exact=True)
+    expect(load).to_be_disabled()
+    assert held, "the dialog asked for the engines"
+    session.shot("ux-load-dialog-waits-for-engines")
+    for route in held:
+        route.continue_()
+    page.unroute(engines_url)  # and any later ask goes straight through
+    expect(load).to_be_enabled()
+    expect(dialog.get_by_label("Engine", exact=True)).to_have_value("sim")
+    load.click()
+    expect(dialog).to_be_hidden()  # accepted, on an engine that runs
+    with httpx.Client(base_url=server.url, timeout=30) as api:
+        (inst,) = [i for i in api.get("/api/v1/models").json() if i["modelPath"] == "ux/quick-load"]
+        assert inst["engine"] == "sim"
         assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code in (200, 202)
 
 

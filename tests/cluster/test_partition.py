@@ -1,6 +1,6 @@
 """A 5-pod cluster cut 2|3 with network namespaces: quorum decides, never two leaders.
 
-Every pod runs in its own network namespace (tests/cluster/netns.py); the
+Every pod runs in its own network namespace (testkit/netns.py); the
 left pair and the right trio are joined by one virtual cable, which the test
 unplugs and plugs back. Every pod's status is sampled every ~100 ms
 throughout, and the timeline is printed. Checked: one leader before the cut;
@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit import netns
 from testkit.cluster import SECRET, TIMING
 from testkit.servers import ServerProcess, kill_engines
-from tests.cluster import netns
 from tests.hostnet import host_network
 
 pytestmark = [

@@ -54,6 +54,9 @@ class Directory:
     def reachable(self, pod_id: str) -> bool:
         return pod_id not in self.down
 
+    async def first_heard(self, pod_id: str, timeout: float) -> bool:  # noqa: ASYNC109
+        return self.reachable(pod_id)
+
     def leader(self) -> str | None:
         return "me" if self.leading else "other"
 

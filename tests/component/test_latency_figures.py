@@ -5,7 +5,9 @@ proxy histogram's 100-250 ms bucket, where both used to read 175/243 ms) get
 requests through the official ``openai`` client; the metrics history the Dashboard
 and the Charts read (``GET /api/v1/metrics/history``) must give each model figures
 from its own requests: at or above its engine's latency, apart from the other's,
-and within the range the Requests page (``GET /api/v1/requests``) shows for it.
+and within the range the Requests page (``GET /api/v1/requests``) shows for it. So
+must each instance's ``ResourceMetrics`` (``GET /api/v1/models/{id}/metrics``: the
+instance page's "Latency p50 / p95"), which read 175 / 242.5 ms for both as well.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ def _history_until(api: httpx.Client, counted: int) -> list[dict[str, Any]]:
 
 def test_each_model_has_its_own_latency_quantiles(module_server: ServerProcess) -> None:
     with module_server.client() as api:
-        for name, ttft in TTFT.items():
-            load_active(api, name, "--ttft-ms", str(ttft * 1000), "--itl-ms", "0")
+        ids = {
+            name: load_active(api, name, "--ttft-ms", str(ttft * 1000), "--itl-ms", "0")["id"]
+            for name, ttft in TTFT.items()
+        }
         client = OpenAI(base_url=f"{module_server.url}/v1", api_key="unused", max_retries=0)
         for _ in range(SENT):
             for name in TTFT:
@@ -54,6 +58,7 @@ def test_each_model_has_its_own_latency_quantiles(module_server: ServerProcess) 
             ]
             for name in TTFT
         }
+        measured = {name: api.get(f"/api/v1/models/{ids[name]}/metrics").json() for name in TTFT}
     for name, ttft in TTFT.items():
         assert len(logged[name]) == SENT
         assert min(logged[name]) >= ttft, (name, logged[name])
@@ -63,6 +68,11 @@ def test_each_model_has_its_own_latency_quantiles(module_server: ServerProcess) 
         for p in mine:
             # the requests' own latencies: within what the Requests page shows for them
             assert min(logged[name]) <= p["p50"] <= p["p95"] <= max(logged[name]), (p, logged)
+        # the instance page's figures: the same requests' own latencies, in ms
+        m = measured[name]
+        low, high = min(logged[name]) * 1000, max(logged[name]) * 1000
+        assert low <= m["avgResponseTime"] <= m["p95ResponseTime"] <= high, (m, logged[name])
+    assert measured[FAST]["p95ResponseTime"] < measured[SLOW]["avgResponseTime"], measured
     # and so the two models are told apart (they used to read the same 175 / 243 ms)
     fast = [p["p50"] for p in points if p["model"] == FAST and p["requests"]]
     slow = [p["p50"] for p in points if p["model"] == SLOW and p["requests"]]

@@ -11,7 +11,9 @@ of them, both report that leader, no warning, and each other through the pod wat
 
 Then, for each verb of the manifests' Role, the Role is patched without it (and restored
 after): the call that needs it is provoked (a follower's read, the leader's renewal, a
-deleted Lease, a restarted container's list and watch), and the pods that make it report a
+deleted Lease, a restarted container's list and watch of the pods and of the control
+ConfigMaps, a catalog write that must create or update its ConfigMap), and the pods that
+make it report a
 warning naming that verb, the resource and the namespace, in ``/api/cluster/status`` and
 once in the log, while every process stays up and Ready; with the Role restored the
 warning goes and the cluster is whole again, with no restart.
@@ -46,6 +48,10 @@ CASES = (
     ("leases", "update"),
     ("pods", "list"),
     ("pods", "watch"),
+    ("configmaps", "list"),
+    ("configmaps", "watch"),
+    ("configmaps", "create"),
+    ("configmaps", "update"),
 )
 """Every (resource, verb) of the manifests' Role (checked against it below)."""
 SIM_GPUS = "NVIDIA L4:24GiB"
@@ -188,10 +194,58 @@ def provoke(pods: KubePods, resource: str, verb: str, leader: str) -> set[str]:
             )
         assert gone.status_code == 200, gone.text
         return set(pods.names)
-    # The pod watch lists once and then watches for minutes: a restarted container shows
-    # what a pod starting under this Role gets.
+    if (resource, verb) in (("configmaps", "create"), ("configmaps", "update")):
+        return {leader} if refused_write(pods, leader, verb) else set()
+    # The pod and ConfigMap watches list once and then watch for minutes: a restarted
+    # container shows what a pod starting under this Role gets.
     pods.restart(follower)
+    if resource == "configmaps":  # a change it cannot see until the Role is fixed
+        written = catalog_put(pods, leader, f"rbac-missed-{verb}")
+        assert written.status_code == 200, written.text
     return {follower}
+
+
+def converged(pods: KubePods) -> None:
+    """Every pod's copy of the catalog is the API server's (read as admin)."""
+    path = f"/api/v1/namespaces/{pods.namespace}/configmaps/sardeenz-control-catalog"
+    with pods.kube.client() as admin:
+        resp = admin.get(path)
+    assert resp.status_code == 200, resp.text
+    want = json.loads(resp.json()["data"]["body"])
+    deadline = time.monotonic() + RECOVER_WITHIN
+    copies: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        for name in pods.names:
+            view = httpx.get(f"{pods.pods[name].url}/api/cluster/control", timeout=5).json()
+            copies[name] = next(
+                (d["body"] for d in view["documents"] if d["key"] == "catalog"), None
+            )
+        if all(copy == want for copy in copies.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"copies differ from the API server's {want}: {copies}")
+
+
+def catalog_put(pods: KubePods, pod: str, name: str) -> httpx.Response:
+    entry = {"modelPath": f"/models/{name}", "engine": "sim"}
+    return httpx.put(f"{pods.pods[pod].url}/api/v1/catalog/{name}", json=entry, timeout=20)
+
+
+def refused_write(pods: KubePods, leader: str, verb: str) -> bool:
+    """A catalog write that needs ``verb`` on its ConfigMap: refused with a clear 503."""
+    path = f"/api/v1/namespaces/{pods.namespace}/configmaps/sardeenz-control-catalog"
+    with pods.kube.client() as admin:
+        exists = admin.get(path).status_code == 200
+        if verb == "create" and exists:
+            assert admin.delete(path).status_code == 200
+    if verb == "update" and not exists:
+        created = catalog_put(pods, leader, "rbac-first")  # creating is still allowed
+        assert created.status_code == 200, created.text
+    resp = catalog_put(pods, leader, f"rbac-{verb}")
+    assert resp.status_code == 503, resp.text
+    assert resp.json()["code"] == "kube_forbidden", resp.text
+    assert f"to {verb} configmaps" in resp.json()["detail"], resp.text
+    return True
 
 
 @pytest.mark.parametrize(("resource", "verb"), CASES, ids=[f"{r}-{v}" for r, v in CASES])
@@ -256,9 +310,15 @@ def test_a_role_without_one_verb_is_a_clear_error_not_a_crash(
     finally:
         put_role(pods.kube, namespace, deployed.role)
     refused(pods, resource, verb, False)
+    if resource == "configmaps" and verb in ("create", "update"):
+        # A refused write is the operator's to retry (its 503 said so); it clears the warning.
+        again = catalog_put(pods, leader, f"rbac-{verb}")
+        assert again.status_code == 200, again.text
     t0 = time.monotonic()
     statuses = whole(pods)
     print(f"  Role restored: whole again in {time.monotonic() - t0:.2f}s, no restart")
     lease = pods.lease()
     assert lease is not None
     assert lease["holderIdentity"] == next(iter(statuses.values()))["leader"]
+    if resource == "configmaps":
+        converged(pods)  # what a pod missed while refused, it has once the Role is fixed

@@ -56,8 +56,10 @@ pytestmark = pytest.mark.deploy
 GRANTED: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "pods"): {"list", "watch"},
+    ("", "configmaps"): {"list", "watch", "create", "update"},
 }
-"""What Sardeenz's Kubernetes mode does in its namespace: the leader Lease and peer pods."""
+"""What Sardeenz's Kubernetes mode does in its namespace: the leader Lease, peer pods and
+the control state's ConfigMaps."""
 ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 UVICORN_SHUTDOWN_SECONDS = 5
 """cli.py's ``timeout_graceful_shutdown``: before the engines are stopped."""
@@ -487,12 +489,39 @@ class Probe:
         self.kube, self.namespace, self.token = kube, namespace, token
         self.leases = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self.pods = f"/api/v1/namespaces/{namespace}/pods"
+        self.configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
 
     def status(self, resource: str, verb: str) -> int:
         with self.kube.client(token=self.token) as api:
             if resource == "leases":
                 return self._lease(api, verb)
+            if resource == "configmaps":
+                return self._configmap(api, verb)
             return self._pod(api, verb)
+
+    def _configmap(self, api: httpx.Client, verb: str) -> int:
+        if verb in ("list", "watch"):
+            return self._watchable(api, self.configmaps, "sardeenz.io/control=document", verb)
+        if verb == "create":
+            body = {"metadata": {"name": f"probe-{secrets.token_hex(3)}"}, "data": {}}
+            return api.post(self.configmaps, json=body).status_code
+        assert verb == "update"
+        name = "sardeenz-control-presets"
+        with self.kube.client() as admin:
+            current = admin.get(f"{self.configmaps}/{name}")
+            if current.status_code == 404:
+                current = admin.post(self.configmaps, json={"metadata": {"name": name}})
+        body = current.json()
+        body["data"] = {"probe": secrets.token_hex(2)}
+        return api.put(f"{self.configmaps}/{name}", json=body).status_code
+
+    @staticmethod
+    def _watchable(api: httpx.Client, path: str, selector: str, verb: str) -> int:
+        if verb == "list":
+            return api.get(path, params={"labelSelector": selector}).status_code
+        params = {"labelSelector": selector, "watch": "true", "timeoutSeconds": "1"}
+        with api.stream("GET", path, params=params) as resp:
+            return resp.status_code
 
     def _lease(self, api: httpx.Client, verb: str) -> int:
         if verb == "get":
@@ -507,12 +536,8 @@ class Probe:
         return api.put(f"{self.leases}/sardeenz-leader", json=current).status_code
 
     def _pod(self, api: httpx.Client, verb: str) -> int:
-        if verb == "list":
-            return api.get(self.pods, params={"labelSelector": "app=sardeenz"}).status_code
-        assert verb == "watch"
-        params = {"labelSelector": "app=sardeenz", "watch": "true", "timeoutSeconds": "1"}
-        with api.stream("GET", self.pods, params=params) as resp:
-            return resp.status_code
+        assert verb in ("list", "watch")
+        return self._watchable(api, self.pods, "app=sardeenz", verb)
 
 
 def lease(name: str) -> dict[str, Any]:
@@ -552,7 +577,7 @@ def test_service_account_can_do_exactly_what_the_role_grants(
     for (_, resource), verbs in GRANTED.items():
         for verb in sorted(verbs):
             assert probe.status(resource, verb) in (200, 201), (resource, verb)
-    others = {("", "secrets"), ("", "configmaps"), ("", "services"), ("apps", "statefulsets")}
+    others = {("", "secrets"), ("", "services"), ("apps", "statefulsets")}
     for group, resource in [*GRANTED, *others]:
         for verb in ALL_VERBS:
             expected = verb in GRANTED.get((group, resource), set())

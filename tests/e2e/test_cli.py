@@ -198,7 +198,7 @@ def test_bench_run_follows_progress_and_prints_the_run(server: ServerProcess) ->
 
 def test_logs_n_counts_the_lines_it_prints(server: ServerProcess) -> None:
     """``-n N`` prints the last N shown lines: hidden /health polls use none of the count."""
-    from sardeenz.cli.models import is_health_poll
+    from sardeenz.healthpolls import is_health_poll
     from testkit.servers import load_active
 
     url = ["--url", server.url]

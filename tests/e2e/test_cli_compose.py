@@ -325,6 +325,9 @@ def test_bench_ids_complete_and_results_fit_100_columns(
     assert "TTFT ms\t" in by_name.stdout
 
 
+LONG_RUN_NAME = "nightly-llama-70b-throughput-sweep-with-a-rather-long-descriptive-name"
+"""Too long to sit beside the record headers at 80 columns ("descriptive-n/ame")."""
+
 TABLE_COMMANDS = (
     ("models", "ls"),
     ("profiles", "ls"),
@@ -368,7 +371,7 @@ def test_every_table_keeps_words_whole_at_80_columns_and_ids_whole_piped(
         "--model",
         "alpha-served",
         "--name",
-        "width-run",
+        LONG_RUN_NAME,
         "--requests",
         "2",
         "--concurrency",

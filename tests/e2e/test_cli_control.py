@@ -4,12 +4,14 @@ simulated GPUs, so a move between its GPUs runs for real)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from testkit.servers import ServerPool, ServerProcess, load_active
 from tests.e2e.test_cli import cli
+from tests.e2e.test_cli_compose import assert_words_whole, cli_tty
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +81,67 @@ def test_moves_start_wait_ls(node: ServerProcess) -> None:
     same = cli("moves", "start", listed[0]["targetInstanceId"], "--to", pod, "--gpu", "1", *url)
     assert same.returncode == 1
     assert "move_to_itself" in same.stderr
+
+
+def test_catalog_presets_and_moves_tables_keep_words_whole_at_80_columns(
+    node: ServerProcess, tmp_path: Path
+) -> None:
+    """Issue 25 item 5's rule for every table command: at 80 columns no word is cut
+    across lines and ids stay whole; piped, every cell is there. Empty lists say so."""
+    url = ["--url", node.url]
+    assert "No memory profiles" in cli("profiles", "ls", *url).stdout
+    assert "No benchmark runs" in cli("bench", "ls", *url).stdout
+    entry = tmp_path / "wide.yaml"
+    entry.write_text(
+        "modelPath: meta-llama/Llama-3.1-8B-Instruct-with-a-long-path\n"
+        "engine: sim\nextraArgs: [--memory-gib, '1']\n"
+    )
+    catalog_name = "llama-8b-instruct-with-a-rather-long-catalog-entry-name"
+    assert cli("catalog", "put", catalog_name, str(entry), *url).returncode == 0
+    preset = {
+        "models": [
+            {
+                "modelPath": f"/models/{name}",
+                "servedModelName": name,
+                "engine": "sim",
+                "replicas": 1,
+                "extraArgs": ["--memory-gib", "1"],
+            }
+            for name in ("llama-8b-instruct-served-for-the-night", "qwen-7b")
+        ]
+    }
+    source = tmp_path / "wide.json"
+    source.write_text(json.dumps(preset))
+    preset_name = "nightly-serving-mix-with-a-rather-long-name"
+    assert cli("presets", "put", preset_name, str(source), *url).returncode == 0
+    with node.client() as api:
+        inst = load_active(api, "wide-move-model", gpuIds=[0])
+    pod = json.loads(cli("cluster", "status", "--json", *url).stdout)["podId"]
+    moved = cli("moves", "start", inst["id"], "--to", pod, "--gpu", "1", "--wait", *url, timeout=90)
+    assert moved.returncode == 0, moved.stderr + moved.stdout
+    move_id = json.loads(cli("moves", "ls", "--json", *url).stdout)[0]["id"]
+    try:
+        for command, whole in (
+            (("catalog", "ls"), catalog_name),
+            (("presets", "ls"), preset_name),
+            (("presets", "plan", preset_name), "llama-8b-instruct-served-for-the-night"),
+            (("moves", "ls"), move_id),
+        ):
+            piped = cli(*command, *url)
+            assert piped.returncode == 0, piped.stderr
+            table_piped = "\n".join(ln for ln in piped.stdout.splitlines() if "\t" in ln)
+            assert table_piped, (command, piped.stdout)
+            code, shown = cli_tty(*command, *url)
+            assert code == 0, shown
+            assert_words_whole(shown, table_piped)
+            assert whole in shown, (command, shown)
+        # Dates read as in every other table (and the dashboard): year first, to the minute.
+        updated = cli("presets", "ls", *url).stdout.splitlines()[1].split("\t")[-1]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", updated), updated
+    finally:
+        cli("presets", "rm", preset_name, *url)
+        cli("catalog", "rm", catalog_name, *url)
+        with node.client() as api:
+            for listed in api.get("/api/v1/models").json():
+                if listed["modelPath"] == "wide-move-model":
+                    api.post(f"/api/v1/models/{listed['id']}/unload")

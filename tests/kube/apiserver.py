@@ -52,8 +52,14 @@ SARDEENZ_RULES: tuple[dict[str, Any], ...] = (
         "verbs": ["get", "create", "update"],
     },
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "verbs": ["list", "watch", "create", "update"],
+    },
 )
-"""The RBAC Role Sardeenz needs in its namespace: leader Lease and pod discovery, no more."""
+"""The RBAC Role Sardeenz needs in its namespace: leader Lease, pod discovery and the
+control state's ConfigMaps, no more."""
 
 
 class KubeBinariesMissing(Exception):

@@ -182,6 +182,8 @@ async def test_role_grants_exactly_what_sardeenz_needs(kube: KubeApiServer) -> N
             lambda: pods.list_namespaced_secret(ns),  # nothing else in the namespace
             lambda: leases.list_namespaced_lease(ns),  # not a granted verb
             lambda: leases.delete_namespaced_lease(LEASE, ns),
+            lambda: pods.read_namespaced_config_map("sardeenz-control-presets", ns),  # list
+            lambda: pods.delete_namespaced_config_map("sardeenz-control-presets", ns),
             lambda: pods.list_namespaced_pod("default"),  # the Role is namespaced
         ]
         for call in denied:

@@ -139,11 +139,6 @@ class FakePods:
         return 3, 0
 
 
-@pytest.fixture(autouse=True)
-def no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sardeenz.cluster.moves.SETTLE", 0.0)
-
-
 def service(pods: FakePods, tmp_path: Path) -> MoveService:
     svc = MoveService(
         cast(Pods, pods),

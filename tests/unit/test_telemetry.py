@@ -1,18 +1,18 @@
-"""Pure parts of the telemetry: histogram quantiles, held memory, metric families, routes."""
+"""Pure parts of the telemetry: held memory, metric families, resource metrics, routes."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance, utcnow
 from sardeenz.gpu.budget import held_by_instance
 from sardeenz.gpu.inventory import GpuInfo, GpuProcess
-from sardeenz.proxy.metrics import Histogram, ModelMetrics
+from sardeenz.proxy.metrics import ModelMetrics
+from sardeenz.proxy.reqlog import Record
 from sardeenz.telemetry.admin import UNMATCHED, AdminApiStats, route_template
 from sardeenz.telemetry.node import NodeSample, families
-from sardeenz.telemetry.resources import quantile, resource_metrics
+from sardeenz.telemetry.resources import resource_metrics
+from sardeenz.telemetry.traffic import by_instance
 
 GIB = 2**30
 
@@ -39,18 +39,6 @@ def _inst(iid: str, name: str) -> ModelInstance:
         status=InstanceStatus.ACTIVE,
         port=1,
     )
-
-
-def test_quantile_interpolates_inside_the_bucket_like_prometheus() -> None:
-    h = Histogram((0.1, 0.2, 0.4))
-    assert quantile(h, 0.5) is None
-    for v in (0.05, 0.15, 0.15, 0.3):
-        h.observe(v)
-    # ranks: 0.5*4 = 2 -> second bucket (0.1, 0.2], holding ranks 1..3: 0.1 + 0.1 * 1/2
-    assert quantile(h, 0.5) == pytest.approx(0.15)
-    assert quantile(h, 1.0) == pytest.approx(0.4)
-    h.observe(99.0)  # beyond the last bound: the highest finite bound answers
-    assert quantile(h, 1.0) == pytest.approx(0.4)
 
 
 def test_held_memory_is_matched_by_pid_or_instance_else_the_baseline() -> None:
@@ -90,12 +78,41 @@ def test_node_families_have_every_kind_and_instance_gpu() -> None:
     assert len(got) == 5
 
 
+def _record(n: int, instance_id: str | None, status: int, latency: float) -> Record:
+    return Record(
+        id=n,
+        request_id=f"r{n}",
+        at=float(n),
+        model="m",
+        instance_id=instance_id,
+        pod=None,
+        status=status,
+        latency=latency,
+        ttft=None,
+        stream=False,
+        key_id=None,
+        prompt_tokens=None,
+        completion_tokens=None,
+    )
+
+
 def test_resource_metrics_carry_the_seed_fields() -> None:
     stats = ModelMetrics("m")
     for status, seconds in ((200, 0.02), (200, 0.04), (500, 0.3)):
         stats.count(status)
         stats.duration.observe(seconds)
-    m = resource_metrics(_inst("i1", "m"), {0: 2 * 10**9}, utcnow(), stats, in_flight=2)
+    answered = by_instance(
+        [
+            _record(1, "i1", 200, 0.02),
+            _record(2, "i1", 200, 0.04),
+            _record(3, "i1", 500, 0.3),  # an error is no answered latency
+            _record(4, "other", 200, 0.9),  # another instance of the same name
+            _record(5, None, 404, 0.001),  # never routed
+        ]
+    )
+    m = resource_metrics(
+        _inst("i1", "m"), {0: 2 * 10**9}, utcnow(), stats, in_flight=2, answered=answered["i1"]
+    )
     body = m.model_dump(mode="json")
     for seed_field in (
         "modelId",
@@ -108,11 +125,11 @@ def test_resource_metrics_carry_the_seed_fields() -> None:
     ):
         assert seed_field in body
     assert (m.gpu_memory_used, m.request_count, m.active_connections) == (2.0, 3, 2)
-    assert m.avg_response_time is not None
-    assert m.p95_response_time is not None
-    assert 25 <= m.avg_response_time <= 50 < m.p95_response_time <= 500
-    idle = resource_metrics(_inst("i2", "n"), {}, utcnow(), None, in_flight=0)
+    # The requests' own latencies (20 and 40 ms), not a bucket's interpolation.
+    assert (m.avg_response_time, m.p95_response_time) == (30.0, 39.0)
+    idle = resource_metrics(_inst("i2", "n"), {}, utcnow(), None, in_flight=0, answered=None)
     assert (idle.request_count, idle.avg_response_time, idle.gpu_memory_used_bytes) == (0, None, 0)
+    assert idle.p95_response_time is None
 
 
 def test_route_label_is_the_template_or_unmatched() -> None:

@@ -63,6 +63,8 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
   const engines = useEngines();
   const choice = engineChoice(engines.data, demo);
   // A default that cannot run here (no vLLM on a simulated-GPU pod) is not preselected.
+  // Until the engines are known that cannot be told, so Load waits for them: a quick
+  // Load went to the default (vLLM) and came back refused.
   useEffect(() => {
     if (choice.initial !== 'default') setForm((f) => (f.engine === 'default' ? { ...f, engine: choice.initial } : f));
   }, [choice.initial]);
@@ -92,7 +94,7 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
           onSubmit={(e) => {
             e.preventDefault();
             setTouched(true);
-            if (request) submit(request);
+            if (request && !engines.isPending) submit(request);
           }}
         >
           {cluster && (
@@ -241,7 +243,13 @@ export function LoadModelModal({ onClose }: { onClose: () => void }) {
         </div>
       </ModalBody>
       <ModalFooter>
-        <Button type="submit" form="load-form" variant="primary" isLoading={load.isPending} isDisabled={load.isPending}>
+        <Button
+          type="submit"
+          form="load-form"
+          variant="primary"
+          isLoading={load.isPending}
+          isDisabled={load.isPending || engines.isPending}
+        >
           Load
         </Button>
         <Button variant="link" onClick={onClose}>

@@ -4,11 +4,11 @@ import {
   CardBody,
   CardTitle,
   Content,
-  Flex,
-  FlexItem,
   FormGroup,
   FormSelect,
   FormSelectOption,
+  Grid,
+  GridItem,
   Label,
   PageSection,
 } from '@patternfly/react-core';
@@ -90,31 +90,42 @@ function Comparison({ a, b }: { a: BenchmarkRun; b: BenchmarkRun }) {
   );
 }
 
-/** Two selects over the stored runs; choosing one rewrites `?a=&b=`. */
+const pickerLabel = (r: BenchmarkRun): string => `${runName(r)} · ${r.status} · ${formatTimestamp(r.createdAt)}`;
+
+/** Two selects over the stored runs; choosing one rewrites `?a=&b=`.
+ *
+ * Side by side, half the width each: a long run name is cut with an ellipsis that
+ * stays clear of the select's arrow (`.sz-run-picker` in app.css), and the whole
+ * label is the select's tooltip. */
 function RunPickers({ a, b, onPick }: { a: string; b: string; onPick: (which: 'a' | 'b', id: string) => void }) {
   const runs = useBenchmarks();
   if (runs.isPending) return <Loading what="the runs" />;
   if (runs.isError) return <ErrorState what="the runs" error={runs.error} onRetry={() => void runs.refetch()} />;
-  const pick = (which: 'a' | 'b', value: string) => (
-    <FormGroup label={`Run ${which.toUpperCase()}`} fieldId={`compare-${which}`}>
-      <FormSelect
-        id={`compare-${which}`}
-        value={runs.data.some((r) => r.id === value) ? value : ''}
-        onChange={(_, v) => onPick(which, v)}
-        aria-label={`Run ${which.toUpperCase()}`}
-      >
-        <FormSelectOption value="" label="Choose a run" isPlaceholder />
-        {runs.data.map((r) => (
-          <FormSelectOption key={r.id} value={r.id} label={`${runName(r)} · ${r.status} · ${formatTimestamp(r.createdAt)}`} />
-        ))}
-      </FormSelect>
-    </FormGroup>
-  );
+  const pick = (which: 'a' | 'b', value: string) => {
+    const chosen = runs.data.find((r) => r.id === value);
+    return (
+      <FormGroup label={`Run ${which.toUpperCase()}`} fieldId={`compare-${which}`}>
+        <FormSelect
+          id={`compare-${which}`}
+          className="sz-run-picker"
+          value={chosen ? value : ''}
+          onChange={(_, v) => onPick(which, v)}
+          aria-label={`Run ${which.toUpperCase()}`}
+          title={chosen ? pickerLabel(chosen) : 'Choose a run'}
+        >
+          <FormSelectOption value="" label="Choose a run" isPlaceholder />
+          {runs.data.map((r) => (
+            <FormSelectOption key={r.id} value={r.id} label={pickerLabel(r)} />
+          ))}
+        </FormSelect>
+      </FormGroup>
+    );
+  };
   return (
-    <Flex spaceItems={{ default: 'spaceItemsMd' }}>
-      <FlexItem>{pick('a', a)}</FlexItem>
-      <FlexItem>{pick('b', b)}</FlexItem>
-    </Flex>
+    <Grid hasGutter md={6}>
+      <GridItem>{pick('a', a)}</GridItem>
+      <GridItem>{pick('b', b)}</GridItem>
+    </Grid>
   );
 }
 

@@ -47,8 +47,9 @@ class ClusterStatus(BaseModel):
 
 @router.get("/control", dependencies=[READONLY])
 async def control_state(services: ServicesDep) -> dict[str, Any]:
-    """This pod's copy of the cluster's replicated control state (presets, the catalog's
-    API entries, moves): each document with the term and revision it was written in.
+    """This pod's copy of the cluster's control state (presets, the catalog's API
+    entries, moves): each document with the term and revision it was written in, and
+    where it is kept (``store``: ``pods`` in static mode, ``kubernetes``: ConfigMaps).
     Every pod answers with its own copy, so an operator can compare them; ``ready``
     (the leader only) says whether it has adopted the newest copies of its term."""
     return services.control.view()
@@ -57,7 +58,9 @@ async def control_state(services: ServicesDep) -> dict[str, Any]:
 @router.get("/status", response_model=ClusterStatus, dependencies=[READONLY])
 async def cluster_status(services: ServicesDep) -> dict[str, Any]:
     """Mode, leader, term and every pod this one knows (itself first)."""
-    return await services.view.status()
+    status = await services.view.status()
+    status["warnings"] = [*status["warnings"], *services.control.warnings()]
+    return status
 
 
 class ScheduleVerdict(BaseModel):

@@ -245,6 +245,9 @@ def bench_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None, as_json: JsonOpt
     if as_json:
         emit_json(runs)
         return
+    if not runs:
+        print("No benchmark runs. Start one with `sardeenz bench run --model NAME`.")
+        return
     cols = (
         Col("ID", is_id=True),
         Col("NAME"),

@@ -128,7 +128,12 @@ def error_message(resp: Response, flags: Mapping[str, str] | None = None) -> str
         # "force: true" / "force=true" is how an API message turns a flag on: "--force".
         name = rf"(?<![\w.-]){re.escape(field)}\b"
         detail = re.sub(rf"{name}(?::\s*|=)true\b", flag, detail)
-        detail = re.sub(name, flag, detail)
+        # A field's name elsewhere: a camelCase one is never prose; a plain word
+        # ("engine", "force") is the field only where a validation error puts its
+        # location ("engine: Input should be ...", "extraArgs[0]: ..."), so "starts
+        # the engine anyway" keeps its engine.
+        where = "" if field != field.lower() else r"(?=[:\[])"
+        detail = re.sub(name + where, flag, detail)
     return f"{detail} ({code})" if code else detail
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from typing import Annotated, Any
@@ -21,8 +20,9 @@ from sardeenz.cli.client import (
 )
 from sardeenz.cli.output import Cell, Col, JsonOpt, emit, emit_json
 from sardeenz.cli.resolve import resolve_instance
+from sardeenz.healthpolls import is_health_poll
 
-__all__ = ["EXIT_FAILED", "app", "is_health_poll"]
+__all__ = ["EXIT_FAILED", "app"]
 
 app = typer.Typer(help="Load, unload and inspect model instances on a running server.")
 
@@ -60,14 +60,6 @@ LOAD_FLAGS = {
 
 SLEEP_FLAGS = {"force": "--force", "enableSleepMode": "--sleep-mode"}
 """A sleep refusal names the sleep's --force and the load flag that enables sleep mode."""
-
-
-_HEALTH_ACCESS = re.compile(r'"GET /health(?:\?[^ "]*)? HTTP/[0-9.]+"')
-
-
-def is_health_poll(line: str) -> bool:
-    """An engine access-log line of a ``GET /health`` (the controller's poll)."""
-    return _HEALTH_ACCESS.search(line) is not None
 
 
 def managed_cell(managed_by: dict[str, Any] | None) -> str:

@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -76,24 +77,61 @@ def table(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
 
     Each column is at least as wide as its longest word (headers included), so rich
     wraps between words only; :func:`fits` says whether that fits a width at all.
+    When the cells do not fit the terminal side by side, the widths are set here
+    (:func:`_allot`): rich's own shrinking takes columns below their least width
+    and then grows them back past the terminal's edge, which cropped words away.
     """
     # No outer frame and one space between columns: an 80-column terminal keeps
     # room for a 36-character id next to the columns that matter.
     tab = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+    widths = _allot(
+        _narrowest(cols, rows),
+        [
+            max(len(_text(c)) for c in (col.header, *(r[i] for r in rows)))
+            for i, col in enumerate(cols)
+        ],
+        console.width - (2 * len(cols) - 1),
+    )
     for i, col in enumerate(cols):
         if col.is_id:
-            widest = max([len(_text(r[i])) for r in rows] + [len(col.header)])
-            tab.add_column(col.header, no_wrap=True, min_width=widest, overflow="ignore")
+            tab.add_column(col.header, no_wrap=True, width=widths[i], overflow="ignore")
         else:
             tab.add_column(
                 col.header,
-                min_width=_longest_word(col, i, rows),
+                width=widths[i],
                 overflow="fold",
                 justify="right" if col.right else "left",
             )
     for row in rows:
         tab.add_row(*(_rich(c) for c in row))
     return tab
+
+
+def _allot(least: list[int], most: list[int], room: int) -> list[int]:
+    """Column widths: each its ``most`` when they all fit ``room``; else each its
+    ``least`` plus a share of what is left, in proportion to what it still wants."""
+    if sum(most) <= room:
+        return most
+    spare = room - sum(least)
+    wants = [m - lo for lo, m in zip(least, most, strict=True)]
+    if spare <= 0 or not any(wants):
+        return least
+    shares = [spare * w // sum(wants) for w in wants]
+    # what integer division left over, one column at a time, to those that want more
+    left = spare - sum(shares)
+    for i in sorted(range(len(wants)), key=lambda i: wants[i] - shares[i], reverse=True)[:left]:
+        shares[i] += 1
+    return [lo + sh for lo, sh in zip(least, shares, strict=True)]
+
+
+def _narrowest(cols: Sequence[Col], rows: Sequence[Sequence[Cell]]) -> list[int]:
+    """Each column at its narrowest: an id whole, any other its longest word."""
+    return [
+        max([len(_text(r[i])) for r in rows] + [len(c.header)])
+        if c.is_id
+        else _longest_word(c, i, rows)
+        for i, c in enumerate(cols)
+    ]
 
 
 def _longest_word(col: Col, index: int, rows: Sequence[Sequence[Cell]]) -> int:
@@ -108,12 +146,7 @@ def fits(cols: Sequence[Col], rows: Sequence[Sequence[Cell]], width: int) -> boo
     :func:`table` lays it out, one space of padding after every column and one
     separator between two.
     """
-    narrowest = [
-        max([len(_text(r[i])) for r in rows] + [len(c.header)])
-        if c.is_id
-        else _longest_word(c, i, rows)
-        for i, c in enumerate(cols)
-    ]
+    narrowest = _narrowest(cols, rows)
     return sum(narrowest) + 2 * len(narrowest) - 1 <= width
 
 
@@ -132,19 +165,40 @@ def without_empty_columns(
 def records(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]) -> None:
     """Each row as a block of "HEADER  value" lines: any width, every word whole.
 
-    A value too long for the line wraps between words, indented under itself.
+    A value too long for the line wraps between words, indented under itself; one
+    with a word too long to sit beside the headers (a long run name) goes on its own
+    line under its header, where the whole width keeps it whole.
     """
     if title:
         console.print(Text(title, style="italic"))
+    header_width = max(len(c.header) for c in cols)
+    beside = console.width - header_width - 2
     for n, row in enumerate(rows):
         if n:
             console.print()
-        grid = Table.grid(padding=(0, 2, 0, 0))
-        grid.add_column(style="bold", no_wrap=True)
-        grid.add_column(overflow="fold")
+        grid = _record_grid(header_width)
         for col, cell in zip(cols, row, strict=True):
-            grid.add_row(col.header, _rich(cell))
-        console.print(grid)
+            if _longest_word_of(_text(cell)) <= beside:
+                grid.add_row(col.header, _rich(cell))
+                continue
+            if grid.row_count:
+                console.print(grid)
+                grid = _record_grid(header_width)
+            console.print(Text(col.header, style="bold"))
+            console.print(Padding(_rich(cell), (0, 0, 0, 2)), overflow="fold")
+        if grid.row_count:
+            console.print(grid)
+
+
+def _record_grid(header_width: int) -> Table:
+    grid = Table.grid(padding=(0, 2, 0, 0))
+    grid.add_column(style="bold", no_wrap=True, min_width=header_width)
+    grid.add_column(overflow="fold")
+    return grid
+
+
+def _longest_word_of(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
 
 
 def emit(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]) -> None:

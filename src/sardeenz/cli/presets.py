@@ -8,7 +8,7 @@ import typer
 
 from sardeenz.cli.client import DEFAULT_URL, Api, TokenOpt, UrlOpt
 from sardeenz.cli.control_input import read_document
-from sardeenz.cli.output import Cell, Col, JsonOpt, console, emit, emit_json
+from sardeenz.cli.output import Cell, Col, JsonOpt, console, emit, emit_json, when
 
 __all__ = ["app"]
 
@@ -24,7 +24,7 @@ def _rows(items: list[dict[str, Any]]) -> list[list[Cell]]:
             p["name"],
             ("applied", "green") if p.get("applied") else "-",
             ", ".join(f"{m['servedModelName']} x{m.get('replicas', 1)}" for m in p["models"]),
-            p.get("updatedAt") or "",
+            when(p.get("updatedAt")),
         ]
         for p in items
     ]

@@ -31,6 +31,9 @@ def profiles_ls(
     if as_json:
         emit_json(items)
         return
+    if not items:
+        print("No memory profiles. Save one from a running instance with `sardeenz profiles save`.")
+        return
     cols = (
         Col("ID", is_id=True),
         Col("NAME"),

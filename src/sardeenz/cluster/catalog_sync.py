@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from sardeenz.catalog.registry import Catalog
-from sardeenz.cluster.control_state import ControlRegister
+from sardeenz.cluster.control import ControlState
 from sardeenz.store.catalog import CatalogRepository
 
 KEY = "catalog"
@@ -27,7 +27,7 @@ KEY = "catalog"
 class ReplicatedEntries:
     """catalog/registry.py's ``EntryStore`` over the ``catalog`` document."""
 
-    def __init__(self, control: ControlRegister) -> None:
+    def __init__(self, control: ControlState) -> None:
         self._control = control
 
     async def list_all(self) -> dict[str, dict[str, Any]]:
@@ -53,7 +53,7 @@ class ReplicatedEntries:
         return found
 
 
-def bind_catalog(control: ControlRegister, catalog: Catalog, local: CatalogRepository) -> None:
+def bind_catalog(control: ControlState, catalog: Catalog, local: CatalogRepository) -> None:
     """Every pod's catalog follows the cluster's copy; a first leader seeds the
     cluster's catalog from the API entries it kept on its own before (an older
     version kept them per pod)."""

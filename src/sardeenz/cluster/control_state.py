@@ -36,6 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from sardeenz.cluster.control import Change, Listener, not_ready
 from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.replicated import (
@@ -59,9 +60,6 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.2
 RESEND_ALL_SECONDS = 30.0
 RETRY_SECONDS = 1.0
-
-Listener = Callable[[Any], Awaitable[None]]
-Change = Callable[[Any], Awaitable[Any]]
 
 
 class _Write(BaseModel):
@@ -148,10 +146,14 @@ class ControlRegister:
             return True
         return m.is_leader() and self._ready_term == m.leadership.term
 
+    def warnings(self) -> list[str]:
+        return []  # a copy is checked when it is received: a bad one is refused then
+
     def view(self) -> dict[str, Any]:
         """``GET /api/cluster/control``: this pod's copies (not redirected)."""
         return {
             "podId": self._m.identity.pod_id,
+            "store": "pods",
             "ready": self.ready() if self._m.is_leader() else None,
             "documents": [self._copies[k].as_json() for k in KEYS if k in self._copies],
         }
@@ -386,13 +388,6 @@ def _copy(doc: Document) -> StoredCopy:
 
 
 def _not_ready(m: Membership) -> Unavailable:
-    if not m.is_leader():
-        return Unavailable(
-            "this pod no longer leads the cluster; retry (the new leader takes the write)",
-            code="no_leader",
-        )
-    return Unavailable(
-        "the leader has not yet read the control state from a majority of the pods "
-        "(just elected, or a majority is unreachable); retry shortly",
-        code="control_state_not_ready",
+    return not_ready(
+        m.is_leader(), "a majority of the pods (just elected, or a majority is unreachable)"
     )

@@ -24,7 +24,7 @@ from sardeenz.cluster.identity import detect_mode, identity_of
 from sardeenz.cluster.local_pod import LocalPod, PromisedBytes
 from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.orders import PodOrders
-from sardeenz.cluster.remote_routes import RemoteRoutes
+from sardeenz.cluster.remote_routes import InFlight, RemoteRoutes
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler
 from sardeenz.cluster.view import ClusterView
@@ -45,10 +45,11 @@ class ClusterManager:
         *,
         promised_bytes: PromisedBytes | None = None,
         profiles_version: Callable[[], str] | None = None,
+        inflight: InFlight | None = None,
     ) -> None:
         mode = detect_mode(settings, environ)
         identity = identity_of(settings, mode)
-        self.remote_routes = RemoteRoutes(table)
+        self.remote_routes = RemoteRoutes(table, inflight)
         self.local = LocalPod(
             identity,
             supervisor,

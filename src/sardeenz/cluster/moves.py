@@ -5,8 +5,9 @@ every pod's routing table holds at least one route to the model:
 
 1. ``starting-target``: load the same model (path, engine, names, arguments,
    memory limit, tensor parallel, sleep mode) on the target pod/GPUs, held
-   out of other pods' tables (withdrawn, cluster/handover.py); wait until it
-   is ``active``, then ``SETTLE`` s more, then let its pod advertise it.
+   out of other pods' tables (withdrawn, cluster/handover.py, so that a
+   target the move gives up was never routed); wait until it is ``active``,
+   then let its pod advertise it.
 2. ``switching``: wait until every live pod's table routes to the target
    (read through ``/internal/routes``); withdraw the source (its pod stops
    advertising it but keeps serving it, cluster/handover.py says why); wait
@@ -49,7 +50,7 @@ import time
 import uuid
 from collections.abc import Coroutine
 
-from sardeenz.cluster.control_state import ControlRegister
+from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.handover import Pods
 from sardeenz.cluster.move_steps import POLL, MoveFailed, MoveSteps
 from sardeenz.cluster.move_types import FINISHED, Move, MoveRequest, MoveState
@@ -66,16 +67,12 @@ JOURNALED_HISTORY = 20
 """Finished moves kept in the replicated record (a new leader lists them too)."""
 KEY = "moves"
 """The control-state document that holds the move records."""
-SETTLE = 1.0
-"""Seconds a target is active before other pods may route to it. Measured
-(benchmarks/move.py): streams sent to a target in its first ~0.25 s of activity
-stalled 180-440 ms; with this pause, no gap during a move exceeded 1.6x the ITL."""
 
 
 class MoveService(MoveSteps):
     """The leader's moves: validation, the in-memory list, one owned task per move."""
 
-    def __init__(self, pods: Pods, settings: Settings, control: ControlRegister) -> None:
+    def __init__(self, pods: Pods, settings: Settings, control: ControlState) -> None:
         super().__init__(pods, settings)
         self._control = control
         control.when_ready(self.take_over)
@@ -371,7 +368,9 @@ class MoveService(MoveSteps):
         move.target_gpu_ids = list(target.gpu_ids)
         self._step(move, "target-loading", f"instance {target.id} on pod {move.target_pod_id}")
         await self._mark(move, MoveState.STARTING_TARGET)  # with the target's id
-        # Not advertised to other pods until it has settled (SETTLE).
+        # Not advertised to other pods before it is active: a target rolled back was never
+        # routed. No pause after that: its first streams are served as fast as its later
+        # ones (tests/cluster/test_first_streams.py).
         hold = self._settings.ready_timeout_seconds + self.route_timeout * 2 + 60
         try:
             held = self._pods.withdraw(move.target_pod_id, target.id, hold)
@@ -387,8 +386,7 @@ class MoveService(MoveSteps):
             if now is not None:
                 seen = True
                 if now.status is InstanceStatus.ACTIVE:
-                    self._step(move, "target-active", f"advertised to other pods in {SETTLE:g}s")
-                    await asyncio.sleep(SETTLE)
+                    self._step(move, "target-active", "advertised to other pods")
                     restore = self._pods.restore(move.target_pod_id, target.id)
                     await self._call(restore, "target_restore")
                     return now

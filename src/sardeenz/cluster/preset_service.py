@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sardeenz.cluster.control_state import ControlRegister
+from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.membership.election import PeerState
 from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.orders import PodOrders
@@ -95,7 +95,7 @@ class PresetService:
         settings: Settings,
         repo: PresetRepository,
         placer: Placer,
-        control: ControlRegister,
+        control: ControlState,
         moving: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self._m = membership

@@ -15,12 +15,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
+from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
 from sardeenz.cluster.handover import PodSide
+from sardeenz.cluster.identity import ClusterMode
 from sardeenz.cluster.instance_routes import InstanceRoutes
 from sardeenz.cluster.locator import InstanceLocator
 from sardeenz.cluster.manager import ClusterManager
+from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
@@ -29,13 +32,31 @@ from sardeenz.cluster.redirect import Redirect, leader_redirect
 from sardeenz.cluster.transport.server import InternalRouter
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.security.unverified import UnverifiedBodies
+from sardeenz.store.control import ControlRepository
+
+
+def control_state(members: Membership, copies: ControlRepository) -> ControlState:
+    """Where the control state lives: the API server's ConfigMaps in Kubernetes mode
+    (a consensus store already), else the majority-acknowledged register of the pods."""
+    if members.mode is ClusterMode.KUBERNETES:
+        from sardeenz.cluster.control_kube import KubeControlState  # only Kubernetes pays
+
+        return KubeControlState(
+            members.identity.pod_id,
+            members.is_leader,
+            members.current_term,
+            members.kube_api,
+            members.settings,
+            copies,
+        )
+    return ControlRegister(members, copies)
 
 
 def internal_router(
     manager: ClusterManager,
     pod_side: PodSide,
     profile_sync: ProfileSync,
-    control: ControlRegister,
+    control: ControlState,
     starts: ClusterStarts,
     unverified: UnverifiedBodies,
     collector: RequestCollector,
@@ -72,7 +93,7 @@ def gateway_hooks(
     manager: ClusterManager,
     pod_side: PodSide,
     profile_sync: ProfileSync,
-    control: ControlRegister,
+    control: ControlState,
     starts: ClusterStarts,
     collector: RequestCollector,
     locator: InstanceLocator,

@@ -61,8 +61,9 @@ from sardeenz.proxy.reqlog import TAIL_BYTES, RequestLog
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, UpstreamClosed
 from sardeenz.proxy.waiting import wait_for
-from sardeenz.proxy.wire import API_KEY_SCOPE, ErrorReply, response_headers
+from sardeenz.proxy.wire import API_KEY_SCOPE, TICKET_SCOPE, ErrorReply, response_headers
 from sardeenz.security.auth import ApiKey
+from sardeenz.tenancy.admission import Admission, Ticket
 
 log = logging.getLogger("sardeenz.proxy.forwarder")
 """The proxy's logger keeps its name: operators filter on it."""
@@ -138,6 +139,7 @@ class AsgiRelay:
         demand: Demand | None = None,
         inflight: Inflight | None = None,
         pod: str | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._settings = settings
         self._table = table
@@ -150,6 +152,8 @@ class AsgiRelay:
         self.requests = RequestLog(settings.request_log_size, pod)
         """The request log and usage counters (both relay paths note theirs here), each
         record stamped with ``pod``, this pod's id."""
+        self.admission = admission if admission is not None else Admission()
+        """Tenants' limits (tenancy/): both relay paths ask it for requests with a key."""
         self._last_warning: dict[str, float] = {}
         self.remote_headers = remote_headers
         """Cluster mode (cluster/forwarding.py): the header lines that send a request to
@@ -231,6 +235,9 @@ class AsgiRelay:
             if state.watcher is not None:
                 state.watcher.cancel()
             latency = finished(mm, t0, status)
+            ticket: Ticket | None = scope.get(TICKET_SCOPE)
+            if ticket is not None:
+                ticket.settle(status, state.last, state.prev)
             if openai and entered_here(self.hop_header, scope["headers"]):
                 key: ApiKey | None = scope.get(API_KEY_SCOPE)
                 self.requests.finished(

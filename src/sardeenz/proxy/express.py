@@ -20,6 +20,10 @@ engine connection is closed at once, so the engine aborts the generation).
 What the client sees in each case, and when a failure is a stale pooled
 connection to retry, is decided by relay.py, which the handler uses too.
 
+A key of a tenant is admitted here (tenancy/admission.py) before anything is
+sent, and its ticket settled when the request ends; a refusal (429) is left to
+the handler, which asks again and answers it.
+
 Metrics are the handler's: the same per-model counters and histograms,
 observed through the same relay.py functions. At its end a request is noted in
 the request log (proxy/reqlog.py: one tuple of values held here, processed later).
@@ -60,6 +64,7 @@ from sardeenz.proxy.routing import Endpoint
 from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, UpstreamClosed
 from sardeenz.proxy.wire import JSON_CT, header, request_header_block, response_headers
 from sardeenz.security.auth import ApiKeys
+from sardeenz.tenancy.admission import Ticket
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,7 @@ class ExpressRelay:
         self._proxy = proxy
         self._table = proxy.table
         self._keys = api_keys
+        self._admission = proxy.admission
         self.inflight = proxy.inflight
         self.finished = proxy.requests.finished
         self.hop = proxy.hop_header
@@ -122,6 +128,15 @@ class ExpressRelay:
         )
         if sent is None:
             return None  # already forwarded once: the handler serves it locally
+        ticket = None
+        if key is not None:
+            admission = self._admission
+            if admission.active:
+                verdict = admission.admit(key.id, model, payload, len(body))
+                if verdict is not None:
+                    if not isinstance(verdict, Ticket):
+                        return None  # over a limit: the handler answers the 429
+                    ticket = verdict
         data = client.encode(ep.host, ep.port, b"POST", *sent)
         exchange = _Exchange(
             lane,
@@ -132,6 +147,7 @@ class ExpressRelay:
             keep_alive,
             key.id if key is not None else None,
             entered_here(self.hop, headers),
+            ticket,
         )
         exchange.request = (url, headers, body)
         conn = client.idle_connection(ep.host, ep.port)
@@ -175,6 +191,7 @@ class _Exchange:
         "_status",
         "_t0",
         "_t1",
+        "_ticket",
         "_ttfb",
         "_whole",
         "connecting",
@@ -192,8 +209,10 @@ class _Exchange:
         keep_alive: bool,
         key: str | None,
         logged: bool,
+        ticket: Ticket | None,
     ) -> None:
         self._t0 = _perf()
+        self._ticket = ticket
         self._t1 = 0.0
         self._lane = lane
         self._relay = relay
@@ -396,6 +415,9 @@ class _Exchange:
         ep = self._ep
         self._relay.inflight.discard(ep.instance_id, self)
         latency = finished(self._mm, self._t0, status)
+        ticket = self._ticket
+        if ticket is not None:
+            ticket.settle(status, self._last, self._prev)
         if self._logged:
             self._relay.finished(
                 self._model,
@@ -417,5 +439,7 @@ class _Exchange:
         self._conn = None
         self._relay.inflight.discard(self._ep.instance_id, self)
         withdrawn(self._mm)
+        if self._ticket is not None:
+            self._ticket.cancel()  # the handler admits it again
         url, headers, body = self.request
         self._lane.run_app(b"POST", url, headers, body, self.keep_alive)

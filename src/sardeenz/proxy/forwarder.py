@@ -15,6 +15,8 @@ lifecycle and decides, for each request, whether and where it goes. The parts:
 * reading the request (limit, JSON, ``model``): proxy/intake.py;
 * a key scoped to some models (security/auth.py ``ApiKey``) asking for another
   model: 403 ``model_not_allowed``, and refusals in the request log: proxy/usage.py;
+* a key of a tenant over one of its limits: 429 ``rate_limit_exceeded`` with
+  ``Retry-After`` (tenancy/admission.py decides; proxy/usage.py answers);
 * ``GET /v1/models``, and the 404 for an unknown model: proxy/listing.py;
 * a model that is still ``starting`` or ``sleeping`` holds the request until it
   is active or ``proxy_ready_wait_seconds`` pass (then 503 with ``Retry-After``):
@@ -51,9 +53,10 @@ from sardeenz.proxy.remote import RemoteHeaders as RemoteHeaders  # its old home
 from sardeenz.proxy.remote import entered_here
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import UpstreamClient
-from sardeenz.proxy.usage import allowed, note_refused
+from sardeenz.proxy.usage import allowed, note_refused, rate_limited
 from sardeenz.proxy.wire import (
     API_KEY_SCOPE,
+    TICKET_SCOPE,
     ErrorReply,
     api_error,
     openai_error,
@@ -62,6 +65,7 @@ from sardeenz.proxy.wire import (
 )
 from sardeenz.runtime.identity import PortOwnership, engine_port_ownership
 from sardeenz.security.auth import ApiKey
+from sardeenz.tenancy.admission import Admission, Rejection
 
 _perf = time.perf_counter
 
@@ -90,6 +94,7 @@ class InferenceProxy(AsgiRelay):
         inflight: Inflight | None = None,
         pod: str | None = None,
         verify_direct: bool = True,
+        admission: Admission | None = None,
     ) -> None:
         super().__init__(
             settings,
@@ -99,6 +104,7 @@ class InferenceProxy(AsgiRelay):
             demand=demand,
             inflight=inflight,
             pod=pod,
+            admission=admission,
         )
         self._reader = RequestReader(settings.proxy_max_body_bytes)
         self.verify_direct = verify_direct
@@ -154,6 +160,7 @@ class InferenceProxy(AsgiRelay):
         try:
             headers = self._reader.headers(scope, json_default=True)
             body = await self._reader.body(receive)
+            body_bytes = len(body)
             payload = parse_json(body)
             model = payload.get("model")
             if not isinstance(model, str) or not model:
@@ -184,6 +191,12 @@ class InferenceProxy(AsgiRelay):
                     ep = table.pick(model)
                 elif served is None and not table.is_known(model):
                     raise unknown_model(table, demand, model, key)
+            if key is not None and self.admission.active:
+                verdict = self.admission.admit(key.id, model, payload, body_bytes)
+                if isinstance(verdict, Rejection):
+                    raise rate_limited(verdict)
+                if verdict is not None:
+                    scope[TICKET_SCOPE] = verdict  # settled when the request ends
         except ErrorReply as r:
             status = await r.send(send, True)
             metrics.for_model(UNKNOWN_MODEL).count(status)

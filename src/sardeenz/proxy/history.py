@@ -21,6 +21,7 @@ from sardeenz.domain import CamelModel
 from sardeenz.proxy.reqlog import Record, RequestLog, usage_rows
 from sardeenz.store.requests import RequestEntry, RequestQuery, RequestRepository
 from sardeenz.telemetry.requestbook import MAX_PULL, RequestBook, UsageRows, merge_usage
+from sardeenz.telemetry.traffic import Tally, by_instance
 
 
 class UsageRow(CamelModel):
@@ -124,6 +125,13 @@ class RequestHistory:
         if self._repo is not None:
             return await self._repo.list(query, limit)
         return [entry_of(r) for r in self.book.records(query, limit)]
+
+    async def answered_by_instance(self) -> dict[str, Tally]:
+        """Each instance's requests among the records kept (every pod's, newest
+        ``size``), this pod's latest included: what its ``ResourceMetrics`` latencies
+        are read from (telemetry/resources.py)."""
+        await self._log.flush()
+        return by_instance(self.book.after(0))  # after record 0: every record kept
 
     def usage(self, pod: str | None = None) -> UsageReport:
         """Counters of every pod (since each started), or of ``pod`` only."""

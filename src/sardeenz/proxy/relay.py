@@ -92,9 +92,13 @@ MODEL_SLEEPING: Final = "model_sleeping"
 """End code of requests cut by a forced sleep (``POST .../sleep`` with ``force``)."""
 MODEL_UNLOADED: Final = "model_unloaded"
 """End code of requests cut by an unload (still running when the stop grace ran out)."""
+POD_UNAVAILABLE: Final = "pod_unavailable"
+"""End code of requests forwarded to a pod the failure detector then called unavailable
+(cluster/remote_routes.py): nothing would ever answer them (a network cut sends no reset)."""
 _ENDED_BY: Final = {
     MODEL_SLEEPING: "was put to sleep by an operator",
     MODEL_UNLOADED: "was unloaded by an operator",
+    POD_UNAVAILABLE: "became unreachable (the pod serving it is unavailable)",
 }
 
 

@@ -418,6 +418,10 @@ class RoutingTable:
         for iid in [i for i in self._instances if i not in seen]:
             self.remove(iid)
 
+    def remote(self, source: str) -> list[Endpoint]:
+        """The remote endpoints ``source`` (a peer id) contributes now."""
+        return list(self._remote.get(source, ()))
+
     def set_remote(self, source: str, endpoints: Iterable[Endpoint]) -> None:
         """Replace the remote endpoints contributed by ``source`` (a peer id).
 

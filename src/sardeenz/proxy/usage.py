@@ -1,5 +1,8 @@
 """Inference API keys on ``/v1``: which models a key may use, and what its refusals record.
 
+A tenant's limit refusing a request (tenancy/admission.py) is answered here too
+(``rate_limited``: 429 with ``Retry-After``).
+
 Why a module of its own: a key scoped to some models (security/auth.py ``ApiKey``)
 is checked against the name a request asks for *and* the served name that name
 stands for (a catalog alias), and every refused request is still noted in the
@@ -15,7 +18,11 @@ import time
 from sardeenz.proxy.demand import Demand
 from sardeenz.proxy.metrics import UNKNOWN_MODEL
 from sardeenz.proxy.reqlog import RequestLog
+from sardeenz.proxy.wire import ErrorReply
 from sardeenz.security.auth import ApiKey
+from sardeenz.tenancy.admission import Rejection, refused
+
+_TOKEN_LIMITS = frozenset({"tokens_per_minute", "tokens_per_day", "tokens_per_month"})
 
 _perf = time.perf_counter
 
@@ -43,4 +50,17 @@ def note_refused(
         key.id if key is not None else None,
         b"",
         b"",
+    )
+
+
+def rate_limited(rejection: Rejection) -> ErrorReply:
+    """The 429 of a tenant's limit, in OpenAI's shape (``type`` says requests or tokens,
+    as OpenAI's does), counted in ``sardeenz_tenant_rejected_requests_total``."""
+    refused(rejection)
+    return ErrorReply(
+        429,
+        rejection.message,
+        "tokens" if rejection.reason in _TOKEN_LIMITS else "requests",
+        "rate_limit_exceeded",
+        headers=[(b"retry-after", b"%d" % rejection.retry_after)],
     )

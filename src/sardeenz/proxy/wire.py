@@ -26,6 +26,8 @@ from sardeenz.asgi import header as header  # its home is sardeenz.asgi; the pro
 JSON_CT: Final = (b"content-type", b"application/json")
 API_KEY_SCOPE: Final = "sardeenz.api_key"
 """Where the gateway leaves the inference key (``ApiKey``) a ``/v1`` request presented."""
+TICKET_SCOPE: Final = "sardeenz.tenant_ticket"
+"""Where the handler keeps the tenant admission (tenancy ``Ticket``) a request holds."""
 
 _HOP_BY_HOP: Final = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade"}

@@ -15,31 +15,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import os
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from sardeenz.healthpolls import is_health_poll
+
 CHUNK = 256 * 1024
 MAX_LINE = 16 * 1024  # longer lines are cut: a runaway line must not eat memory
 
 
+POLL_LINES = 200
+"""Health-poll access lines kept (at most): enough to see the polls go on."""
+
+
 class LogBuffer:
-    """The seed's ProcessLogBuffer: the last N lines, for replay and errors."""
+    """The seed's ProcessLogBuffer: the last N lines, for replay and errors.
+
+    The access lines of the controller's ``/health`` polls have a ring of their own
+    (``POLL_LINES``): in one ring, one poll every 2 s pushed every line the engine
+    wrote out of a 2,000-line buffer within the hour, and ``sardeenz models logs
+    -n 10`` (polls hidden) printed nothing. Lines come back merged, in arrival order.
+    """
 
     def __init__(self, max_lines: int) -> None:
-        self._lines: deque[str] = deque(maxlen=max_lines)
+        self._lines: deque[tuple[int, str]] = deque(maxlen=max_lines)
+        self._polls: deque[tuple[int, str]] = deque(maxlen=min(max_lines, POLL_LINES))
+        self._seq = 0
 
     def append(self, line: str) -> None:
-        self._lines.append(line)
+        self._seq += 1
+        ring = self._polls if is_health_poll(line) else self._lines
+        ring.append((self._seq, line))
 
     def lines(self, last: int | None = None) -> list[str]:
-        if last is None or last >= len(self._lines):
-            return list(self._lines)
-        return list(self._lines)[-last:]
+        merged = [line for _, line in heapq.merge(self._lines, self._polls)]
+        if last is None or last >= len(merged):
+            return merged
+        return merged[-last:]
 
     def __len__(self) -> int:
-        return len(self._lines)
+        return len(self._lines) + len(self._polls)
 
 
 def read_tail_lines(path: Path, max_bytes: int = 512 * 1024) -> list[str]:

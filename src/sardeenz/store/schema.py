@@ -185,3 +185,23 @@ control_documents = sa.Table(
     sa.Column("body", sa.JSON, nullable=True),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+# --- tenants defined through the API (config-file ones are not stored) ----------
+tenants = sa.Table(
+    "tenants",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("body", sa.JSON, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# --- tokens used per tenant scope and budget period (tenancy/service.py) --------
+tenant_usage = sa.Table(
+    "tenant_usage",
+    metadata,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("scope", sa.String(512), primary_key=True),
+    sa.Column("period", sa.String(16), primary_key=True),
+    sa.Column("tokens", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)

@@ -9,7 +9,8 @@ requests' own figures. And in a cluster the records are every pod's, each
 request once (the pod it entered records it), where summing the pods'
 histograms would count a forwarded request twice.
 
-Pure functions on plain values: the sampler (metrics_history.py) calls them.
+Pure functions on plain values: the sampler (metrics_history.py) calls them, and so
+does each instance's ``ResourceMetrics`` (telemetry/resources.py) for its latencies.
 """
 
 from __future__ import annotations
@@ -82,3 +83,16 @@ def tally(records: Iterable[Record]) -> tuple[dict[str, Tally], dict[tuple[str, 
                 tp = by_pod[key] = Tally()
             tp.add(r)
     return by_model, by_pod
+
+
+def by_instance(records: Iterable[Record]) -> dict[str, Tally]:
+    """Per instance id: what its requests in ``records`` came to (unrouted ones left out)."""
+    out: dict[str, Tally] = {}
+    for r in records:
+        if r.instance_id is None:
+            continue
+        t = out.get(r.instance_id)
+        if t is None:
+            t = out[r.instance_id] = Tally()
+        t.add(r)
+    return out

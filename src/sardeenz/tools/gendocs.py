@@ -120,6 +120,16 @@ MEANINGS: dict[str, str] = {
         "`VLLM_HTTP_TIMEOUT_KEEP_ALIVE` set to it (docs/proxy.md)"
     ),
     "catalog": "on-demand models: served name -> entry ([catalog.md](catalog.md))",
+    "tenants": (
+        "tenants: name -> API keys, JWT subjects/groups and limits ([tenancy.md](tenancy.md))"
+    ),
+    "tenancy_default_completion_tokens": (
+        "completion tokens charged up front for a request without `max_tokens` "
+        "(corrected from the engine's usage when it ends)"
+    ),
+    "tenancy_flush_seconds": (
+        "how often tokens counted against daily/monthly budgets are written to the database"
+    ),
     "ondemand_queue_max": (
         "requests that may wait for one catalog model to start or wake (503 `queue_full` beyond)"
     ),

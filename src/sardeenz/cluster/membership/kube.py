@@ -72,3 +72,9 @@ class KubeCluster:
 
     def warnings(self) -> list[str]:
         return self._api.warnings() if self._api is not None else []
+
+    @property
+    def api(self) -> KubeApi | None:
+        """The API client while started: the control state keeps its ConfigMaps with it
+        (cluster/control_kube.py), so their RBAC problems are reported with the others."""
+        return self._api

@@ -38,7 +38,7 @@ POD_SELECTOR = "app=sardeenz"
 ROLE_HINT = "the Role bound to this pod's ServiceAccount (deploy/kubernetes/base/rbac.yaml)"
 TOKEN_REREAD_SECONDS = 60.0
 
-GROUPS = {"leases": "coordination.k8s.io", "pods": ""}
+GROUPS = {"leases": "coordination.k8s.io", "pods": "", "configmaps": ""}
 
 
 def lease_timing(settings: Settings) -> LeaseTiming:
@@ -254,21 +254,76 @@ class KubeApi:
             _preload_content=False,
             _request_timeout=self.timeout,
         )
-        try:
-            body = await resp.read()
-        finally:
-            resp.release()
         # Unpreloaded, the client raises on no status: a 403's Status object would
         # otherwise read as an empty pod list (every peer gone, no RBAC warning).
-        if resp.status != 200:
-            raise KubeError(resp.status, _status_message(body))
-        data = json.loads(body)
-        if not isinstance(data, dict):
-            raise KubeError(502, "a pod list that is not an object")
-        return data
+        return await _json_reply(resp, (200,))
 
     async def pod_events(
         self, resource_version: str, seconds: int
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Watch events of the ``app=sardeenz`` pods (:meth:`_events`)."""
+        from kubernetes_asyncio import client
+
+        api = client.CoreV1Api(await self._fresh())
+        async for event in self._events(
+            api.list_namespaced_pod, "pods", resource_version, seconds, POD_SELECTOR
+        ):
+            yield event
+
+    # ----------------------------------------------------------- ConfigMaps
+    async def list_config_maps(
+        self, selector: str, field_selector: str | None = None
+    ) -> dict[str, Any]:
+        """The ConfigMaps matching ``selector`` as the API's JSON (a ConfigMapList); a
+        list without a resourceVersion is a consistent read (from etcd's quorum)."""
+        from kubernetes_asyncio import client
+
+        api = client.CoreV1Api(await self._fresh())
+        resp: Any = await api.list_namespaced_config_map(
+            self.namespace,
+            label_selector=selector,
+            field_selector=field_selector or "",
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
+        return await _json_reply(resp, (200,))
+
+    async def create_config_map(self, body: Any) -> dict[str, Any]:
+        """Create; 409 (AlreadyExists) raises :class:`KubeError` as every refusal does."""
+        from kubernetes_asyncio import client
+
+        api = client.CoreV1Api(await self._fresh())
+        resp: Any = await api.create_namespaced_config_map(
+            self.namespace, body, _preload_content=False, _request_timeout=self.timeout
+        )
+        return await _json_reply(resp, (200, 201))
+
+    async def replace_config_map(self, name: str, body: Any) -> dict[str, Any]:
+        """Update guarded by the body's ``metadata.resourceVersion``: 409 Conflict when
+        another write came first."""
+        from kubernetes_asyncio import client
+
+        api = client.CoreV1Api(await self._fresh())
+        resp: Any = await api.replace_namespaced_config_map(
+            name, self.namespace, body, _preload_content=False, _request_timeout=self.timeout
+        )
+        return await _json_reply(resp, (200,))
+
+    async def config_map_events(
+        self, selector: str, resource_version: str, seconds: int
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Watch events of the ConfigMaps matching ``selector`` (:meth:`_events`)."""
+        from kubernetes_asyncio import client
+
+        api = client.CoreV1Api(await self._fresh())
+        async for event in self._events(
+            api.list_namespaced_config_map, "configmaps", resource_version, seconds, selector
+        ):
+            yield event
+
+    # ---------------------------------------------------------------- watch
+    async def _events(
+        self, list_call: Any, resource: str, resource_version: str, seconds: int, selector: str
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Watch events (``{type, object}``, JSON) from ``resource_version`` until the
         server ends the watch after ``seconds``. An ERROR event (410 Gone: the version
@@ -278,12 +333,10 @@ class KubeApi:
         makes a second ApiClient (loading the system CA bundle, on the loop) per watch.
         """
         import aiohttp
-        from kubernetes_asyncio import client
 
-        api = client.CoreV1Api(await self._fresh())
-        resp: Any = await api.list_namespaced_pod(
+        resp: Any = await list_call(
             self.namespace,
-            label_selector=POD_SELECTOR,
+            label_selector=selector,
             watch=True,
             resource_version=resource_version,
             timeout_seconds=seconds,
@@ -300,7 +353,7 @@ class KubeApi:
                 raise KubeError(resp.status, _status_message(await resp.read()))
             # Accepted: a watch of an idle namespace may carry no event for minutes, and
             # a restored Role's warning must not wait for one.
-            self.allowed("watch", "pods")
+            self.allowed("watch", resource)
             async for line in resp.content:
                 if not line.strip():
                     continue
@@ -313,6 +366,21 @@ class KubeApi:
                 yield event
         finally:
             resp.release()
+
+
+async def _json_reply(resp: Any, ok: tuple[int, ...]) -> dict[str, Any]:
+    """The JSON object of an unpreloaded reply; any other status raises :class:`KubeError`
+    (unpreloaded, the client raises on none: a Status object would otherwise read as data)."""
+    try:
+        body = await resp.read()
+    finally:
+        resp.release()
+    if resp.status not in ok:
+        raise KubeError(resp.status, _status_message(body))
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise KubeError(502, "an API reply that is not an object")
+    return data
 
 
 class KubeError(Exception):

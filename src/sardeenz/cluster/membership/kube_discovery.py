@@ -11,23 +11,21 @@ A peer's address is its ``podIP`` and, in order: the ``sardeenz.io/port``
 annotation, the container port named ``http``, else this pod's own port
 (every pod of a StatefulSet listens on the same one).
 
-Errors are retried with exponential backoff (the retry period doubling up to
-30 s); a 403 also becomes an RBAC warning (cluster/membership/kube_api.py). While the
+The loop, its backoff and its RBAC warnings are kube_watch.py's. While the
 API cannot be reached the pods known stay as they were: the heartbeats'
 failure detector still takes the routes of a pod that stops answering.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sardeenz.asgi import ascii_int
 from sardeenz.cluster.identity import PeerAddress
-from sardeenz.cluster.membership.kube_api import KubeApi, describe, status_code
+from sardeenz.cluster.membership.kube_api import KubeApi
+from sardeenz.cluster.membership.kube_watch import list_then_watch, watch_seconds
 
 if TYPE_CHECKING:
     from sardeenz.cluster.membership.service import Membership
@@ -35,9 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PORT_ANNOTATION = "sardeenz.io/port"
-MAX_BACKOFF_SECONDS = 30.0
-WATCH_SECONDS = (240, 360)
-"""Each watch asks the server to end it within this range (spread, as client-go does)."""
 
 
 def pod_address(pod: Mapping[str, Any], default_port: int) -> PeerAddress | None:
@@ -124,29 +119,7 @@ class PodWatcher:
         """The port of a pod that names none (this pod's own)."""
 
     async def run(self) -> None:
-        failures = 0
-        version: str | None = None  # None: list (again)
-        while True:
-            verb = "list" if version is None else "watch"
-            try:
-                version = await (self._relist() if version is None else self._watch(version))
-                failures = 0
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                status = status_code(exc)
-                if status == 410:
-                    log.info("Kubernetes: pod watch expired (410 Gone): listing again")
-                    version = None
-                    continue
-                if status == 403:
-                    self._api.forbidden(verb, "pods", exc)
-                else:
-                    log.warning("Kubernetes: pod %s failed: %s", verb, describe(exc))
-            failures += 1
-            delay = min(MAX_BACKOFF_SECONDS, self._retry * 2 ** (failures - 1))
-            await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
+        await list_then_watch(self._api, "pods", self._relist, self._watch, self._retry)
 
     async def _relist(self) -> str:
         data = await self._api.list_pods()
@@ -163,8 +136,7 @@ class PodWatcher:
 
     async def _watch(self, version: str) -> str:
         """One watch from ``version``; the last version seen when the server ends it."""
-        seconds = random.randint(*WATCH_SECONDS)
-        events = self._api.pod_events(version, seconds)
+        events = self._api.pod_events(version, watch_seconds())
         try:
             async for event in events:
                 self._api.allowed("watch", "pods")

@@ -24,6 +24,7 @@ and is its directory, so membership and transport never import a feature.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -47,6 +48,7 @@ from sardeenz.security.cluster_hmac import Signer, Verifier
 if TYPE_CHECKING:
     from sardeenz.cluster.membership.driver import ClusterDriver
     from sardeenz.cluster.membership.kube import KubeCluster
+    from sardeenz.cluster.membership.kube_api import KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,8 @@ class Membership:
         self._driver: ClusterDriver | None = None
         self._kube: KubeCluster | None = None
         self._last_leader: tuple[str | None, int] = (None, 0)
+        self._news = asyncio.Event()
+        """Set (and replaced) at each sign of life of any peer."""
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -216,6 +220,24 @@ class Membership:
         """False while the failure detector calls ``pod_id`` unavailable."""
         return self.state_of(pod_id) is not PeerState.UNAVAILABLE
 
+    async def first_heard(self, pod_id: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """``reachable``, waiting for a member never heard from yet (PodDirectory says why).
+
+        The wait is bounded by the failure detector's own unavailable time too: a pod
+        discovered that long ago and still silent is unavailable by the detector's rule.
+        """
+        known = self.peers.get(pod_id) is not None
+        if self.reachable(pod_id) or not known or self.detector.last_heard(pod_id) is not None:
+            return self.reachable(pod_id)
+        deadline = self.now() + min(timeout, self.timing.unavailable_after)
+        while not self.reachable(pod_id):
+            left = deadline - self.now()
+            if left <= 0 or self.peers.get(pod_id) is None:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._news.wait(), left)
+        return True
+
     def client_for(self, pod_id: str) -> PodClient:
         """The pod client, to reach ``pod_id`` (404 ``pod_not_found`` on a single node)."""
         if self.client is None:
@@ -226,6 +248,10 @@ class Membership:
 
     def warnings(self) -> list[str]:
         return self._kube.warnings() if self._kube is not None else []
+
+    def kube_api(self) -> KubeApi | None:
+        """Kubernetes mode, once started: the API client (None otherwise)."""
+        return self._kube.api if self._kube is not None else None
 
     async def local_heartbeat(self) -> Heartbeat:
         return await self._heartbeat(self.leadership.term, self.leadership.is_leader(self.now()))
@@ -252,6 +278,8 @@ class Membership:
         self.peers.upsert(pod_id, address)
         self.forget_replaced(pod_id, address)
         self.detector.heard(pod_id, self.now())
+        news, self._news = self._news, asyncio.Event()
+        news.set()  # wakes whoever waits for a first sign of life (first_heard)
 
     def forget_replaced(self, pod_id: str, address: PeerAddress) -> None:
         """Pods the peer store replaced (``pod_id`` is at their address now) serve nothing."""

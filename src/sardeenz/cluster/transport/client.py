@@ -10,6 +10,10 @@ errors (or ``None`` for the callers that only want an answer if there is one):
   ``Conflict`` ``not_leader`` (a fenced route while this pod does not lead),
   ``Unavailable`` ``pod_unavailable`` (the failure detector says so, or no
   answer in time), or the pod's own refusal with its status, code and extras.
+  A pod just discovered (listed by ``GET /api/cluster/status``, never heard
+  from yet) is waited for, within the call's deadline, until its first sign of
+  life: a load placed on it right after it joined is not refused for the
+  heartbeat it has not sent yet.
 * ``await client.ask(pod_id, ROUTE, payload, **params)`` -> the JSON object or
   ``None`` on any failure (logged).
 * ``await client.call_at(address, ROUTE, payload, pod_id=...)`` -> the JSON
@@ -51,6 +55,11 @@ class PodDirectory(Protocol):
 
     def reachable(self, pod_id: str) -> bool:
         """False while the failure detector calls ``pod_id`` unavailable."""
+
+    async def first_heard(self, pod_id: str, timeout: float) -> bool:  # noqa: ASYNC109
+        """Whether ``pod_id`` is reachable, waiting up to ``timeout`` s for its first sign of
+        life if it is a member this pod has never heard from (just discovered); a pod
+        that was heard and went silent is answered at once."""
 
     def leader(self) -> str | None: ...
 
@@ -120,9 +129,12 @@ class PodClient:
                     code="not_leader",
                 )
             body["term"] = d.current_term()
-        if not d.reachable(pod_id):
-            raise Unavailable(f"pod {pod_id!r} is unavailable", code="pod_unavailable")
         wait = timeout or (self._order_timeout if route.fenced else self._timeout)
+        if not d.reachable(pod_id):
+            started = time.monotonic()
+            if not await d.first_heard(pod_id, wait):
+                raise Unavailable(f"pod {pod_id!r} is unavailable", code="pod_unavailable")
+            wait = max(0.1, wait - (time.monotonic() - started))
         try:
             path = route.path(**params)
             status, data = await self._send(address, pod_id, route, path, body, wait)

@@ -1,11 +1,12 @@
-"""Network namespaces for partition tests: one per pod, two switches, one cable between.
+"""Network namespaces for partition tests and the soak: one per pod, two switches, one cable.
 
 Each pod gets its own namespace with two interfaces:
 
 * **data** (``10.77.N.i/24``): on the left or the right bridge; the two
   bridges are joined by one veth pair, the "cable". Pods talk to each other
   only on this network (their advertised addresses and ``CLUSTER_PEERS``), so
-  unplugging the cable partitions the cluster into left | right.
+  unplugging the cable partitions the cluster into left | right, and
+  unplugging one pod's data link (``isolate``) cuts that pod off alone.
 * **management** (``10.78.N.i/24``): on a third bridge that also has an
   address in this (the test's) namespace, so the test reaches every pod on
   both sides of a partition. Pods never use it to reach each other.
@@ -89,6 +90,13 @@ class Fabric:
 
     def heal(self) -> None:
         _ip("link", "set", f"szcL{self.tag}", "up")
+
+    def isolate(self, i: int) -> None:
+        """Cut pod ``i`` off from every other pod (its management link stays up)."""
+        _ip("link", "set", f"szd{self.tag}{i}", "down")
+
+    def rejoin(self, i: int) -> None:
+        _ip("link", "set", f"szd{self.tag}{i}", "up")
 
     def close(self) -> None:
         for ns in self.namespaces:

@@ -1,0 +1,202 @@
+"""What tenant limits cost the proxy per request: CPU with and without tenants, one run.
+
+Run: ``.venv/bin/python benchmarks/tenancy.py`` (about a minute).
+
+One real ``sardeenz serve`` (fast lane, express path) with inference API keys
+and one simulated model at zero latency, driven at ``--concurrency`` (64)
+requests in flight by an aiohttp client in this process. The server's CPU time
+(every thread of its pid, from ``/proc``: the engine is another process) is read around
+each batch, and divided by the batch's requests. Three conditions, interleaved
+in ``--rounds`` rounds so that the machine's noise falls on all of them alike:
+
+* ``no tenants``: no tenant is defined (the key is checked, nothing else);
+* ``key of no tenant``: a tenant exists, the key is not in it (one dict lookup);
+* ``tenant``: the key's tenant has every limit (requests and tokens per minute,
+  concurrency, tokens per day and per month), high enough never to refuse, plus
+  a model scope with its own limits: the whole admission and settlement.
+
+The tenant is created and deleted through the admin API between batches, on
+the same server, with the same key and model. Printed: the median over rounds
+of each condition's CPU per request, and the differences (target: a few us
+with a tenant; nothing measurable without one). On a shared machine the
+end-to-end numbers move by more than the admission costs, so the admission is
+also timed alone, in-process, at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sardeenz.tenancy.admission import Admission, Ticket
+from sardeenz.tenancy.spec import Tenant, TenantBody
+from testkit.servers import ServerProcess, kill_engines, load_active
+
+MODEL = "bench-tenancy"
+KEYS = {"team": "sk-bench-team-0123456789", "other": "sk-bench-other-0123456789"}
+BIG = 10**7
+TENANT = {
+    "api_keys": ["team"],
+    "limits": {
+        "requests_per_minute": BIG,
+        "tokens_per_minute": 10**12,
+        "concurrent_requests": BIG,
+        "tokens_per_day": 10**12,
+        "tokens_per_month": 10**12,
+    },
+    "models": {MODEL: {"requests_per_minute": BIG, "tokens_per_minute": 10**12}},
+}
+BODY = orjson.dumps(
+    {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
+)
+
+
+async def batch(url: str, key: str, requests: int, concurrency: int) -> None:
+    headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        left = requests
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                async with session.post(f"{url}/v1/chat/completions", data=BODY) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        raise RuntimeError(f"{resp.status}: {await resp.text()}")
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of ``pid``, in ns resolution (``/proc/PID/task/*/schedstat``;
+    ``cpu_times`` counts 10 ms ticks: 5 us per request over a batch of 2000)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def cpu_us_per_request(pid: int, url: str, key: str, requests: int, concurrency: int) -> float:
+    before = cpu_seconds(pid)
+    asyncio.run(batch(url, key, requests, concurrency))
+    return (cpu_seconds(pid) - before) / requests * 1e6
+
+
+def admission_alone(n: int) -> tuple[float, float]:
+    """In-process: one admission + settlement of a tenant with every limit and a model
+    scope, and one admission of a key of no tenant (us each, best of 3)."""
+    admission = Admission()
+    admission.configure(
+        [Tenant(name="bench", source="api", **TenantBody.model_validate(TENANT).__dict__)]
+    )
+    payload = orjson.loads(BODY)
+    tail = b'"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}'
+    timings = []
+    for key in ("team", "other"):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.process_time()
+            for _ in range(n):
+                ticket = admission.admit(key, MODEL, payload, len(BODY))
+                if isinstance(ticket, Ticket):
+                    ticket.settle(200, tail, b"")
+            best = min(best, (time.process_time() - t0) / n * 1e6)
+        timings.append(best)
+    return timings[0], timings[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=4000, help="per batch")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=64)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="sardeenz-bench-tenancy-") as tmp:
+        data = Path(tmp)
+        keys = data / "keys.txt"
+        keys.write_text(
+            "".join(f"{hashlib.sha256(v.encode()).hexdigest()} {k}\n" for k, v in KEYS.items())
+        )
+        server = ServerProcess(
+            data / "node",
+            extra_env={"SARDEENZ_API_KEYS_FILE": str(keys), "SARDEENZ_LOG_LEVEL": "warning"},
+        )
+        try:
+            server.start()
+            api = httpx.Client(base_url=server.url, timeout=60)
+            load_active(api, MODEL, "--ttft-ms", "0", "--itl-ms", "0")
+            assert server.proc is not None
+            pid = server.proc.pid
+            # warm up (connections, caches, the first tenant's objects)
+            api.put("/api/v1/tenants/bench", json=TENANT).raise_for_status()
+            cpu_us_per_request(pid, server.url, KEYS["team"], 1000, args.concurrency)
+            api.delete("/api/v1/tenants/bench").raise_for_status()
+            cpu_us_per_request(pid, server.url, KEYS["team"], 1000, args.concurrency)
+
+            results: dict[str, list[float]] = {"none": [], "other": [], "tenant": []}
+            conditions = list(results)
+            for r in range(args.rounds):
+                t0 = time.monotonic()
+                # rotated each round: no condition always runs first or after the others
+                for condition in conditions[r % 3 :] + conditions[: r % 3]:
+                    if condition == "none":
+                        api.delete("/api/v1/tenants/bench")
+                    else:
+                        api.put("/api/v1/tenants/bench", json=TENANT).raise_for_status()
+                    key = KEYS["other" if condition == "other" else "team"]
+                    results[condition].append(
+                        cpu_us_per_request(pid, server.url, key, args.requests, args.concurrency)
+                    )
+                print(
+                    f"round {r + 1}: "
+                    + ", ".join(f"{k} {v[-1]:.1f} us" for k, v in results.items())
+                    + f" ({time.monotonic() - t0:.1f} s)"
+                )
+            api.put("/api/v1/tenants/bench", json=TENANT).raise_for_status()
+            state = api.get("/api/v1/tenants/bench").json()
+            assert state["usage"]["*"]["concurrent_requests"] == 0, state  # all settled
+        finally:
+            server.stop()
+            kill_engines(server.data_dir)
+
+    none = statistics.median(results["none"])
+    other = statistics.median(results["other"])
+    tenant = statistics.median(results["tenant"])
+    diffs = [t - n for t, n in zip(results["tenant"], results["none"], strict=True)]
+    print(
+        f"\nserver CPU per request, c={args.concurrency}, median of {args.rounds} rounds "
+        f"of {args.requests} requests:"
+    )
+    print(f"  no tenants:          {none:7.1f} us")
+    print(f"  key of no tenant:    {other:7.1f} us  ({other - none:+.1f} us)")
+    print(f"  tenant, all limits:  {tenant:7.1f} us  ({tenant - none:+.1f} us)")
+    print(
+        f"  per-round difference tenant - none: median {statistics.median(diffs):+.1f} us, "
+        f"range {min(diffs):+.1f} .. {max(diffs):+.1f} us"
+    )
+    with_tenant, no_tenant = admission_alone(100_000)
+    print("\nadmission alone, in-process (no noise from the rest of the request):")
+    print(f"  tenant, all limits, admit + settle: {with_tenant:.2f} us")
+    print(f"  key of no tenant, admit:            {no_tenant:.2f} us")
+    print("  no tenants at all: the proxy does not call it (one attribute test)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The tenants of this node: config-file ones, API ones, and their stored budgets.
+
+Owns the set of tenants (the config file's ``tenants:`` section, read-only here,
+plus those added through ``/api/v1/tenants``, stored in SQLite), checks every
+change against the whole set (spec.check_set: known keys, one tenant per key,
+subject and group) before it is stored, and hands the result to the proxy's
+``Admission``. It also keeps the budgets: the tokens counted in the current day
+and month are loaded on start and written back every
+``tenancy_flush_seconds`` and at shutdown, from a task it owns (never from a
+request). A crash loses at most the last interval's count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from sardeenz.config import ConfigError, Settings
+from sardeenz.errors import Conflict, NotFound
+from sardeenz.store.tenants import TenantRepository
+from sardeenz.tasks import stop_task
+from sardeenz.tenancy.admission import Admission
+from sardeenz.tenancy.counters import LocalCounters, period_bounds
+from sardeenz.tenancy.spec import Tenant, TenantBody, TenantConflict, check_set, from_config
+
+log = logging.getLogger(__name__)
+
+
+def config_tenants(settings: Settings, key_ids: list[str]) -> list[Tenant]:
+    """The config file's tenants, checked; ``ConfigError`` names the first problem."""
+    try:
+        tenants = from_config(settings.tenants)
+        check_set(tenants, key_ids)
+    except (ValueError, TenantConflict) as exc:
+        raise ConfigError(f"SARDEENZ_TENANTS: {exc}") from None
+    return tenants
+
+
+class TenantService:
+    def __init__(
+        self,
+        settings: Settings,
+        admission: Admission,
+        repository: TenantRepository,
+        key_ids: list[str],
+    ) -> None:
+        self._admission = admission
+        self._repo = repository
+        self._key_ids = key_ids
+        self._flush_every = settings.tenancy_flush_seconds
+        self._config = {t.name: t for t in config_tenants(settings, key_ids)}
+        self._stored: dict[str, Tenant] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        wall = time.time()
+        periods = [period_bounds("day", wall)[0], period_bounds("month", wall)[0]]
+        self._admission.counters = LocalCounters(await self._repo.usage(periods))
+        for name, body in (await self._repo.list_all()).items():
+            try:
+                tenant = Tenant(name=name, source="api", **TenantBody.model_validate(body).__dict__)
+                check_set([*self._config.values(), *self._stored.values(), tenant], self._key_ids)
+            except (ValueError, TenantConflict) as exc:
+                # Kept in the database: fixing the keys file brings it back on restart.
+                log.error("tenant %r (stored) is not applied: %s", name, exc)
+                continue
+            self._stored[name] = tenant
+        self._apply()
+        if self._config or self._stored:
+            log.info("tenants: %s", ", ".join(sorted([*self._config, *self._stored])))
+        self._task = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def stop(self) -> None:
+        await stop_task(self._task)
+        self._task = None
+        await self.flush()
+
+    def _apply(self) -> None:
+        self._admission.configure([*self._config.values(), *self._stored.values()])
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._flush_every)
+            try:
+                await self.flush()
+            except Exception:  # the database may be busy; the next round writes it
+                log.exception("storing tenant budgets failed")
+
+    async def flush(self) -> None:
+        """Write the budget counters that changed since the last flush."""
+        rows = []
+        for scope in self._admission.scopes():
+            for budget in (scope.day, scope.month):
+                if budget is not None and budget.dirty:
+                    budget.dirty = False
+                    rows.append((scope.tenant, scope.name, budget.period_id, budget.used))
+        await self._repo.save_usage(rows)
+
+    # ------------------------------------------------------------------ API
+    def _view(self, tenant: Tenant) -> dict[str, Any]:
+        use: dict[str, Any] = {}
+        for scope in self._admission.scopes():
+            if scope.tenant != tenant.name:
+                continue
+            use[scope.name] = {
+                "concurrent_requests": scope.inflight,
+                "tokens_today": scope.day.used if scope.day is not None else None,
+                "tokens_this_month": scope.month.used if scope.month is not None else None,
+            }
+        return {**tenant.model_dump(), "usage": use}
+
+    def all(self) -> list[dict[str, Any]]:
+        tenants = sorted([*self._config.values(), *self._stored.values()], key=lambda t: t.name)
+        return [self._view(t) for t in tenants]
+
+    def get(self, name: str) -> dict[str, Any]:
+        tenant = self._config.get(name) or self._stored.get(name)
+        if tenant is None:
+            raise NotFound(f"no tenant is named {name!r}", code="tenant_not_found")
+        return self._view(tenant)
+
+    async def put(self, name: str, body: TenantBody) -> dict[str, Any]:
+        """Create or replace an API tenant; the whole set is checked first."""
+        async with self._lock:
+            if name in self._config:
+                raise Conflict(
+                    f"tenant {name!r} is defined in the config file; change it there",
+                    code="tenant_from_config",
+                )
+            tenant = Tenant(name=name, source="api", **body.__dict__)
+            others = [t for n, t in self._stored.items() if n != name]
+            check_set([*self._config.values(), *others, tenant], self._key_ids)
+            await self._repo.put(name, body.model_dump(mode="json"))
+            self._stored[name] = tenant
+            self._apply()
+        return self._view(tenant)
+
+    async def delete(self, name: str) -> dict[str, Any]:
+        async with self._lock:
+            if name in self._config:
+                raise Conflict(
+                    f"tenant {name!r} is defined in the config file; remove it there",
+                    code="tenant_from_config",
+                )
+            if name not in self._stored:
+                raise NotFound(f"no tenant is named {name!r}", code="tenant_not_found")
+            await self._repo.delete(name)
+            del self._stored[name]
+            self._apply()
+        return {"deleted": name}

@@ -1,0 +1,454 @@
+"""The chaos soak: a 5-pod static cluster, each pod in its own network namespace, under
+steady traffic and a seeded schedule of faults, its invariants checked all along
+(benchmarks/soak.py runs it for minutes, tests/soak/ for ~90 s; docs/testing.md).
+
+Faults, one at a time, drawn from ``random.Random(seed)``: SIGKILL or SIGSTOP of the
+leader, of a follower, SIGKILL of an engine, a 2|3 partition, one pod isolated. Admin
+operations run beside them (their own seeded loop): preset applies, moves, sleeps,
+wakes, unloads, loads. Models: ``soak-a`` (a preset, 2 replicas), ``soak-b`` (the same
+preset, 1 or 2 replicas as the applies switch it) and ``soak-cat`` (a catalog model
+started on demand, put to sleep when idle and woken by the next request).
+
+Invariants (each a named ``Violation`` with the timeline around it):
+
+* ``one-leader-per-term``: no two pods ever claim the lead in the same term (sampled);
+* ``every-request-answered``: a request ends ok or with a clean OpenAI error within its
+  deadline; one that broke or hung is allowed only while a fault killed or stopped a pod
+  or an engine (counted, printed), never for a network cut;
+* ``routing-converges``: after each fault heals, within ``bound`` every pod lists every
+  model that runs somewhere and none that runs nowhere, and all agree on one leader;
+* ``no-orphan-or-double-engine``: after each step, every engine process of a pod is an
+  instance that pod lists, and no instance runs twice;
+* ``control-state-agrees`` / ``registry-agrees``: after healing, every pod holds the
+  same presets, catalog and moves (term, revision), and sees each pod's instances as
+  that pod does;
+* ``ledger-within-gpu``: no pod's instances reserve more of a GPU than it has;
+* ``controller-rss-bounded``: every pod's RSS stays under ``rss_cap`` (curve printed).
+
+The seed fixes every choice (fault kinds, victims, hold times, admin operations, the
+traffic's mix); the times at which they happen also depend on how fast the cluster
+heals, so a replay repeats the same sequence, not the same clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from testkit import netns
+from testkit.cluster import SECRET, TIMING
+from testkit.servers import ServerProcess, engine_processes, kill_engines
+from testkit.soak_traffic import TrafficLog
+
+NAMES = ["pod-a", "pod-b", "pod-c", "pod-d", "pod-e"]
+LEFT = 2
+GPUS = "NVIDIA L4:24GiB,NVIDIA L4:24GiB"
+SIM = ["--load-seconds", "0.5", "--ttft-ms", "10", "--itl-ms", "5", "--memory-gib", "4"]
+PRESET = "soak"
+CATALOG_MODEL = "soak-cat"
+FAULTS = (
+    "kill-leader",
+    "stop-leader",
+    "kill-follower",
+    "stop-follower",
+    "kill-engine",
+    "partition-2-3",
+    "isolate-one",
+)
+ADMIN_OPS = ("apply", "move", "sleep", "wake", "unload", "load", "unload-extra")
+SOAK_ENV = {
+    **TIMING,
+    "SARDEENZ_SIM_GPUS": GPUS,
+    "SARDEENZ_PRESET_RECONCILE_SECONDS": "2",
+    "SARDEENZ_STOP_GRACE_SECONDS": "3",
+    "SARDEENZ_PROXY_READY_WAIT_SECONDS": "20",
+}
+
+
+class Violation(AssertionError):
+    """An invariant that did not hold: its name, what was seen, the timeline around it."""
+
+    def __init__(self, name: str, detail: str, timeline: str) -> None:
+        super().__init__(f"invariant {name!r} violated: {detail}\n{timeline}")
+        self.name = name
+
+
+@dataclass
+class Fault:
+    kind: str
+    target: str
+    start: float
+    end: float = float("inf")
+
+
+@dataclass
+class Report:
+    seed: int
+    duration: float
+    faults: list[Fault] = field(default_factory=list)
+    admin: dict[str, dict[str, int]] = field(default_factory=dict)
+    converge: list[tuple[str, float]] = field(default_factory=list)
+    rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    traffic: TrafficLog = field(default_factory=TrafficLog)
+    unavailable: dict[str, float] = field(default_factory=dict)
+    transitions: dict[str, int] = field(default_factory=dict)
+    """The catalog model's instances seen entering each state (it sleeps and wakes)."""
+
+
+class Soak:
+    def __init__(
+        self, root: Path, seed: int, duration: float, *, rss_cap_mb: int = 600, verbose: bool = True
+    ) -> None:
+        self.root = root
+        self.verbose = verbose
+        self.seed = seed
+        self.duration = duration
+        self.rss_cap = rss_cap_mb * 2**20
+        self.rng = random.Random(seed)
+        self.fabric = netns.Fabric(LEFT, len(NAMES) - LEFT)
+        self.servers: dict[str, ServerProcess] = {}
+        self.down: set[str] = set()
+        """Pods killed or stopped now (traffic avoids them)."""
+        self.isolated: set[str] = set()
+        self.t0 = time.monotonic()
+        self.events: list[tuple[float, str]] = []
+        self.report = Report(seed, duration)
+        self.bound = 2 * float(TIMING["SARDEENZ_CLUSTER_UNAVAILABLE_AFTER_SECONDS"]) + 2 * float(
+            TIMING["SARDEENZ_CLUSTER_PING_INTERVAL_SECONDS"]
+        )
+        """Seconds after a fault heals within which routing must have converged."""
+        self._claims: dict[int, set[str]] = {}
+        self._catalog_states: dict[str, str] = {}
+
+    # ------------------------------------------------------------ timeline
+    def note(self, what: str) -> None:
+        now = time.monotonic()
+        self.events.append((now, what))
+        if self.verbose:
+            print(f"  {now - self.t0:8.2f}s {what}", flush=True)
+
+    def timeline(self, around: float | None = None, span: float = 30.0) -> str:
+        lines = []
+        for t, what in self.events:
+            if around is None or abs(t - around) <= span:
+                lines.append(f"  {t - self.t0:8.2f}s {what}")
+        return "timeline:\n" + "\n".join(lines[-80:])
+
+    def violate(self, name: str, detail: str, at: float | None = None) -> None:
+        self.note(f"VIOLATION {name}: {detail}")
+        v = Violation(name, detail, self.timeline(at or time.monotonic()))
+        self.report.violations.append(v)
+        print(v, flush=True)
+
+    # ------------------------------------------------------------- cluster
+    def open(self) -> Soak:
+        self.fabric.open()
+        peers = ",".join(f"{self.fabric.data_ip(i)}:3000" for i in range(len(NAMES)))
+        for i, name in enumerate(NAMES):
+            srv = ServerProcess(
+                self.root / name,
+                host="0.0.0.0",
+                port=3000,
+                prefix=self.fabric.prefix(i),
+                extra_env={
+                    "CLUSTER_PEERS": peers,
+                    "CLUSTER_SECRET": SECRET,
+                    "POD_NAME": name,
+                    "SARDEENZ_ADVERTISE_ADDRESS": self.fabric.data_ip(i),
+                    "SARDEENZ_INSECURE": "true",
+                    **SOAK_ENV,
+                },
+            )
+            srv.url = f"http://{self.fabric.mgmt_ip(i)}:3000"
+            self.servers[name] = srv
+        first, *rest = self.servers.values()
+        first.start(90)
+        for srv in rest:
+            srv.spawn()
+        for srv in rest:
+            srv.wait_ready(90)
+        self.note("cluster started")
+        return self
+
+    def close(self) -> None:
+        for name, srv in self.servers.items():
+            if srv.proc is not None and srv.proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    os.kill(srv.proc.pid, signal.SIGCONT)
+            srv.stop(signal.SIGKILL)
+            kill_engines(srv.data_dir)
+            self.down.discard(name)
+        self.fabric.close()
+
+    def url(self, name: str) -> str:
+        return self.servers[name].url
+
+    def up(self) -> list[str]:
+        return [n for n in NAMES if n not in self.down]
+
+    async def status(self, http: httpx.AsyncClient, name: str) -> dict[str, Any] | None:
+        try:
+            resp = await http.get(f"{self.url(name)}/api/cluster/status", timeout=2)
+        except httpx.HTTPError:
+            return None
+        return resp.json() if resp.status_code == 200 else None
+
+    async def statuses(self, http: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
+        names = self.up()
+        got = await asyncio.gather(*(self.status(http, n) for n in names))
+        return {n: s for n, s in zip(names, got, strict=True) if s is not None}
+
+    async def leader(self, http: httpx.AsyncClient) -> str | None:
+        for st in (await self.statuses(http)).values():
+            if st["leader"] and st["leader"] not in self.down:
+                return str(st["leader"])
+        return None
+
+    # ------------------------------------------------------------- set-up
+    async def prepare(self, http: httpx.AsyncClient) -> None:
+        leader = await self.wait_leader(http, 60)
+        url = self.url(leader)
+        preset = self._preset(b_replicas=1)
+        resp = await http.put(f"{url}/api/cluster/presets/{PRESET}", json=preset, timeout=30)
+        assert resp.status_code == 200, resp.text
+        await self._apply(http, url)
+        entry = {
+            "modelPath": CATALOG_MODEL,
+            "engine": "sim",
+            "extraArgs": SIM,
+            "sleepLevel": 1,
+            "idleSleepSeconds": 4,
+            "idleUnloadSeconds": 40,
+        }
+        resp = await http.put(f"{url}/api/v1/catalog/{CATALOG_MODEL}", json=entry, timeout=30)
+        assert resp.status_code == 200, resp.text
+        await self.converged(http, "set-up", 90)
+
+    @staticmethod
+    def _preset(b_replicas: int) -> dict[str, Any]:
+        def model(name: str, replicas: int) -> dict[str, Any]:
+            return {
+                "modelPath": name,
+                "servedModelName": name,
+                "engine": "sim",
+                "extraArgs": SIM,
+                "replicas": replicas,
+                "sleepLevel": 1,
+            }
+
+        return {"models": [model("soak-a", 2), model("soak-b", b_replicas)]}
+
+    async def _apply(self, http: httpx.AsyncClient, url: str) -> str:
+        """Apply the preset; the ``done`` event's state (or the refusal's code)."""
+        async with http.stream(
+            "POST", f"{url}/api/cluster/presets/{PRESET}/apply", timeout=60
+        ) as resp:
+            if resp.status_code != 200:
+                body = (await resp.aread()).decode(errors="replace")
+                return f"HTTP {resp.status_code} {body[:120]}"
+            state = "no done event"
+            event = ""
+            async for line in resp.aiter_lines():
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:") and event == "done":
+                    try:
+                        done = json.loads(line[5:])
+                        state = f"{done.get('state')} ({done.get('failed')} failed)"
+                    except ValueError:
+                        state = line[5:].strip()[:120]
+            return state
+
+    async def wait_leader(self, http: httpx.AsyncClient, within: float) -> str:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            seen = await self.statuses(http)
+            views = {(s["leader"], s["term"]) for s in seen.values()}
+            if len(seen) == len(self.up()) and len(views) == 1:
+                leader = next(iter(views))[0]
+                if leader is not None:
+                    return str(leader)
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"no agreed leader in {within}s")
+
+    # ------------------------------------------------------------ checks
+    async def sample(self, http: httpx.AsyncClient) -> None:
+        """One round: leader claims per term, the ledger's reservations, RSS."""
+        seen = await self.statuses(http)
+        now = time.monotonic()
+        for name, st in seen.items():
+            if st["leader"] == name:
+                claimants = self._claims.setdefault(int(st["term"]), set())
+                claimants.add(name)
+                if len(claimants) > 1:
+                    self.violate(
+                        "one-leader-per-term", f"term {st['term']} led by {sorted(claimants)}"
+                    )
+            me = next((p for p in st["pods"] if p.get("self")), None)
+            if me is None:
+                continue
+            for i in me["instances"]:
+                if i["servedModelName"] == CATALOG_MODEL:
+                    was = self._catalog_states.get(i["id"])
+                    if was != i["status"]:
+                        self._catalog_states[i["id"]] = i["status"]
+                        self.note(f"{CATALOG_MODEL} {i['id']} on {name}: {was} -> {i['status']}")
+                        key = f"{CATALOG_MODEL} {i['status']}"
+                        self.report.transitions[key] = self.report.transitions.get(key, 0) + 1
+            for gpu in me["gpus"]:
+                held = sum(
+                    i.get("reservedBytesPerGpu") or 0
+                    for i in me["instances"]
+                    if gpu["index"] in (i.get("gpuIds") or [])
+                    and i["status"] in ("starting", "active", "sleeping")
+                )
+                if held > gpu["totalBytes"]:
+                    self.violate(
+                        "ledger-within-gpu",
+                        f"{name} GPU {gpu['index']}: {held} B reserved of {gpu['totalBytes']} B",
+                    )
+        for name in self.up():
+            proc = self.servers[name].proc
+            if proc is None or proc.poll() is not None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                rss = psutil.Process(proc.pid).memory_info().rss
+                self.report.rss.setdefault(name, []).append((now - self.t0, rss))
+                if rss > self.rss_cap:
+                    self.violate("controller-rss-bounded", f"{name} RSS {rss / 2**20:.0f} MiB")
+
+    async def _models(self, http: httpx.AsyncClient, name: str) -> set[str] | None:
+        try:
+            resp = await http.get(f"{self.url(name)}/v1/models", timeout=2)
+            data = resp.json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
+        return {m["id"] for m in data if m.get("state", "active") in ("active", "sleeping")}
+
+    async def _routing_gap(self, http: httpx.AsyncClient) -> str | None:
+        """None when every pod up agrees on a leader and routes what runs; else why not."""
+        seen = await self.statuses(http)
+        if len(seen) != len(self.up()):
+            return f"status from {sorted(seen)} of {self.up()}"
+        views = {(s["leader"], s["term"]) for s in seen.values()}
+        if len(views) != 1 or next(iter(views))[0] is None:
+            return f"leaders {views}"
+        active: set[str] = set()
+        present: set[str] = {CATALOG_MODEL}
+        for st in seen.values():
+            me = next(p for p in st["pods"] if p.get("self"))
+            for i in me["instances"]:
+                if i["status"] == "active":
+                    active.add(i["servedModelName"])
+                if i["status"] in ("active", "sleeping", "starting", "stopping"):
+                    present.add(i["servedModelName"])
+        for name in self.up():
+            listed = await self._models(http, name)
+            if listed is None:
+                return f"{name}: no /v1/models"
+            missing = active - listed
+            if missing:
+                return f"{name} does not route {sorted(missing)}"
+            gone = listed - present
+            if gone:
+                return f"{name} still routes {sorted(gone)}, which runs nowhere"
+        return None
+
+    async def converged(self, http: httpx.AsyncClient, after: str, within: float) -> float:
+        """Wait until routing converged; the seconds it took (a violation past ``within``)."""
+        t0 = time.monotonic()
+        why: str | None = "not checked"
+        while time.monotonic() - t0 < within:
+            why = await self._routing_gap(http)
+            if why is None:
+                took = time.monotonic() - t0
+                self.report.converge.append((after, took))
+                self.note(f"converged after {after} in {took:.2f}s")
+                return took
+            await asyncio.sleep(0.2)
+        self.violate("routing-converges", f"after {after}, {within:.1f}s: {why}", t0)
+        return within
+
+    async def check_engines(self) -> None:
+        """No orphan engine and none twice, on every pod up (retried while stops finish)."""
+        problem = ""
+        async with httpx.AsyncClient() as http:
+            for _ in range(20):
+                problem = await self._engine_problem(http)
+                if not problem:
+                    return
+                await asyncio.sleep(0.5)
+        self.violate("no-orphan-or-double-engine", problem)
+
+    async def _engine_problem(self, http: httpx.AsyncClient) -> str:
+        for name in self.up():
+            st = await self.status(http, name)
+            if st is None:
+                return f"{name}: no status"
+            me = next(p for p in st["pods"] if p.get("self"))
+            known = {i["id"] for i in me["instances"] if i["status"] != "failed"}
+            procs = await asyncio.to_thread(engine_processes, self.servers[name].data_dir)
+            roots: dict[str, int] = {}
+            pids = {p.pid for p in procs}
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    iid = proc.environ().get("SARDEENZ_INSTANCE_ID", "")
+                    if proc.ppid() in pids:
+                        continue  # an EngineCore child of an engine counted already
+                    roots[iid] = roots.get(iid, 0) + 1
+            orphans = sorted(set(roots) - known)
+            doubled = sorted(i for i, n in roots.items() if n > 1)
+            if orphans or doubled:
+                return f"{name}: orphan engines {orphans}, doubled {doubled}"
+        return ""
+
+    async def check_agreement(self, http: httpx.AsyncClient, within: float) -> None:
+        """Control state (presets, catalog, moves) and the registry agree across pods."""
+        t0 = time.monotonic()
+        why = ""
+        while time.monotonic() - t0 < within:
+            why = await self._disagreement(http)
+            if not why:
+                return
+            await asyncio.sleep(0.3)
+        self.violate("control-state-agrees", why, t0)
+
+    async def _disagreement(self, http: httpx.AsyncClient) -> str:
+        copies: dict[str, tuple[Any, ...]] = {}
+        for name in self.up():
+            try:
+                resp = await http.get(f"{self.url(name)}/api/cluster/control", timeout=2)
+                docs = resp.json()["documents"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                return f"{name}: no control state"
+            copies[name] = tuple(sorted((d["key"], d["term"], d["revision"]) for d in docs))
+        if len(set(copies.values())) > 1:
+            return f"control-state copies differ: {copies}"
+        seen = await self.statuses(http)
+        own = {
+            n: {i["id"] for i in next(p for p in s["pods"] if p.get("self"))["instances"]}
+            for n, s in seen.items()
+        }
+        for viewer, st in seen.items():
+            for pod in st["pods"]:
+                if pod.get("self") or pod["id"] not in own:
+                    continue
+                theirs = {i["id"] for i in pod["instances"]}
+                if theirs != own[pod["id"]]:
+                    return (
+                        f"registry: {viewer} sees {pod['id']} run {sorted(theirs)}, "
+                        f"it runs {sorted(own[pod['id']])}"
+                    )
+        return ""

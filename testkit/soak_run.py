@@ -1,0 +1,343 @@
+"""The soak's two seeded loops (faults, admin operations) and its run and summary.
+
+testkit/soak.py holds the cluster and the invariants; this module decides what happens
+when, from the seed, and prints the figures (benchmarks/soak.py, tests/soak/).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from testkit.servers import engine_processes
+from testkit.soak import ADMIN_OPS, CATALOG_MODEL, FAULTS, NAMES, SIM, Fault, Report, Soak
+from testkit.soak_traffic import run_traffic
+
+PROCESS_FAULTS = {"kill-leader", "stop-leader", "kill-follower", "stop-follower", "kill-engine"}
+
+
+class Chaos:
+    def __init__(self, soak: Soak) -> None:
+        self.s = soak
+        self.rng = random.Random(soak.rng.randrange(2**32))
+        self.admin_rng = random.Random(soak.rng.randrange(2**32))
+        self.traffic_rng = random.Random(soak.rng.randrange(2**32))
+        self.catalog_on = True
+
+    # ------------------------------------------------------------ traffic
+    def pick_entry(self) -> tuple[str, str] | None:
+        up = self.s.up()
+        if not up:
+            return None
+        name = self.traffic_rng.choice(up)
+        return name, self.s.url(name)
+
+    def pick_model(self) -> str:
+        models = ["soak-a", "soak-a", "soak-b"]
+        if self.catalog_on:
+            models.append(CATALOG_MODEL)
+        return self.traffic_rng.choice(models)
+
+    async def catalog_rhythm(self, stop: asyncio.Event) -> None:
+        """Requests for the catalog model come and go, so that it sleeps and wakes."""
+        while not stop.is_set():
+            self.catalog_on = not self.catalog_on
+            self.s.note(f"catalog traffic {'on' if self.catalog_on else 'off'}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 10.0)
+
+    # ------------------------------------------------------------- faults
+    async def faults(self, http: httpx.AsyncClient, stop: asyncio.Event) -> None:
+        s = self.s
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.rng.uniform(3.0, 8.0))
+            if stop.is_set():
+                return
+            kind = self.rng.choice(FAULTS)
+            hold = self.rng.uniform(2.0, 6.0)
+            victim_pick = self.rng.random()
+            fault = await self._inject(http, kind, victim_pick)
+            if fault is None:
+                continue
+            s.report.faults.append(fault)
+            await asyncio.sleep(hold)
+            await self._heal(fault)
+            fault.end = time.monotonic()
+            await s.converged(http, f"{fault.kind} {fault.target}", s.bound)
+            await s.check_engines()
+            await s.check_agreement(http, s.bound)
+
+    async def _inject(self, http: httpx.AsyncClient, kind: str, pick: float) -> Fault | None:
+        s = self.s
+        leader = await s.leader(http)
+        if leader is None:
+            return None
+        followers = [n for n in s.up() if n != leader]
+        now = time.monotonic()
+        if kind in ("kill-leader", "stop-leader", "kill-follower", "stop-follower"):
+            victim = leader if kind.endswith("leader") else followers[int(pick * len(followers))]
+            proc = s.servers[victim].proc
+            assert proc is not None
+            s.down.add(victim)
+            os.kill(proc.pid, signal.SIGKILL if kind.startswith("kill") else signal.SIGSTOP)
+            s.note(f"FAULT {kind}: {victim}")
+            return Fault(kind, victim, now)
+        if kind == "kill-engine":
+            engines = []
+            for name in s.up():
+                procs = await asyncio.to_thread(engine_processes, s.servers[name].data_dir)
+                pids = {p.pid for p in procs}
+                engines += [(name, p) for p in procs if p.ppid() not in pids]
+            if not engines:
+                return None
+            name, engine = engines[int(pick * len(engines))]
+            iid = "?"
+            with contextlib.suppress(psutil.Error):
+                iid = engine.environ().get("SARDEENZ_INSTANCE_ID", "?")
+                engine.kill()
+            s.note(f"FAULT kill-engine: {iid} on {name}")
+            return Fault(kind, f"{name}/{iid}", now)
+        if kind == "partition-2-3":
+            s.fabric.partition()
+            s.note("FAULT partition 2|3")
+            return Fault(kind, "a,b|c,d,e", now)
+        victim = NAMES[int(pick * len(NAMES))]
+        s.fabric.isolate(NAMES.index(victim))
+        s.isolated.add(victim)
+        s.note(f"FAULT isolate {victim}")
+        return Fault(kind, victim, now)
+
+    async def _heal(self, fault: Fault) -> None:
+        s = self.s
+        if fault.kind.startswith("kill-") and fault.kind != "kill-engine":
+            srv = s.servers[fault.target]
+            assert srv.proc is not None
+            srv.proc.wait(10)
+            await asyncio.to_thread(srv.start, 90)
+            s.down.discard(fault.target)
+            s.note(f"HEAL {fault.target} restarted")
+        elif fault.kind.startswith("stop-"):
+            proc = s.servers[fault.target].proc
+            assert proc is not None
+            os.kill(proc.pid, signal.SIGCONT)
+            s.down.discard(fault.target)
+            s.note(f"HEAL {fault.target} continued")
+        elif fault.kind == "partition-2-3":
+            s.fabric.heal()
+            s.note("HEAL partition")
+        elif fault.kind == "isolate-one":
+            s.fabric.rejoin(NAMES.index(fault.target))
+            s.isolated.discard(fault.target)
+            s.note(f"HEAL {fault.target} rejoined")
+
+    # ------------------------------------------------------------- admin
+    async def admin(self, http: httpx.AsyncClient, stop: asyncio.Event) -> None:
+        s = self.s
+        b_replicas = 1
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.admin_rng.uniform(2.0, 5.0))
+            if stop.is_set():
+                return
+            op = self.admin_rng.choice(ADMIN_OPS)
+            pick = self.admin_rng.random()
+            leader = await s.leader(http)
+            if leader is None:
+                self._count(op, "no leader")
+                continue
+            url = s.url(leader)
+            try:
+                if op == "apply":
+                    b_replicas = 3 - b_replicas
+                    put = await http.put(
+                        f"{url}/api/cluster/presets/soak", json=s._preset(b_replicas), timeout=30
+                    )
+                    result = f"{await s._apply(http, url)} (put {put.status_code})"
+                else:
+                    result = await self._instance_op(http, url, op, pick)
+            except httpx.HTTPError as exc:
+                result = f"{type(exc).__name__}"
+            s.note(f"ADMIN {op}: {result[:160]}")
+            self._count(op, result.split(" ", 2)[0] if result else "?")
+
+    def _count(self, op: str, result: str) -> None:
+        counts = self.s.report.admin.setdefault(op, {})
+        counts[result] = counts.get(result, 0) + 1
+
+    async def _instance_op(self, http: httpx.AsyncClient, url: str, op: str, pick: float) -> str:
+        resp = await http.get(f"{url}/api/v1/models", timeout=10)
+        instances: list[dict[str, Any]] = resp.json() if resp.status_code == 200 else []
+
+        def pick_of(status: str, *names: str) -> dict[str, Any] | None:
+            found = [
+                i for i in instances if i["status"] == status and i["servedModelName"] in names
+            ]
+            return found[int(pick * len(found))] if found else None
+
+        if op == "load":
+            body = {"modelPath": "soak-x", "engine": "sim", "extraArgs": SIM}
+            r = await http.post(f"{url}/api/v1/models/load", json=body, timeout=30)
+            return f"{r.status_code} soak-x"
+        target = {
+            "move": pick_of("active", "soak-a", "soak-b"),
+            "sleep": pick_of("active", "soak-b"),
+            "wake": pick_of("sleeping", "soak-b", CATALOG_MODEL),
+            "unload": pick_of("active", "soak-a"),
+            "unload-extra": pick_of("active", "soak-x"),
+        }[op]
+        if target is None:
+            return "skipped (nothing to act on)"
+        iid = target["id"]
+        if op == "move":
+            pods = [n for n in self.s.up() if n != target.get("podId")]
+            body = {"instanceId": iid, "targetPodId": pods[int(pick * len(pods))]}
+            r = await http.post(f"{url}/api/cluster/moves", json=body, timeout=30)
+        elif op == "sleep":
+            r = await http.post(f"{url}/api/v1/models/{iid}/sleep?level=1", timeout=60)
+        elif op == "wake":
+            r = await http.post(f"{url}/api/v1/models/{iid}/wake", timeout=60)
+        else:
+            r = await http.post(f"{url}/api/v1/models/{iid}/unload", timeout=60)
+        return f"{r.status_code} {iid}"
+
+    # ------------------------------------------------------------- sampling
+    async def sampler(self, http: httpx.AsyncClient, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.s.sample(http)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+
+def _excused(soak: Soak, o: Any) -> str | None:
+    """Why a broken or hung request is allowed: a pod or an engine it may have been on was
+    killed or stopped meanwhile. A network cut excuses nothing: a request forwarded across
+    it ends with ``pod_unavailable`` once the failure detector gives the pod up."""
+    for f in soak.report.faults:
+        if f.kind in PROCESS_FAULTS and f.start <= o.ended and f.end + 1.0 >= o.started:
+            return f.kind
+    return None
+
+
+async def run(root: Path, seed: int, duration: float, clients: int = 6) -> Report:
+    """Open the cluster, run the soak for ``duration`` s, heal, check, close."""
+    soak = Soak(root, seed, duration)
+    chaos = Chaos(soak)
+    print(f"soak: seed {seed}, {duration:g}s, 5 pods in network namespaces", flush=True)
+    try:
+        await asyncio.to_thread(soak.open)
+        async with httpx.AsyncClient() as http:
+            await soak.prepare(http)
+            soak.t0 = time.monotonic()
+            stop = asyncio.Event()
+            log = soak.report.traffic
+            tasks = [
+                asyncio.create_task(
+                    run_traffic(
+                        chaos.traffic_rng, clients, chaos.pick_entry, chaos.pick_model, stop, log
+                    )
+                ),
+                asyncio.create_task(chaos.catalog_rhythm(stop)),
+                asyncio.create_task(chaos.faults(http, stop)),
+                asyncio.create_task(chaos.admin(http, stop)),
+                asyncio.create_task(chaos.sampler(http, stop)),
+            ]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), duration)
+            stop.set()
+            await asyncio.gather(*tasks)
+            await soak.converged(http, "the end", soak.bound)
+            await soak.check_engines()
+            await soak.check_agreement(http, soak.bound)
+            _judge_requests(soak)
+    finally:
+        await asyncio.to_thread(soak.close)
+    return soak.report
+
+
+def _judge_requests(soak: Soak) -> None:
+    excused: dict[str, int] = {}
+    for o in soak.report.traffic.outcomes:
+        if o.kind not in ("broken", "hang"):
+            continue
+        why = _excused(soak, o)
+        if why is None:
+            soak.violate(
+                "every-request-answered",
+                f"{o.kind} {o.model} stream={o.stream} via {o.entry} "
+                f"at {o.started - soak.t0:.2f}-{o.ended - soak.t0:.2f}s: {o.detail}",
+                o.started,
+            )
+        else:
+            excused[why] = excused.get(why, 0) + 1
+    soak.report.unavailable = {f"excused by {k}": v for k, v in excused.items()}
+
+
+def summary(report: Report) -> str:
+    t = report.traffic
+    lines = [f"soak seed {report.seed}, {report.duration:g}s"]
+    n = len(t.outcomes)
+    lines.append(
+        f"requests: {n} sent, {t.count('ok')} ok, {t.count('error')} clean errors, "
+        f"{t.count('broken')} broken, {t.count('hang')} hung"
+    )
+    for kind in ("error", "broken", "hang"):
+        if t.count(kind):
+            lines.append(f"  {kind}: {t.by_detail(kind)}")
+    if report.unavailable:
+        lines.append(f"  broken/hung while a fault ran: {report.unavailable}")
+    by_kind: dict[str, int] = {}
+    for f in report.faults:
+        by_kind[f.kind] = by_kind.get(f.kind, 0) + 1
+    lines.append(f"faults: {len(report.faults)} {by_kind}")
+    lines.append(f"admin operations: {report.admin}")
+    lines.append(f"catalog model, instances seen entering a state: {report.transitions}")
+    if report.converge:
+        times = [c for _, c in report.converge]
+        worst = max(report.converge, key=lambda c: c[1])
+        lines.append(
+            f"routing converged: median {statistics.median(times):.2f}s, "
+            f"longest {worst[1]:.2f}s (after {worst[0]})"
+        )
+    gaps = _longest_unavailability(report)
+    lines.append(f"longest run of failed requests per model (s): {gaps}")
+    lines.append("controller RSS (MiB) per pod, start -> max -> end:")
+    for name, curve in sorted(report.rss.items()):
+        mib = [r / 2**20 for _, r in curve]
+        steps = max(1, len(curve) // 8)
+        points = " ".join(f"{t:.0f}s:{r / 2**20:.0f}" for t, r in curve[::steps])
+        lines.append(f"  {name}: {mib[0]:.0f} -> {max(mib):.0f} -> {mib[-1]:.0f}  [{points}]")
+    lines.append(f"violations: {len(report.violations)}")
+    for v in report.violations:
+        lines.append(f"  {v.name}: {str(v).splitlines()[0]}")
+    return "\n".join(lines)
+
+
+def _longest_unavailability(report: Report) -> dict[str, float]:
+    """Per model, the longest time between the first and last of consecutive failures."""
+    out: dict[str, float] = {}
+    for model in sorted({o.model for o in report.traffic.outcomes}):
+        seq = sorted(
+            (o for o in report.traffic.outcomes if o.model == model), key=lambda o: o.started
+        )
+        start: float | None = None
+        for o in seq:
+            if o.kind == "ok":
+                if start is not None:
+                    out[model] = max(out.get(model, 0.0), o.started - start)
+                start = None
+            elif start is None:
+                start = o.started
+        out.setdefault(model, 0.0)
+        out[model] = round(out[model], 2)
+    return out

@@ -1,0 +1,107 @@
+"""Kubernetes mode: a load placed on a pod (``podId``) as soon as ``GET /api/cluster/status``
+lists it is accepted, not refused for the heartbeat the pod has not sent yet (issue 28).
+
+The pod watch makes a Ready pod a member at once; the failure detector calls a member it
+has never heard from unavailable, and the leader's pod client used to refuse such a pod
+at once with 503 ``pod_unavailable`` (for about 3 s after it joined). Now a call to a
+member never heard from waits, within its deadline and the detector's unavailable time,
+for its first sign of life. Here pod-c is held stopped (SIGSTOP) while it turns Ready, so
+the window is as wide as the test wants: the load waits, pod-c is continued, the load is
+accepted and its instance becomes active. A member that stays silent is still refused
+with ``pod_unavailable``, once the detector's time is up (never a hang).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.kube.apiserver import KubeApiServer
+from tests.kube.pods import KubePods
+
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
+
+
+@pytest.fixture
+def pods(kube: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubePods]:
+    cluster = KubePods(kube, tmp_path_factory.mktemp("firstload"), 3)
+    try:
+        yield cluster
+    finally:
+        proc = cluster.pods["pod-c"].proc
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+        cluster.close()
+
+
+def _listed(pods: KubePods, leader: str, name: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = pods.status(leader) or {"pods": []}
+        found: dict[str, Any] | None = next((p for p in status["pods"] if p["id"] == name), None)
+        if found is not None:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"{name} not listed by {leader}'s status in 30s")
+
+
+def _load(url: str, pod: str, out: dict[str, Any]) -> None:
+    body = {
+        "modelPath": f"first-load-{pod}",
+        "engine": "sim",
+        "extraArgs": ["--load-seconds", "0.2"],
+        "podId": pod,
+    }
+    t0 = time.monotonic()
+    resp = httpx.post(f"{url}/api/v1/models/load", json=body, timeout=60)
+    out.update(status=resp.status_code, body=resp.json(), seconds=time.monotonic() - t0)
+
+
+def test_load_on_a_pod_just_listed_waits_for_its_first_heartbeat(pods: KubePods) -> None:
+    for name in pods.names:
+        pods.create_pod(name)
+    for name in ("pod-a", "pod-b"):
+        pods.pods[name].start(60)
+        pods.mark_ready(name)
+    leader, _ = pods.wait_one_leader(30)
+    url = pods.pods[leader].url
+    c = pods.pods["pod-c"].start(60)
+    assert c.proc is not None
+    os.kill(c.proc.pid, signal.SIGSTOP)  # it cannot send or answer a heartbeat
+    pods.mark_ready("pod-c")
+    listed = _listed(pods, leader, "pod-c")
+    assert listed["lastSeenSecondsAgo"] is None, f"pod-c heard while stopped: {listed}"
+
+    answer: dict[str, Any] = {}
+    loading = threading.Thread(target=_load, args=(url, "pod-c", answer))
+    loading.start()
+    loading.join(0.8)
+    assert answer == {}, f"the load did not wait for pod-c's first heartbeat: {answer}"
+    os.kill(c.proc.pid, signal.SIGCONT)
+    loading.join(60)
+    assert answer.get("status") == 202, f"load on pod-c just after it was listed: {answer}"
+    assert pods.wait_instance("pod-c", answer["body"]["id"], "active", 30)
+
+
+def test_a_member_that_stays_silent_is_refused_not_waited_for_ever(pods: KubePods) -> None:
+    for name in pods.names:
+        pods.create_pod(name)
+    for name in ("pod-a", "pod-b"):
+        pods.pods[name].start(60)
+        pods.mark_ready(name)
+    leader, _ = pods.wait_one_leader(30)
+    c = pods.pods["pod-c"].start(60)
+    assert c.proc is not None
+    os.kill(c.proc.pid, signal.SIGSTOP)
+    pods.mark_ready("pod-c")
+    _listed(pods, leader, "pod-c")
+    answer: dict[str, Any] = {}
+    _load(pods.pods[leader].url, "pod-c", answer)
+    assert (answer["status"], answer["body"].get("code")) == (503, "pod_unavailable"), answer
