@@ -130,6 +130,21 @@ class Cluster:
         iid = resp.json()["id"]
         return self.wait_instance(pod, iid, "active", timeout) or {}
 
+    def unload(self, pod: str, iid: str, timeout: float = 30) -> None:
+        """Unload ``pod``'s instance ``iid`` through the leader; wait until it is gone.
+
+        The leader learns of an instance from its pod's heartbeat: until then it answers
+        404, so a 404 is retried until ``timeout``."""
+        url = f"{self.leader_url()}/api/v1/models/{iid}/unload"
+        deadline = time.monotonic() + timeout
+        resp = httpx.post(url, timeout=30)
+        while resp.status_code == 404 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            resp = httpx.post(url, timeout=30)
+        assert resp.status_code == 200, f"unload of {iid} on {pod} through the leader: {resp.text}"
+        assert resp.json()["id"] == iid
+        self.wait_instance(pod, iid, None, timeout)
+
     def wait_instance(
         self, pod: str, iid: str, status: str | None, timeout: float = 30
     ) -> dict[str, Any] | None:

@@ -11,11 +11,10 @@ short ones fill the gaps at the end.
 
 How long a file takes: its time in this machine's previous run (pytest's cache,
 ``sardeenz/file-seconds``, written at the end of every run), else the committed
-table ``tests/durations.json`` (what a fresh clone and CI use: per-file seconds on a
-2-core machine, measured tier by tier and scaled to a quiet machine, the long files
-from full runs; regenerate it from a full run as docs/testing.md says), else an
-estimate from its tier. Only the order depends on these
-numbers: a stale or missing entry costs wall time, never a test.
+table ``tests/durations.json`` (what a fresh clone and CI use: per-file seconds of
+one full ``make test`` run on a quiet 2-core machine, two workers; regenerate it from
+a full run as docs/testing.md says), else an estimate from its tier. Only the order
+depends on these numbers: a stale or missing entry costs wall time, never a test.
 
 A worker gets its next file when at most one of its tests is pending (xdist
 holds a worker's last test back until it knows what comes next), not at two as

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from testkit.cluster import Cluster
@@ -84,9 +83,7 @@ def shared_cluster(shared_cluster_session: Cluster) -> Iterator[Cluster]:
     _check_whole(cluster, "after the module")
     left = _loaded(cluster)
     if left:
-        leader = cluster.pods["pod-a"].url
         for pod, inst in left:
-            httpx.post(f"{leader}/api/v1/models/{inst['id']}/unload", timeout=30)
-            cluster.wait_instance(pod, inst["id"], None)
+            cluster.unload(pod, inst["id"])
         names = sorted(f"{i['servedModelName']} on {pod}" for pod, i in left)
         raise AssertionError(f"the module left instances on the shared cluster: {names}")

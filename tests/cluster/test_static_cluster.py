@@ -166,7 +166,7 @@ def test_load_with_pod_id_goes_through_the_leader(shared_cluster: Cluster) -> No
     placed = shared_cluster.wait_instance("pod-c", iid, "active")
     assert placed is not None
     assert placed["servedModelName"] == "placed-on-c"
-    # test_leader_unloads_an_instance_of_another_pod (below) unloads it
+    shared_cluster.unload("pod-c", iid)
 
 
 def test_followers_send_admin_and_dashboard_requests_to_the_leader(shared_cluster: Cluster) -> None:
@@ -198,17 +198,15 @@ def test_followers_send_admin_and_dashboard_requests_to_the_leader(shared_cluste
 
 def test_leader_unloads_an_instance_of_another_pod(shared_cluster: Cluster) -> None:
     leader, _ = shared_cluster.wait_one_leader(10.0)
-    iid = next(
-        i["id"] for i in shared_cluster.instances("pod-c") if i["servedModelName"] == "placed-on-c"
-    )
+    iid = shared_cluster.load_on("pod-c", "unloaded-on-c")["id"]
     with shared_cluster.pods[leader].client() as client:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the leader learns of it from pod-c's heartbeat
             resp = client.post(f"/api/v1/models/{iid}/unload")
             if resp.status_code != 404:
                 break
             time.sleep(0.1)
-        assert resp.status_code == 200, resp.text
+        assert resp.status_code == 200, f"the leader's unload of pod-c's {iid}: {resp.text}"
         assert resp.json()["id"] == iid
     assert shared_cluster.wait_instance("pod-c", iid, None) is None  # gone from pod-c
 

@@ -32,7 +32,7 @@ catalog:
   slow:
     modelPath: org/slow
     engine: sim
-    extraArgs: [--load-seconds, "60"]
+    extraArgs: [--load-seconds, "3600"]
   broken:
     modelPath: org/broken
     engine: sim
@@ -55,6 +55,9 @@ catalog:
 """
 MAX_WAIT = 8
 QUEUE_MAX = 60
+# ``slow`` never finishes starting while the module runs (3600 s): its tests need it
+# starting, and the first of them starts it. At 60 s, a loaded machine reached the queue
+# test after the start had finished, and the waiters got answers instead of 503s.
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ instance saw nothing in flight and stopped the engine under the stream.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -59,28 +58,35 @@ def test_the_local_fallback_of_a_forwarded_request_is_in_flight_locally(
         server.call(lambda: table.set_remote("pod-x", [remote]))
         proxy.remote_headers = lambda headers, method, target, body, pod: None
         counts: list[tuple[int, int]] = []
+        # 40 tokens at 50 ms: the stream stays open ~2 s after its first chunk, the
+        # moment the counts are read (not a fixed sleep that a slow start outruns).
         body = {
             "model": "hop-m",
             "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 20,
+            "max_tokens": 40,
             "stream": True,
         }
+        first_chunk = threading.Event()
+        statuses: list[int] = []
 
         def stream() -> None:
             with httpx.stream(
                 "POST", f"{server.url}/v1/chat/completions", json=body, timeout=30
             ) as resp:
-                assert resp.status_code == 200
-                for _ in resp.iter_lines():
-                    pass
+                statuses.append(resp.status_code)
+                for line in resp.iter_lines():
+                    if line.startswith("data: {"):
+                        first_chunk.set()
 
         client = threading.Thread(target=stream)
         client.start()
-        time.sleep(0.4)  # mid-stream (20 tokens at 50 ms)
+        assert first_chunk.wait(20), "no first streamed chunk through the proxy in 20 s"
         counts.append(
             server.call(lambda: (proxy.inflight.count("loc"), proxy.inflight.count("pod-x/far")))
         )
         client.join(30)
+        assert not client.is_alive(), "the streaming client did not finish in 30 s"
+        assert statuses == [200]
         assert counts == [(1, 0)]
         assert server.call(lambda: proxy.inflight.count("loc")) == 0
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,13 +67,29 @@ def test_models_commands_round_trip(server: ServerProcess) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.5)
+    # Following once it has printed the replayed buffer (not after a guessed delay).
+    assert follow.stdout is not None
+    replayed: list[str] = []
+
+    def read_follow() -> None:
+        for line in follow.stdout or []:
+            replayed.append(line)
+
+    reader = threading.Thread(target=read_follow, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 30
+    while not any("Application startup complete." in line for line in replayed):
+        assert follow.poll() is None, f"logs -f exited early: {follow.stderr}"
+        assert time.monotonic() < deadline, f"logs -f replayed no startup line in 30 s: {replayed}"
+        time.sleep(0.05)
     out = cli("models", "unload", inst_id, *url)
     assert out.returncode == 0, out.stderr
-    stdout, stderr = follow.communicate(timeout=20)
+    follow.wait(20)
+    reader.join(5)
     assert follow.returncode == 0
-    assert "Application startup complete." in stdout  # replayed buffer
-    assert "instance removed" in stderr
+    assert follow.stderr is not None
+    assert "instance removed" in follow.stderr.read()
+    assert "Application startup complete." in "".join(replayed)  # replayed buffer
 
     missing = cli("models", "show", "nope", *url)
     assert missing.returncode == 1
