@@ -73,6 +73,11 @@ SOAK_ENV = {
     "SARDEENZ_PRESET_RECONCILE_SECONDS": "2",
     "SARDEENZ_STOP_GRACE_SECONDS": "3",
     "SARDEENZ_PROXY_READY_WAIT_SECONDS": "20",
+    # Below the traffic's 30 s deadline (soak_traffic.DEADLINE): a request waiting for an
+    # on-demand start or wake ends with a clean 503 ``model_not_ready`` by then, so a
+    # ``hang`` always means a request that nothing would have ended (the default, 120 s,
+    # made a legitimate wait and a stuck one look the same).
+    "SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS": "20",
 }
 
 

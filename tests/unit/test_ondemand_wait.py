@@ -120,3 +120,43 @@ async def test_a_waiter_that_is_cancelled_leaves_the_queue_and_the_start_goes_on
     starter.become(InstanceStatus.ACTIVE)
     assert isinstance(await second, Endpoint)
     assert len(starter.loads) == 1
+
+
+class _StuckStarter(_Starter):
+    """A start that does not return until the test lets it (the leader's placement order
+    to a pod gone silent, making room behind a busy victim...)."""
+
+    def __init__(self, table: RoutingTable) -> None:
+        super().__init__(table)
+        self.go = asyncio.Event()
+
+    async def load(self, req: LoadRequest) -> ModelInstance:
+        await self.go.wait()
+        return await super().load(req)
+
+
+async def test_waiters_take_a_route_that_comes_while_the_start_is_stuck() -> None:
+    """The soak's hang: a pod cut off from its peers starts the model itself; when it
+    rejoins, a peer's active instance is routable again, and its waiters must take it
+    instead of waiting out the start (they did, past the client's deadline)."""
+    table = RoutingTable()
+    starter = _StuckStarter(table)
+    settings = Settings(ondemand_max_wait_seconds=60, ondemand_failure_hold_seconds=10)
+    ondemand = OnDemand(settings, _Catalog(), table, starter)  # type: ignore[arg-type]
+    waiters = [asyncio.create_task(ondemand.wait("m")) for _ in range(5)]
+    await asyncio.sleep(0.05)
+    assert ondemand.waiting("m") == 5
+    assert not any(w.done() for w in waiters)
+    peer = Endpoint("far-1", "m", "10.0.0.2", 3000, "http://10.0.0.2:3000", 1, False)
+    table.set_remote("pod-d", [peer])
+    answers = await asyncio.wait_for(asyncio.gather(*waiters), 5)
+    assert answers == [peer] * 5
+    assert ondemand.waiting("m") == 0
+    # The start was not cancelled by its waiters leaving: it goes on, and a request
+    # after it finds the route at once.
+    assert starter.loads == []
+    starter.go.set()
+    await asyncio.sleep(0.05)
+    assert len(starter.loads) == 1
+    assert await asyncio.wait_for(ondemand.wait("m"), 5) == peer
+    await ondemand.close()

@@ -352,6 +352,18 @@ class RoutingTable:
             # e.g. one that was falling asleep when the first call found it awake.
             woke = False
 
+    async def next_route(self, name: str) -> Endpoint:
+        """Wait until ``name`` is routable (a local instance turned active, or a peer's
+        route arrived), then ``pick``. Unbounded: the caller bounds it and cancels it."""
+        while True:
+            ep = self.pick(name)
+            if ep is not None:
+                return ep
+            event = self._changed.get(name)
+            if event is None:
+                event = self._changed[name] = asyncio.Event()
+            await event.wait()
+
     # -------------------------------------------------------------- changes
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(old, new)`` after each instance change (metrics use it)."""
