@@ -226,8 +226,8 @@ class KubeControlState:
             api.allowed(verb, RESOURCE)
             held = self._copies.get(key)
             if held is None or doc.version >= held.version:  # else the watch brought a newer
-                self._versions[key] = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-                await self._take(doc, tell=False)
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                await self._take(doc, rv, tell=False)
             return doc
 
         return await retry_on_conflict(attempt, f"the cluster's {key}", self.backoff)
@@ -288,14 +288,20 @@ class KubeControlState:
         held = self._copies.get(key)
         if not fresh and held is not None and stored.doc.version < held.version:
             return  # an event older than a write of ours this pod has taken already
-        self._versions[key] = version
-        await self._take(stored.doc, tell=True)
+        await self._take(stored.doc, version, tell=True)
 
-    async def _take(self, doc: Document, *, tell: bool) -> None:
+    async def _take(self, doc: Document, version: str, *, tell: bool) -> None:
+        """Hold ``doc`` as the API server's copy at resourceVersion ``version``.
+
+        The copy and its version change together, with no await between them: a write
+        snapshots both, and a new version beside an old copy would let it replace the
+        ConfigMap with a body that lacks the newer write (a lost update)."""
         async with self._applying:
             if self._copies.get(doc.key) == doc:
+                self._versions[doc.key] = version
                 return
             self._copies[doc.key] = doc
+            self._versions[doc.key] = version
             await self._cache.put_if(
                 StoredCopy(doc.key, doc.term, doc.revision, doc.body), lambda _: True
             )
