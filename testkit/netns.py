@@ -23,6 +23,10 @@ import os
 import random
 import shutil
 import subprocess
+from pathlib import Path
+
+from testkit.cluster import SECRET
+from testkit.servers import ServerProcess
 
 
 def _ip(*args: str) -> None:
@@ -106,3 +110,31 @@ class Fabric:
             with contextlib.suppress(subprocess.SubprocessError):
                 _ip("link", "del", link)
         self.namespaces, self._links = [], []
+
+
+def pod_servers(
+    fabric: Fabric, root: Path, names: list[str], env: dict[str, str]
+) -> dict[str, ServerProcess]:
+    """One static-peers pod per namespace of ``fabric`` (not started): each listens on
+    port 3000 of its namespace, finds its peers on the data network and is reached by
+    the test on the management network (``ServerProcess.url``)."""
+    peers = ",".join(f"{fabric.data_ip(i)}:3000" for i in range(len(names)))
+    servers: dict[str, ServerProcess] = {}
+    for i, name in enumerate(names):
+        srv = ServerProcess(
+            root / name,
+            host="0.0.0.0",
+            port=3000,
+            prefix=fabric.prefix(i),
+            extra_env={
+                "CLUSTER_PEERS": peers,
+                "CLUSTER_SECRET": SECRET,
+                "POD_NAME": name,
+                "SARDEENZ_ADVERTISE_ADDRESS": fabric.data_ip(i),
+                "SARDEENZ_INSECURE": "true",
+                **env,
+            },
+        )
+        srv.url = f"http://{fabric.mgmt_ip(i)}:3000"
+        servers[name] = srv
+    return servers

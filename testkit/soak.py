@@ -47,7 +47,7 @@ import httpx
 import psutil
 
 from testkit import netns
-from testkit.cluster import SECRET, TIMING
+from testkit.cluster import TIMING
 from testkit.servers import ServerProcess, engine_processes, kill_engines
 from testkit.soak_traffic import TrafficLog
 
@@ -160,24 +160,7 @@ class Soak:
     # ------------------------------------------------------------- cluster
     def open(self) -> Soak:
         self.fabric.open()
-        peers = ",".join(f"{self.fabric.data_ip(i)}:3000" for i in range(len(NAMES)))
-        for i, name in enumerate(NAMES):
-            srv = ServerProcess(
-                self.root / name,
-                host="0.0.0.0",
-                port=3000,
-                prefix=self.fabric.prefix(i),
-                extra_env={
-                    "CLUSTER_PEERS": peers,
-                    "CLUSTER_SECRET": SECRET,
-                    "POD_NAME": name,
-                    "SARDEENZ_ADVERTISE_ADDRESS": self.fabric.data_ip(i),
-                    "SARDEENZ_INSECURE": "true",
-                    **SOAK_ENV,
-                },
-            )
-            srv.url = f"http://{self.fabric.mgmt_ip(i)}:3000"
-            self.servers[name] = srv
+        self.servers.update(netns.pod_servers(self.fabric, self.root, NAMES, SOAK_ENV))
         first, *rest = self.servers.values()
         first.start(90)
         for srv in rest:

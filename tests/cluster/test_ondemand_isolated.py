@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from testkit import netns
-from testkit.cluster import SECRET, TIMING
-from testkit.servers import ServerProcess, kill_engines
+from testkit.cluster import TIMING
+from testkit.servers import kill_engines
 from tests.hostnet import host_network
 
 pytestmark = [
@@ -42,26 +42,9 @@ CUT_SECONDS = 6.0  # as long as the soak's isolation that found the hang
 class Pods:
     def __init__(self, fabric: netns.Fabric, root: Path) -> None:
         self.fabric = fabric
-        peers = ",".join(f"{fabric.data_ip(i)}:3000" for i in range(len(NAMES)))
-        self.servers: dict[str, ServerProcess] = {}
-        for i, name in enumerate(NAMES):
-            srv = ServerProcess(
-                root / name,
-                host="0.0.0.0",
-                port=3000,
-                prefix=fabric.prefix(i),
-                extra_env={
-                    "CLUSTER_PEERS": peers,
-                    "CLUSTER_SECRET": SECRET,
-                    "POD_NAME": name,
-                    "SARDEENZ_ADVERTISE_ADDRESS": fabric.data_ip(i),
-                    "SARDEENZ_INSECURE": "true",
-                    "SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB",
-                    **TIMING,
-                },
-            )
-            srv.url = f"http://{fabric.mgmt_ip(i)}:3000"
-            self.servers[name] = srv
+        self.servers = netns.pod_servers(
+            fabric, root, NAMES, {"SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB", **TIMING}
+        )
 
     def url(self, name: str) -> str:
         return self.servers[name].url
