@@ -52,6 +52,8 @@ from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.stewards import Stewards
+from sardeenz.cluster.tenant_shares import TenantShares
+from sardeenz.cluster.tenant_sync import ReplicatedTenants, bind_tenants
 from sardeenz.cluster.transport.routes import HOP_HEADER
 from sardeenz.cluster.wiring import control_state, gateway_hooks, proxy_remote_headers
 from sardeenz.config import Settings
@@ -172,7 +174,25 @@ def build_services(settings: Settings) -> Services:
         pod=members.identity.pod_id,
         admission=admission,
     )
-    tenant_service = TenantService(settings, admission, TenantRepository(db), api_keys.ids)
+    tenant_repository = TenantRepository(db)
+    tenant_shares = TenantShares(
+        members,
+        control,
+        admission,
+        settings.cluster_tenancy_sync_seconds,
+        settings.tenancy_flush_seconds,
+    )
+    tenant_service = TenantService(
+        settings,
+        admission,
+        tenant_repository,
+        api_keys.ids,
+        # in a cluster: the API's tenants and the counters are the cluster's
+        definitions=ReplicatedTenants(control) if cluster.active else None,
+        counters=tenant_shares.counters if cluster.active else None,
+    )
+    if cluster.active:
+        bind_tenants(control, tenant_service, tenant_repository)
     retention = (
         RequestRepository(db, settings.request_log_max_rows)
         if settings.request_log_retention
@@ -267,6 +287,7 @@ def build_services(settings: Settings) -> Services:
         ),
         external=external,
         tenants=tenant_service,
+        tenant_shares=tenant_shares,
     )
 
 
@@ -338,6 +359,7 @@ def create_app(settings: Settings) -> Gateway:
         services.control.start()  # cluster only: adoption, replication, catch-up
         services.profile_sync.start()  # cluster only: the leader's profile reconciliation
         services.presets.start()  # reconciles the applied preset (on the leader)
+        services.tenant_shares.start()  # cluster only: each pod's share of the tenants' limits
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -355,6 +377,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.moves.stop()
             await services.profile_sync.stop()
             await services.presets.stop()
+            await services.tenant_shares.stop()
             await services.collector.stop()
             await services.control.stop()
             await services.cluster.stop()
@@ -412,6 +435,7 @@ def create_app(settings: Settings) -> Gateway:
         services.starts,
         services.collector,
         services.locator,
+        services.tenant_shares,
         unverified,
         settings.proxy_max_body_bytes,
     )

@@ -486,6 +486,17 @@ class Settings(BaseSettings):
             "SARDEENZ_CLUSTER_COLLECT_INTERVAL_SECONDS", "cluster_collect_interval_seconds"
         ),
     )
+    cluster_tenancy_sync_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="How often each pod reports its tenants' demand and budget counts to the "
+        "leader and takes back its share of every limit (cluster-wide limits; a pod without "
+        "an answer for 3 of these splits each limit by the number of pods)",
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_TENANCY_SYNC_SECONDS", "cluster_tenancy_sync_seconds"
+        ),
+    )
     preset_reconcile_seconds: float = Field(
         10.0,
         gt=0,

@@ -22,6 +22,7 @@ from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.stewards import Stewards
+from sardeenz.cluster.tenant_shares import TenantShares
 from sardeenz.cluster.view import ClusterView
 from sardeenz.config import Settings
 from sardeenz.engines.availability import EngineAvailability
@@ -113,6 +114,8 @@ class Services:
     """Cluster mode: pulls every other pod's request log and usage (cluster/observe.py)."""
     tenants: TenantService
     """Tenants and their limits; the proxy asks its ``Admission`` (tenancy/)."""
+    tenant_shares: TenantShares
+    """In a cluster: this pod's share of every tenant limit, synced with the leader."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

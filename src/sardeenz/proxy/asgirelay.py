@@ -327,6 +327,12 @@ class AsgiRelay:
             sent = outgoing(
                 ep, self.remote_headers, scope["headers"], method, target, headers, body
             )
+            if sent is not None and not ep.local and ep.external is None:
+                # to another pod, which admits it (remote.py ``to_another_pod``): a request
+                # admitted here while it waited for a start that landed there is undone
+                ticket = scope.pop(TICKET_SCOPE, None)
+                if ticket is not None:
+                    ticket.cancel()
             if sent is None:  # another pod's, and this request made its hop already
                 local = table.pick_local(model) if model is not None else None
                 if local is None:

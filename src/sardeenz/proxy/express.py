@@ -129,7 +129,8 @@ class ExpressRelay:
         if sent is None:
             return None  # already forwarded once: the handler serves it locally
         ticket = None
-        if key is not None:
+        # (to another pod: that pod admits it, remote.py ``to_another_pod``)
+        if key is not None and (ep.local or ep.external is not None):
             admission = self._admission
             if admission.active:
                 verdict = admission.admit(key.id, model, payload, len(body))

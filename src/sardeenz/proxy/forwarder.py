@@ -53,7 +53,7 @@ from sardeenz.proxy.intake import Disconnected, RequestReader, parse_json, with_
 from sardeenz.proxy.listing import ModelListing, unknown_model
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL
 from sardeenz.proxy.remote import RemoteHeaders as RemoteHeaders  # its old home, re-exported
-from sardeenz.proxy.remote import entered_here
+from sardeenz.proxy.remote import entered_here, to_another_pod
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import UpstreamClient
 from sardeenz.proxy.usage import allowed, note_refused, rate_limited
@@ -201,7 +201,11 @@ class InferenceProxy(AsgiRelay):
                     if desired is not None and desired(model):
                         raise between_replicas(model, self._ready_wait)
                     raise unknown_model(table, demand, model, key)
-            if key is not None and self.admission.active:
+            if (
+                key is not None
+                and self.admission.active
+                and (ep is None or not to_another_pod(ep, self.hop_header, scope["headers"]))
+            ):
                 verdict = self.admission.admit(key.id, model, payload, body_bytes)
                 if isinstance(verdict, Rejection):
                     raise rate_limited(verdict)

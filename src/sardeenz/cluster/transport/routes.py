@@ -95,6 +95,10 @@ CONTROL_READ = InternalRoute("POST", "/internal/control/read", fenced=True)
 # --- on-demand starts placed by the leader (cluster/ondemand.py)
 ONDEMAND_PLACE = InternalRoute("POST", "/internal/ondemand/place")
 
+# --- tenants' limits split between the pods, asked of the leader (cluster/tenant_shares.py):
+# not fenced (a pod asks whoever it believes leads; a follower answers 409 not_leader)
+TENANCY_SYNC = InternalRoute("POST", "/internal/tenancy/sync")
+
 # --- the cluster-wide request log, pulled by every pod (cluster/observe.py)
 REQUESTS_PULL = InternalRoute("POST", "/internal/requests/pull")
 
