@@ -21,7 +21,6 @@ import hashlib
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -182,3 +181,97 @@ def test_a_tenant_put_through_a_follower_gets_its_limit_once_over_three_pods(
         f"one limit of {RPM}/min admits {expected:.0f} (+/- {TOLERANCE:.0%}); "
         f"counted per pod it would be {3 * expected:.0f}"
     )
+
+
+def _tenant_view(url: str, name: str) -> dict[str, Any]:
+    resp = httpx.get(f"{url}/api/v1/tenants/{name}", follow_redirects=True, timeout=10)
+    assert resp.status_code == 200, resp.text
+    view: dict[str, Any] = resp.json()
+    return view
+
+
+def _tokens_today(url: str, name: str) -> int | None:
+    try:
+        value = _tenant_view(url, name)["usage"]["*"]["tokens_today"]
+    except (httpx.HTTPError, AssertionError):
+        return None  # (an election under way: the admin API answers 503 meanwhile)
+    return int(value) if value is not None else None
+
+
+def _stored_total(cluster: Cluster, pod: str, name: str) -> int:
+    """The tokens of ``name`` today in ``pod``'s copy of the ``tenant-usage`` document."""
+    doc = _document(cluster, pod, "tenant-usage") or {}
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    return sum(int(n) for n in (doc.get(f"{name}\t*\t{day}") or {}).values())
+
+
+def _usage(resp: httpx.Response) -> int:
+    usage = resp.json()["usage"]
+    return int(usage["prompt_tokens"]) + int(usage["completion_tokens"])
+
+
+def test_a_budget_is_counted_once_and_survives_the_leader(trio: Cluster) -> None:
+    leader, _ = trio.wait_one_leader(30)
+    follower = next(p for p in trio.names if p != leader)
+    url = trio.pods[follower].url
+    _put_tenant(url, "team-budget", {"api_keys": ["k-budget"], "limits": {"tokens_per_day": 10**6}})
+    _wait_tenant_everywhere(trio, "team-budget")
+
+    # Four requests through each pod, one after the other: every token the engines
+    # reported is counted once in the cluster's total.
+    spent = 0
+    for _ in range(4):
+        for pod in trio.names:
+            with _v1(trio, pod, "k-budget") as v1:
+                resp = _chat(v1, _body(max_tokens=8))
+            assert resp.status_code == 200, resp.text
+            spent += _usage(resp)
+    _wait(
+        lambda: _tokens_today(url, "team-budget") == spent,
+        15,
+        f"the leader's count of team-budget's tokens today to be the {spent} spent",
+    )
+    # ...and stored in the control state, the copy of every pod.
+    _wait(
+        lambda: all(_stored_total(trio, p, "team-budget") == spent for p in trio.names),
+        15,
+        f"every pod's copy of tenant-usage to hold the {spent} tokens",
+    )
+
+    # The leader stops: the new one has the count its pods still report and, for the
+    # pod that stopped, only the stored document.
+    trio.pods[leader].stop()
+    others = [p for p in trio.names if p != leader]
+    trio.wait(
+        lambda st: all(s["leader"] in others for s in st.values()),
+        30,
+        f"a new leader among {others}",
+    )
+    survivor = trio.pods[others[0]].url
+    _wait(
+        lambda: _tokens_today(survivor, "team-budget") == spent,
+        20,
+        f"the new leader's count of team-budget's tokens today to be the {spent} spent",
+    )
+    # The old leader restarts; the budget is lowered to what was spent: no pod admits.
+    trio.pods[leader].start(60)
+    trio.wait(
+        lambda st: len(st) == 3 and len({s["leader"] for s in st.values()}) == 1,
+        30,
+        "the restarted pod to follow the new leader",
+    )
+    _put_tenant(
+        survivor, "team-budget", {"api_keys": ["k-budget"], "limits": {"tokens_per_day": spent}}
+    )
+
+    def lowered() -> bool:
+        docs = [(_document(trio, p, "tenants") or {}).get("team-budget") for p in trio.names]
+        return all(d is not None and d["limits"]["tokens_per_day"] == spent for d in docs)
+
+    _wait(lowered, 20, "the lowered budget in every pod's copy of the tenants")
+    for pod in trio.names:  # none admits: each holds the cluster's count, the restarted too
+        with _v1(trio, pod, "k-budget") as v1:
+            resp = _chat(v1, _body(max_tokens=8))
+        assert resp.status_code == 429, (pod, resp.text)
+        error = resp.json()["error"]
+        assert f"tokens per day limit of {spent}" in error["message"], error
