@@ -10,11 +10,20 @@ one bucket would, whoever they are asked through; without a leader each takes it
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
+import orjson
 import pytest
+from pydantic import ValidationError
 
+from sardeenz.cluster import tenant_shares
+from sardeenz.cluster.control import ControlState
+from sardeenz.cluster.membership.service import Membership
+from sardeenz.cluster.tenant_shares import SyncReport
+from sardeenz.proxy.remote import to_another_pod
+from sardeenz.proxy.routing import Endpoint
 from sardeenz.tenancy import admission as admission_module
 from sardeenz.tenancy.admission import ALL_MODELS, Admission, Rejection, Ticket
 from sardeenz.tenancy.shares import (
@@ -302,3 +311,107 @@ def test_a_new_leader_grants_at_once_and_splits_slots_after_a_lease(clock: Clock
     assert answer["slots"] == [["team", ALL_MODELS, 1]]
     ledger.follow()
     assert pods[0].sync(ledger, clock.t + 4) == {"grants": [], "slots": [], "budgets": []}
+
+
+# ------------------------------------------------------------ who admits, what is sent
+def _endpoint(local: bool) -> Endpoint:
+    return Endpoint(
+        instance_id="i",
+        served_name="m",
+        host="127.0.0.1",
+        port=1,
+        base_url="http://127.0.0.1:1",
+        local=local,
+        pod_id=None if local else "pod-b",
+    )
+
+
+def test_a_request_is_admitted_by_the_pod_that_serves_it() -> None:
+    hop = b"x-sardeenz-hop"
+    assert not to_another_pod(_endpoint(True), hop, [])  # served here: admitted here
+    assert to_another_pod(_endpoint(False), hop, [])  # forwarded: that pod admits it
+    # Forwarded to us already, with a remote endpoint: served here (one hop at most),
+    # so admitted here; a client sending the hop header cannot skip its limits either.
+    assert not to_another_pod(_endpoint(False), hop, [(hop, b"pod-a")])
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [
+        [["t", "*", "rpm", -1, 10, 0, 0, 0]],  # a negative demand
+        [["t", "*", "rpm", "nan", 10, 0, 0, 0]],  # not a number
+        [["t", "*", "rpm", "many", 10, 0, 0, 0]],  # not a number either
+        [["t", "*", "rpm", 1, 10, 0, 0]],  # a field short
+        [["t", "*", "rpm", 1, 10, 1e400, 0, 0]],  # infinite
+    ],
+)
+def test_a_bad_sync_report_is_refused(rates: list[list[Any]]) -> None:
+    body = {"pod": "pod-b", "rates": rates, "budgets": []}
+    with pytest.raises(ValidationError):
+        SyncReport.model_validate_json(orjson.dumps(body))
+    ok = {"pod": "pod-b", "rates": [["t", "*", "rpm", 1.5, 10, 3, 0, 0]], "budgets": []}
+    assert SyncReport.model_validate_json(orjson.dumps(ok)).rates[0][3] == 1.5
+
+
+# ------------------------------------------------------------ the sync loop's lease
+class _Members:
+    """What TenantShares asks of membership: a follower whose leader answers or not."""
+
+    me = "pod-b"
+    active = True
+
+    def __init__(self) -> None:
+        self.answer: dict[str, Any] | None = None
+        self.reports: list[dict[str, Any]] = []
+
+    def leader(self) -> str:
+        return "pod-a"
+
+    def is_leader(self) -> bool:
+        return False
+
+    def cluster_size(self) -> int:
+        return 3
+
+    def client_for(self, pod: str) -> _Members:
+        return self
+
+    async def ask(self, pod: str, route: Any, payload: dict[str, Any]) -> dict[str, Any] | None:
+        self.reports.append(payload)
+        return self.answer
+
+
+class _Control:
+    def body(self, key: str, default: Any = None) -> Any:
+        return default
+
+    def when_ready(self, action: Any) -> None:
+        pass
+
+
+def test_a_pod_without_an_answer_for_the_lease_falls_back_then_takes_grants_again(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tenant_shares, "_mono", clock.mono)
+    members = _Members()
+    adm = Admission()
+    shares = tenant_shares.TenantShares(
+        cast(Membership, members), cast(ControlState, _Control()), adm, 1.0, 5.0
+    )
+    adm.counters = shares.counters()
+    adm.configure([_tenant(requests_per_minute=90, concurrent_requests=6)])
+    scope = next(iter(adm.scopes()))
+    assert asyncio.run(shares.sync_once()) is False
+    assert not shares.degraded  # one lost answer is not a lost leader
+    clock.t += shares.lease + 0.1
+    assert asyncio.run(shares.sync_once()) is False
+    assert shares.degraded
+    assert scope.rpm.local == pytest.approx(30)
+    assert scope.slots == 2
+    assert members.reports[-1]["pod"] == "pod-b"
+    members.answer = {"grants": [["team", ALL_MODELS, "rpm", 5.0]], "slots": [], "budgets": []}
+    clock.t += 1
+    assert asyncio.run(shares.sync_once()) is True
+    assert not shares.degraded
+    assert scope.rpm.leased
+    assert scope.rpm.allowance == 5.0

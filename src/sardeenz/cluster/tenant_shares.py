@@ -42,6 +42,7 @@ from sardeenz.tenancy.shares import (
 )
 
 log = logging.getLogger(__name__)
+_mono = time.monotonic
 
 KEY: Final = "tenant-usage"
 """The control state's document of budget counts: ``tenant\\tscope\\tperiod`` -> pod -> tokens."""
@@ -82,7 +83,7 @@ class TenantShares:
         self._flush_seconds = flush_seconds
         self.ledger = ShareLedger(self.lease)
         self._task: asyncio.Task[None] | None = None
-        self._last_ok = time.monotonic()
+        self._last_ok = _mono()
         self._last_report = self._last_ok
         self._last_write = 0.0
         self._failures = 0
@@ -111,16 +112,16 @@ class TenantShares:
                 f"only the leader splits the tenants' limits; it is {self._m.leader()!r}",
                 code="not_leader",
             )
-        return self.ledger.sync(report.pod, report.model_dump(), time.monotonic())
+        return self.ledger.sync(report.pod, report.model_dump(), _mono())
 
     async def _adopt_stored(self) -> None:
         """A new ready leader: the counts the previous one stored (tenancy/shares.py
         ``ShareLedger.lead`` says why it answers no shares for one lease)."""
-        self.ledger.lead(time.monotonic(), self._control.body(KEY))
+        self.ledger.lead(_mono(), self._control.body(KEY))
 
     async def _store(self) -> None:
         """The leader writes the counts when they changed (every ``flush_seconds``)."""
-        now = time.monotonic()
+        now = _mono()
         if now - self._last_write < self._flush_seconds or not self._control.ready():
             return
         periods = current_periods(time.time())
@@ -154,7 +155,7 @@ class TenantShares:
         counters = self._admission.counters
         if not isinstance(counters, SharedCounters):
             return True  # the tenant service has not started yet
-        now = time.monotonic()
+        now = _mono()
         scopes = list(self._admission.scopes())
         report = counters.report(scopes, now - self._last_report)
         self._last_report = now
@@ -167,7 +168,7 @@ class TenantShares:
             answer = self.ledger.sync(self._m.me, report, now)
         else:
             answer = await self._m.client_for(leader).ask(leader, routes.TENANCY_SYNC, report)
-        now = time.monotonic()
+        now = _mono()
         if answer is not None:
             counters.apply(self._admission.scopes(), answer, now)
             self._last_ok = now
