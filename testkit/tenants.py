@@ -135,6 +135,7 @@ def assert_one_limit(results: dict[str, Seen], rpm: int, window: float, toleranc
     expected = rpm + rpm * window / 60
     per_pod = {p: sum(1 for s, _, _ in seen if s == 200) for p, seen in results.items()}
     pods = len(results)
+    print(f"admitted {admitted} of {expected:.0f} through {pods} pods (per pod {per_pod})")
     assert (1 - tolerance) * expected <= admitted <= (1 + tolerance) * expected, (
         f"admitted {admitted} over {window:.0f} s through {pods} pods (per pod {per_pod}); "
         f"one limit of {rpm}/min admits {expected:.0f} (+/- {tolerance:.0%}); "

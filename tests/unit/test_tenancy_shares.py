@@ -28,6 +28,7 @@ from sardeenz.tenancy import admission as admission_module
 from sardeenz.tenancy.admission import ALL_MODELS, Admission, Rejection, Ticket
 from sardeenz.tenancy.shares import (
     STANDING,
+    LeasedBucket,
     SharedCounters,
     ShareLedger,
     merge_document,
@@ -415,3 +416,32 @@ def test_a_pod_without_an_answer_for_the_lease_falls_back_then_takes_grants_agai
     assert not shares.degraded
     assert scope.rpm.leased
     assert scope.rpm.allowance == 5.0
+
+
+class _Leader(_Members):
+    me = "pod-a"
+
+    def is_leader(self) -> bool:
+        return True
+
+
+def test_a_leader_that_has_not_read_the_stored_counts_answers_nothing(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tenant_shares, "_mono", clock.mono)
+    adm = Admission()
+    shares = tenant_shares.TenantShares(
+        cast(Membership, _Leader()), cast(ControlState, _Control()), adm, 1.0, 5.0
+    )
+    adm.counters = shares.counters()
+    adm.configure([_tenant(requests_per_minute=90)])
+    # Not ready yet: no grants of an empty ledger, so the lease runs out as without one.
+    assert asyncio.run(shares.sync_once()) is False
+    clock.t += shares.lease + 0.1
+    assert asyncio.run(shares.sync_once()) is False
+    assert shares.degraded
+    shares.ledger.lead(clock.t, None)  # ready: its own sync is answered
+    assert asyncio.run(shares.sync_once()) is True
+    bucket = next(iter(adm.scopes())).rpm
+    assert isinstance(bucket, LeasedBucket)
+    assert bucket.leased

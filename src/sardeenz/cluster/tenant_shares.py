@@ -30,7 +30,7 @@ from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler, InternalRequest
-from sardeenz.errors import Conflict
+from sardeenz.errors import Conflict, Unavailable
 from sardeenz.tasks import stop_task
 from sardeenz.tenancy.admission import Admission
 from sardeenz.tenancy.shares import (
@@ -112,6 +112,12 @@ class TenantShares:
                 f"only the leader splits the tenants' limits; it is {self._m.leader()!r}",
                 code="not_leader",
             )
+        if self.ledger.since is None:  # no answer is better than an empty one: the
+            # asker falls back on its own after the lease instead of waiting for grants
+            raise Unavailable(
+                "this leader has not read the tenants' stored counts yet; retry shortly",
+                code="control_state_not_ready",
+            )
         return self.ledger.sync(report.pod, report.model_dump(), _mono())
 
     async def _adopt_stored(self) -> None:
@@ -165,7 +171,8 @@ class TenantShares:
         if leader is None:
             answer = None
         elif leader == self._m.me and self._m.is_leader():
-            answer = self.ledger.sync(self._m.me, report, now)
+            leading = self.ledger.since is not None
+            answer = self.ledger.sync(self._m.me, report, now) if leading else None
         else:
             answer = await self._m.client_for(leader).ask(leader, routes.TENANCY_SYNC, report)
         now = _mono()

@@ -48,6 +48,8 @@ its grants within a sync or two, one quiet second does not take them away)."""
 IDLE_SHARE: Final = 0.05
 """Part of the bucket the pods without demand may be granted together (when there is
 any left after the busy pods' part)."""
+FORGET_LEASES: Final = 100
+"""Leases after which the leader forgets a silent pod's demand (its counts stay)."""
 HORIZON: Final = 2.0
 """Seconds of its demand a pod asks to hold (two sync intervals at the default)."""
 STANDING: Final = 4
@@ -356,6 +358,10 @@ class ShareLedger:
         self._buckets.clear()
 
     def _live(self, now: float) -> dict[str, _Pod]:
+        forget = FORGET_LEASES * self.lease_seconds
+        gone = [p for p, v in self._pods.items() if now - v.seen > forget]
+        for pod in gone:  # (a pod replaced under a new name in Kubernetes never comes back)
+            del self._pods[pod]
         return {p: v for p, v in self._pods.items() if now - v.seen <= self.lease_seconds}
 
     def sync(self, pod: str, report: Mapping[str, Any], now: float) -> dict[str, Any]:
