@@ -204,6 +204,7 @@ class InferenceProxy(AsgiRelay):
             if key is not None and self.admission.active:
                 verdict = self.admission.admit(key.id, model, payload, body_bytes)
                 if isinstance(verdict, Rejection):
+                    self.admission.metered(verdict)
                     raise rate_limited(verdict)
                 if verdict is not None:
                     scope[TICKET_SCOPE] = verdict  # settled when the request ends
