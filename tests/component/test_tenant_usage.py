@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import signal
 import time
 from typing import Any
@@ -21,6 +22,7 @@ import openai
 import pytest
 
 from testkit.servers import ServerPool, ServerProcess, load_active
+from tests.component.test_auth import token
 from tests.component.test_tenancy import (
     JWT_ENV,
     MODEL,
@@ -29,6 +31,7 @@ from tests.component.test_tenancy import (
     _put_tenant,
     _secret,
 )
+from tests.e2e.test_cli_compose import COLUMNS, cli, cli_tty
 
 
 @pytest.fixture(scope="module")
@@ -258,3 +261,40 @@ def test_usage_survives_a_restart(server_factory: ServerPool, tmp_path: Any) -> 
         prompt,
         completion,
     )
+
+
+def test_the_cli_lists_tenants_and_usage_at_80_columns(srv: ServerProcess) -> None:
+    _put_tenant(
+        srv,
+        "bill-cli",
+        {"api_keys": ["k-model"], "limits": {"requests_per_minute": 600, "tokens_per_day": 10**6}},
+    )
+    window = _window()
+    prompt, completion = _traffic(srv, "k-model", 1)
+    auth = ("--url", srv.url, "--token", token(["admin"]))
+    code, out = cli_tty("tenants", "list", *auth)
+    assert code == 0, out
+    assert "bill-cli" in out
+    assert "rpm 600 · day 1M" in out, out
+    assert max(len(line) for line in out.splitlines()) <= COLUMNS, out
+
+    span = ("--from", window["from"], "--to", window["to"])
+    code, out = cli_tty("usage", "--group-by", "tenant,key,model", *span, *auth)
+    assert code == 0, out
+    assert max(len(line) for line in out.splitlines()) <= COLUMNS, out
+    piped = cli("usage", "--group-by", "tenant,key", *span, *auth)
+    assert piped.returncode == 0, piped.stderr
+    lines = [ln.split("\t") for ln in piped.stdout.splitlines()]
+    assert lines[0] == ["TENANT", "KEY", "REQUESTS", "PROMPT", "COMPLETION", "REJECTED"]
+    assert ["bill-cli", "k-model", "2", str(prompt), str(completion), "0"] in lines[1:]
+
+    as_csv = cli("usage", "--csv", "--group-by", "tenant", *span, *auth)
+    with _admin(srv) as api:
+        same = api.get("/api/v1/usage.csv", params={"group_by": "tenant", **window}).text
+    assert as_csv.stdout == same
+    as_json = cli("usage", "--json", "--group-by", "tenant", *span, *auth)
+    assert _of(json.loads(as_json.stdout), tenant="bill-cli")[0]["requests"] == 2
+
+    bad = cli("usage", "--group-by", "colour", *auth)
+    assert bad.returncode == 1
+    assert "unknown_group_by" in bad.stderr

@@ -249,6 +249,12 @@ def summed(rows: Iterable[UsageRow], q: UsageQuery) -> list[UsageBucket]:
     return [out[k] for k in sorted(out)]
 
 
+def _cell(text: str) -> str:
+    """A key id or model name as a spreadsheet reads it: never as a formula (a served
+    name is chosen by whoever loads a model, not by the reader of the export)."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def to_csv(report: TenantUsageReport) -> str:
     """One line per bucket; the columns are fixed (a refusal reason absent: 0)."""
     extra = sorted({r for b in report.buckets for r in b.rejected} - set(REASONS))
@@ -278,8 +284,8 @@ def to_csv(report: TenantUsageReport) -> str:
                 b.start.isoformat().replace("+00:00", "Z"),
                 b.end.isoformat().replace("+00:00", "Z"),
                 b.tenant or "",
-                b.key or "",
-                b.model or "",
+                _cell(b.key or ""),
+                _cell(b.model or ""),
                 b.requests,
                 b.failed_requests,
                 b.prompt_tokens,
