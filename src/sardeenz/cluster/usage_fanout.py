@@ -5,8 +5,9 @@ requests that entered through it (its own SQLite, written off the hot path),
 so nothing is sent per request and no pod holds another's billing rows. A
 usage question is rare (a report, a dashboard refresh); answering it costs one
 signed ``POST /internal/usage/query`` per other pod, all at once, each bounded
-by ``SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS``. Followers send admin requests
-to the leader, so the leader usually asks; any pod can. A pod that is
+by ``SARDEENZ_CLUSTER_REQUEST_TIMEOUT_SECONDS``. ``/api/v1/usage`` is answered
+by the pod asked (cluster/redirect.py keeps it local, as the request log), so
+every pod gives the same sum and none has to be the leader. A pod that is
 unavailable or does not answer in time is listed in ``missingPods``: the
 answer says what it lacks instead of silently counting less.
 """

@@ -203,10 +203,14 @@ class InferenceProxy(AsgiRelay):
                     raise unknown_model(table, demand, model, key)
             if key is not None and self.admission.active:
                 verdict = self.admission.admit(key.id, model, payload, body_bytes)
+                here = entered_here(self.hop_header, scope["headers"])
                 if isinstance(verdict, Rejection):
-                    self.admission.metered(verdict)
+                    if here:  # billed by the pod it entered
+                        self.admission.metered(verdict)
                     raise rate_limited(verdict)
                 if verdict is not None:
+                    if not here:
+                        verdict.unmetered()
                     scope[TICKET_SCOPE] = verdict  # settled when the request ends
         except ErrorReply as r:
             status = await r.send(send, True)

@@ -275,6 +275,11 @@ class Ticket:
             c_est = estimate - p_est  # the last field, "": an admitted request (meter.ADMITTED)
             meter.note((wall, tenant, key, model, status, p_est, c_est, last, prev, ""))
 
+    def unmetered(self) -> None:
+        """Not for the usage meter: a request another pod forwarded here is billed by
+        the pod it entered (the request log's rule, proxy/remote.py ``entered_here``)."""
+        self._meter = None
+
     def cancel(self) -> None:
         """Undo the admission: the request was not sent (it will be admitted again)."""
         if not self._open:
