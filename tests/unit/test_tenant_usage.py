@@ -7,11 +7,16 @@ import io
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from sardeenz.cluster.usage_fanout import rows_of
+from sardeenz.config import Settings
 from sardeenz.store.db import Database
 from sardeenz.store.usage import HOUR, UsageRepository
+from sardeenz.tenancy.admission import Admission, Ticket
 from sardeenz.tenancy.meter import UsageMeter, charged
+from sardeenz.tenancy.spec import Tenant
+from sardeenz.tenancy.usage import UsageService
 from sardeenz.tenancy.usage_query import (
     InvalidUsageQuery,
     TenantUsageReport,
@@ -150,3 +155,49 @@ async def test_minutes_roll_up_into_hours_and_old_hours_go(tmp_path: Path) -> No
         (day + HOUR, "a", "k", "m", "", 4, 0, 1, 1, 0),
     ]
     await db.close()
+
+
+async def test_a_failed_write_keeps_the_buckets_and_a_read_counts_them_once(
+    tmp_path: Path,
+) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'u.db'}")
+    await db.migrate()
+    meter = UsageMeter()
+    service = UsageService(Settings(data_dir=tmp_path), meter, UsageRepository(db))
+    q = UsageQuery(0, 600, None, ALL)
+    meter.note((60.0, "a", "k", "m", 200, 1, 1, USAGE, b"", ""))
+    async with db.engine.begin() as conn:  # the database refuses the next write
+        await conn.execute(sa.text("ALTER TABLE usage_buckets RENAME TO away"))
+    with pytest.raises(sa.exc.OperationalError):
+        await service.flush()
+    assert meter.peek() == {(60, "a", "k", "m", ""): [1, 0, 7, 3, 0]}  # kept
+    async with db.engine.begin() as conn:
+        await conn.execute(sa.text("ALTER TABLE away RENAME TO usage_buckets"))
+    meter.note((70.0, "a", "k", "m", 200, 1, 1, USAGE, b"", ""))
+    await service.flush()
+    assert meter.peek() == {}
+    meter.note((80.0, "a", "k", "m", 200, 1, 1, USAGE, b"", ""))  # not written yet
+    (row,) = summed(await service.local(q), q)
+    assert (row.requests, row.prompt_tokens) == (3, 21)  # the table's 2 + the meter's 1
+    report = await service.report(q)
+    assert (report.pods, report.missing_pods) == ([], [])  # a single node
+    await service.stop()  # writes the last one
+    assert await UsageRepository(db).query(0, 600, None, ()) == [
+        (0, "", "", "", "", 3, 0, 21, 9, 0)
+    ]
+    await db.close()
+
+
+def test_a_forwarded_request_is_not_metered_again() -> None:
+    meter = UsageMeter()
+    admission = Admission(meter=meter)
+    admission.configure([Tenant(name="t", source="api", api_keys=["k"])])
+    here = admission.admit("k", "m", {"max_tokens": 3}, 40)
+    forwarded = admission.admit("k", "m", {"max_tokens": 3}, 40)
+    assert isinstance(here, Ticket)
+    assert isinstance(forwarded, Ticket)
+    forwarded.unmetered()
+    here.settle(200, b"no usage", b"")
+    forwarded.settle(200, USAGE, b"")
+    # the estimate: 40 bytes / 4 + max_tokens
+    assert list(meter.take().values()) == [[1, 0, 10, 3, 1]]
