@@ -233,8 +233,10 @@ def test_usage_needs_an_admin_token_and_the_old_answer_stays(srv: ServerProcess)
     with _admin(srv) as api:
         since_start = api.get("/api/v1/usage").json()  # no question: counters since start
         bad_format = api.get("/api/v1/usage", params={"format": "xml"})
+        with_pod = api.get("/api/v1/usage", params={"pod": "p", "step": "1h"})
     assert {"since", "rows", "byKey", "byModel"} <= set(since_start)
     assert bad_format.status_code == 422
+    assert (with_pod.status_code, with_pod.json()["code"]) == (422, "pod_not_supported")
 
 
 def test_usage_survives_a_restart(server_factory: ServerPool, tmp_path: Any) -> None:

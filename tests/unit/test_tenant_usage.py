@@ -113,6 +113,15 @@ def test_rows_are_summed_per_bucket_and_group() -> None:
     assert first.end.timestamp() == 3600
 
 
+def test_an_answer_too_big_is_refused_not_cut() -> None:
+    q = UsageQuery(0, 60, None, ALL)
+    rows = [(0, "a", f"k{i}", "m", "", 1, 0, 0, 0, 0) for i in range(100_001)]
+    with pytest.raises(InvalidUsageQuery) as err:
+        summed(rows, q)
+    assert err.value.code == "too_many_buckets"
+    assert len(summed(rows[:100_000], q)) == 100_000
+
+
 def test_csv_has_fixed_columns_and_no_formulas() -> None:
     q = UsageQuery(0, 60, None, ALL)
     buckets = summed([(0, "a", "=cmd", "m", "queue_full", 2, 0, 0, 0, 0)], q)

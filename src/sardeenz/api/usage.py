@@ -20,7 +20,12 @@ from fastapi.responses import Response
 from sardeenz.api.deps import ServicesDep
 from sardeenz.proxy.history import UsageReport
 from sardeenz.security.policy import READONLY
-from sardeenz.tenancy.usage_query import TenantUsageReport, parse_query, to_csv
+from sardeenz.tenancy.usage_query import (
+    InvalidUsageQuery,
+    TenantUsageReport,
+    parse_query,
+    to_csv,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["usage"])
 
@@ -28,7 +33,8 @@ INVALID: dict[int | str, dict[str, Any]] = {
     422: {
         "description": "a bad question: `invalid_time`, `invalid_range` (from not before "
         "to), `invalid_step`, `unknown_group_by`, `too_many_points` (more than 10000 "
-        "buckets per group)"
+        "buckets per group), `too_many_buckets` (more than 100000 in all), "
+        "`pod_not_supported` (`pod` with a question)"
     }
 }
 CSV: dict[int | str, dict[str, Any]] = {
@@ -100,6 +106,12 @@ async def usage(
     answer)."""
     if start is None and to is None and step is None and group_by is None and format is None:
         return services.requests.usage(pod)
+    if pod is not None:
+        raise InvalidUsageQuery(
+            "pod filters the counters since start only (without from, to, step, group_by "
+            "and format); the usage over time is every pod's",
+            code="pod_not_supported",
+        )
     report = await _report(services, start, to, step, group_by)
     if format == "csv":
         return _csv(report)

@@ -28,6 +28,8 @@ DEFAULT_SPAN: Final = 86_400
 """Without ``from``: the last day."""
 MAX_POINTS: Final = 10_000
 """Buckets per group in one answer: a bigger question is refused, not truncated."""
+MAX_BUCKETS: Final = 100_000
+"""Buckets in one answer, all groups together (about 30 MB of JSON)."""
 MAX_TIME: Final = 253_402_300_799
 """9999-12-31T23:59:59Z: the latest instant a question may name."""
 GROUPS: Final = {"tenant": "tenant", "key": "key_id", "model": "model"}
@@ -246,6 +248,12 @@ def summed(rows: Iterable[UsageRow], q: UsageQuery) -> list[UsageBucket]:
         else:
             bucket.rejected_requests += requests
             bucket.rejected[reason] = bucket.rejected.get(reason, 0) + requests
+        if len(out) > MAX_BUCKETS:
+            raise InvalidUsageQuery(
+                f"more than {MAX_BUCKETS} buckets: ask for a larger step, a shorter range "
+                "or fewer groupings",
+                code="too_many_buckets",
+            )
     return [out[k] for k in sorted(out)]
 
 
