@@ -287,7 +287,7 @@ def test_the_cli_lists_tenants_and_usage_at_80_columns(srv: ServerProcess) -> No
     piped = cli("usage", "--group-by", "tenant,key", *span, *auth)
     assert piped.returncode == 0, piped.stderr
     lines = [ln.split("\t") for ln in piped.stdout.splitlines()]
-    assert lines[0] == ["TENANT", "KEY", "REQUESTS", "PROMPT", "COMPLETION", "REJECTED"]
+    assert lines[0] == ["TENANT", "KEY", "REQS", "PROMPT", "COMPL", "REFUSED"]
     assert ["bill-cli", "k-model", "2", str(prompt), str(completion), "0"] in lines[1:]
 
     as_csv = cli("usage", "--csv", "--group-by", "tenant", *span, *auth)

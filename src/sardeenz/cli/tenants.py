@@ -119,11 +119,13 @@ def usage_rows(report: dict[str, Any]) -> tuple[list[Col], list[list[Cell]]]:
     if report.get("step"):
         cols.append(Col("START"))
     cols += [Col(g.upper(), is_id=True) for g in groups]
+    # Short headers: a header is a column's narrowest width (tokens: prompt, completion;
+    # REFUSED: by a limit, 429), so tenant, key and model fit beside them at 80 columns.
     cols += [
-        Col("REQUESTS", right=True),
+        Col("REQS", right=True),
         Col("PROMPT", right=True),
-        Col("COMPLETION", right=True),
-        Col("REJECTED", right=True),
+        Col("COMPL", right=True),
+        Col("REFUSED", right=True),
     ]
     rows: list[list[Cell]] = []
     for b in report.get("buckets") or []:
