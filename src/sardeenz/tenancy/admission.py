@@ -259,10 +259,19 @@ class Ticket:
 
 
 class _TenantScopes:
-    __slots__ = ("all", "by_model", "counts_tokens", "name")
+    __slots__ = ("all", "by_model", "counts_tokens", "name", "priority", "weight")
 
-    def __init__(self, name: str, everything: Scope, by_model: dict[str, Scope]) -> None:
+    def __init__(
+        self,
+        name: str,
+        everything: Scope,
+        by_model: dict[str, Scope],
+        weight: int = 1,
+        priority: str = "interactive",
+    ) -> None:
         self.name = name
+        self.weight = weight
+        self.priority = priority
         self.all = (everything,)
         self.by_model = {m: (everything, s) for m, s in by_model.items()}
         self.counts_tokens = everything.counts_tokens or any(
@@ -322,6 +331,8 @@ class Admission:
                 tenant.name,
                 scope(ALL_MODELS, tenant.limits),
                 {m: scope(m, limits) for m, limits in tenant.models.items()},
+                tenant.weight,
+                tenant.priority,
             )
             for key in tenant.api_keys:
                 by_key[key] = entry
@@ -330,11 +341,17 @@ class Admission:
         self._by_key, self._by_subject, self._by_group = by_key, by_subject, by_group
         self._scopes = scopes
         self.active = bool(by_key)
-        self.active = bool(by_key)
 
     def tenant_of_key(self, key_id: str) -> str | None:
         entry = self._by_key.get(key_id)
         return entry.name if entry is not None else None
+
+    def share_of(self, key_id: str) -> tuple[str, int, str] | None:
+        """The tenant of a key, its fair-queuing weight and priority class; None: no tenant.
+
+        Asked only for a request that waits for a saturated model (proxy/fairgate.py)."""
+        entry = self._by_key.get(key_id)
+        return (entry.name, entry.weight, entry.priority) if entry is not None else None
 
     def tenant_of_principal(self, subject: str, groups: Iterable[str]) -> str | None:
         """The tenant a JWT caller belongs to: by subject first, else its first mapped group."""
