@@ -350,6 +350,15 @@ class Settings(BaseSettings):
     """Requests this pod sends to one instance at once; more wait in the proxy and are let in
     by tenant weight and priority (docs/tenancy.md, "Fair sharing"). 0: no limit (the engine
     queues them itself, first come, first served)."""
+    fair_headroom_percent: int = Field(
+        25,
+        ge=0,
+        le=100,
+        validation_alias=_env("SARDEENZ_FAIR_HEADROOM_PERCENT", "fair_headroom_percent"),
+    )
+    """Slots beyond ``SARDEENZ_FAIR_SLOTS_PER_INSTANCE`` (this percentage of them, rounded up)
+    that only an ``interactive`` request of a tenant with nothing waiting may use: a quiet
+    tenant's request goes at once instead of waiting for a slot to free (0: none)."""
     fair_sharing: bool = Field(True, validation_alias=_env("SARDEENZ_FAIR_SHARING", "fair_sharing"))
     """Weighted fair queuing across tenants while a model is saturated; off: first come,
     first served (priority classes still apply)."""

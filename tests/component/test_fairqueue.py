@@ -60,6 +60,7 @@ def _start(pool: ServerPool, tmp: Any, fair: bool) -> ServerProcess:
             "SARDEENZ_FAIR_QUEUE_MAX": str(QUEUE_MAX),
             "SARDEENZ_FAIR_QUEUE_WAIT_SECONDS": str(WAIT_SECONDS),
             "SARDEENZ_FAIR_SHARING": "true" if fair else "false",
+            "SARDEENZ_FAIR_HEADROOM_PERCENT": "0",  # the queue's order alone (unit-tested)
         }
     ).start()
     with httpx.Client(

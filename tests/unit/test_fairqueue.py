@@ -240,6 +240,47 @@ async def test_a_request_for_a_model_that_is_waking_keeps_its_place() -> None:
     assert await asyncio.wait_for(gate.wait(early), 5) is None
 
 
+async def test_headroom_lets_a_quiet_interactive_request_in_beside_a_backlog() -> None:
+    table = RoutingTable()
+    table.apply(active("a"))
+    gate = FairGate(table, 4, max_queue=10, max_wait=30, headroom_percent=25)
+    held = [gate.join("m", "noisy", 1, INTERACTIVE) for _ in range(4)]
+    assert all(isinstance(w, Waiter) and w.future is None for w in held)
+    first = gate.join("m", "noisy", 1, INTERACTIVE)
+    assert isinstance(first, Waiter)
+    assert first.future is None  # nothing of noisy waited yet: the headroom (1 of 4)
+    backlog = gate.join("m", "noisy", 1, INTERACTIVE)
+    assert isinstance(backlog, Waiter)
+    assert backlog.future is not None  # the headroom is full
+    gate.leave(first)  # the headroom frees; still at capacity: nobody is let in
+    assert not backlog.future.done()
+    again = gate.join("m", "noisy", 1, INTERACTIVE)
+    assert isinstance(again, Waiter)
+    assert again.future is not None  # noisy has one waiting: never the headroom
+    batch = gate.join("m", "quiet", 1, BATCH)
+    assert isinstance(batch, Waiter)
+    assert batch.future is not None  # batch waits its turn
+    quiet = gate.join("m", "other", 1, INTERACTIVE)
+    assert isinstance(quiet, Waiter)
+    assert quiet.future is None  # nothing waiting, interactive: the headroom, at once
+    late = gate.join("m", "late", 1, INTERACTIVE)
+    assert isinstance(late, Waiter)
+    assert late.future is not None  # the headroom is full again: it waits
+    gate.leave(quiet)
+    assert isinstance(held[0], Waiter)
+    assert isinstance(held[1], Waiter)
+    assert isinstance(held[0], Waiter)
+    assert isinstance(held[1], Waiter)
+    gate.leave(held[0])  # a slot frees: the next in fair order, noisy's head (it came first)
+    assert backlog.future.done()
+    assert not late.future.done()
+    gate.leave(held[1])  # then late, its tenant's first, ahead of noisy's second
+    assert late.future.done()
+    assert not again.future.done()
+    fifo = FairGate(table, 4, fair=False, headroom_percent=25)
+    assert fifo.headroom == 0  # headroom is part of fair sharing
+
+
 def test_gate_off_costs_one_attribute() -> None:
     gate = FairGate(RoutingTable(), 0)
     assert not gate.on

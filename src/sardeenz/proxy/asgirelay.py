@@ -165,6 +165,7 @@ class AsgiRelay:
             table,
             settings.fair_slots_per_instance,
             fair=settings.fair_sharing,
+            headroom_percent=settings.fair_headroom_percent,
             max_queue=settings.fair_queue_max,
             max_wait=settings.fair_queue_wait_seconds,
         )

@@ -16,6 +16,11 @@ queue and ``wait``s for its turn, bounded by ``SARDEENZ_FAIR_QUEUE_WAIT_SECONDS`
 (``SARDEENZ_FAIR_QUEUE_MAX``) answers 503 ``queue_full`` at once. With no slot
 limit (the default) nothing here runs: ``on`` is False and both paths skip it.
 
+While a model is saturated an ``interactive`` request of a tenant with nothing
+waiting may use a little more than the slots (``SARDEENZ_FAIR_HEADROOM_PERCENT``):
+waiting is for the tenants that saturate the model, and a quiet tenant's request
+then starts at once instead of waiting for the next slot to free up.
+
 A request for a model that is starting or asleep joins the queue before it waits
 for the start or the wake (a model with no routable instance has no slot): when
 the model comes up, the requests that were waiting for it are let in in queue
@@ -102,6 +107,7 @@ class FairGate:
         fair: bool = True,
         max_queue: int = 1000,
         max_wait: float = 30.0,
+        headroom_percent: int = 0,
     ) -> None:
         self._table = table
         self.slots = slots_per_instance
@@ -110,6 +116,9 @@ class FairGate:
         self.fair = fair
         self.max_queue = max_queue
         self.max_wait = max_wait
+        self.headroom = headroom_percent if fair else 0
+        """Percent of the slots an interactive request of a tenant with nothing waiting may
+        use beyond them (see ``join``); part of fair sharing, so none without it."""
         self._models: dict[str, ModelGate] = {}
         if self.on:
             table.add_listener(self._changed)
@@ -144,7 +153,17 @@ class FairGate:
         if gate is None:
             gate = self._models[model] = ModelGate(model, FairQueue(self.max_queue, fair=self.fair))
         waiter = Waiter(gate, model, tenant or NO_TENANT, weight, priority)
-        if not gate.queue.length and gate.inflight < self._capacity(model):
+        queue = gate.queue
+        capacity = self._capacity(model)
+        if (not queue.length and gate.inflight < capacity) or (
+            # Headroom: a tenant with nothing waiting is not the one saturating the model;
+            # its interactive request goes now rather than after a slot frees (a backlogged
+            # tenant always has something waiting, so it never takes the headroom).
+            self.headroom
+            and priority == INTERACTIVE
+            and waiter.tenant not in queue.by_tenant
+            and gate.inflight < capacity + math.ceil(capacity * self.headroom / 100)
+        ):
             gate.inflight += 1  # room: no future, no wait
             waiter.holds = True
             return waiter
