@@ -159,15 +159,22 @@ class Scope:
             self.month.held += tokens
 
     def settle(self, estimate: int, actual: int, now: float, wall: float) -> None:
+        # Branches, not a loop over (day, month): this runs once per scope per request.
         self.inflight -= 1
-        if self.tpm is not None and actual != estimate:
-            self.tpm.give(estimate - actual, now)
-        for budget in (self.day, self.month):
-            if budget is not None:
-                # (never below 0: a budget added while this request was in flight)
-                budget.held = max(0, budget.held - estimate)
-                if actual:
-                    budget.add(actual, wall)
+        tpm, day, month = self.tpm, self.day, self.month
+        if tpm is not None and actual != estimate:
+            tpm.give(estimate - actual, now)
+        if day is not None:
+            # (never below 0: a budget added while this request was in flight)
+            held = day.held - estimate
+            day.held = held if held > 0 else 0
+            if actual:
+                day.add(actual, wall)
+        if month is not None:
+            held = month.held - estimate
+            month.held = held if held > 0 else 0
+            if actual:
+                month.add(actual, wall)
 
     def cancel(self, estimate: int, now: float) -> None:
         self.inflight -= 1
