@@ -16,7 +16,9 @@ from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.proxy.fairgate import FairGate, Waiter, requested_priority
 from sardeenz.proxy.routing import RoutingTable
 from sardeenz.proxy.wire import ErrorReply
+from sardeenz.tenancy.admission import Admission
 from sardeenz.tenancy.fairqueue import BATCH, INTERACTIVE, Entry, FairQueue
+from sardeenz.tenancy.spec import from_config
 
 
 def drain(queue: FairQueue) -> list[str]:
@@ -284,3 +286,27 @@ async def test_headroom_lets_a_quiet_interactive_request_in_beside_a_backlog() -
 def test_gate_off_costs_one_attribute() -> None:
     gate = FairGate(RoutingTable(), 0)
     assert not gate.on
+
+
+# ------------------------------------------------------- a tenant's weight and class
+@pytest.mark.parametrize("weight", [0, -1, 1001, 1.5, "2", True, None])
+def test_a_bad_weight_is_refused_naming_the_field(weight: object) -> None:
+    with pytest.raises(ValueError, match=r"tenant 't': weight"):
+        from_config({"t": {"weight": weight}})
+
+
+@pytest.mark.parametrize("priority", ["urgent", "", "Interactive", 1, None])
+def test_a_bad_priority_is_refused_naming_the_field(priority: object) -> None:
+    with pytest.raises(ValueError, match=r"tenant 't': priority"):
+        from_config({"t": {"priority": priority}})
+
+
+def test_weight_and_priority_reach_the_gate_through_admission() -> None:
+    tenants = from_config(
+        {"a": {"api_keys": ["ka"], "weight": 3, "priority": "batch"}, "b": {"api_keys": ["kb"]}}
+    )
+    admission = Admission()
+    admission.configure(tenants)
+    assert admission.share_of("ka") == ("a", 3, "batch")
+    assert admission.share_of("kb") == ("b", 1, "interactive")
+    assert admission.share_of("nobody") is None

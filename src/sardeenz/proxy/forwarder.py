@@ -232,8 +232,10 @@ class InferenceProxy(AsgiRelay):
                 if verdict is not None:
                     scope[TICKET_SCOPE] = verdict  # settled when the request ends
             if priority is not None:
+                # A LoRA adapter takes the slots of its base model's instances.
+                base = demand.parent(model) if (demand := self.demand) is not None else None
                 place = gate.join(
-                    model, share[0] if share else None, share[1] if share else 1, priority
+                    base or model, share[0] if share else None, share[1] if share else 1, priority
                 )
                 if isinstance(place, ErrorReply):
                     if verdict is not None:
