@@ -7,6 +7,7 @@ which requests finish is the order the proxy let them in. That order is the clai
 not by milliseconds, so CPU contention cannot flip it. The bounds: a request that
 waits past ``SARDEENZ_FAIR_QUEUE_WAIT_SECONDS`` gets 503 ``queue_timeout``, one more
 than ``SARDEENZ_FAIR_QUEUE_MAX`` gets 503 ``queue_full``, both with ``Retry-After``.
+Requests that come while a model wakes up wait in its queue, and keep their order.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import httpx
 import orjson
 import pytest
 
-from testkit.servers import ServerPool, ServerProcess, load_active
+from testkit.servers import ServerPool, ServerProcess, load_active, wait_for_status
 from tests.component.test_auth import AUDIENCE, ISSUER, SECRET, token
 
 MODEL = "fair-m"
+SLEEPY = "fair-sleepy"
+"""A model that sleeps, whose wake takes long enough for requests to queue meanwhile."""
 KEYS = ("quiet", "noisy", "nightly")
 TENANTS = {
     "quiet": {"api_keys": ["quiet"]},
@@ -84,10 +87,10 @@ def fifo(
     return _start(module_server_factory, tmp_path_factory.mktemp("fifo"), False)
 
 
-def _body(max_tokens: int, stream: bool = False) -> bytes:
+def _body(max_tokens: int, stream: bool = False, model: str = MODEL) -> bytes:
     return orjson.dumps(
         {
-            "model": MODEL,
+            "model": model,
             "messages": [{"role": "user", "content": "hello"}],
             "max_tokens": max_tokens,
             "stream": stream,
@@ -99,19 +102,19 @@ def _headers(key: str, **extra: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {_secret(key)}", "content-type": "application/json", **extra}
 
 
-def _queued(srv: ServerProcess) -> dict[str, float]:
+def _queued(srv: ServerProcess, model: str = MODEL) -> dict[str, float]:
     """The fair queue's length per tenant, from ``/metrics``."""
     text = httpx.get(f"{srv.url}/metrics", timeout=10).text
     found = re.findall(
-        rf'sardeenz_fair_queue_length\{{model="{MODEL}",tenant="([^"]+)"\}} ([0-9.]+)', text
+        rf'sardeenz_fair_queue_length\{{model="{model}",tenant="([^"]+)"\}} ([0-9.]+)', text
     )
     return {tenant: float(n) for tenant, n in found}
 
 
-async def _until_queued(srv: ServerProcess, expected: dict[str, float]) -> None:
+async def _until_queued(srv: ServerProcess, expected: dict[str, float], model: str = MODEL) -> None:
     deadline = time.monotonic() + 30
     while True:
-        now = {t: n for t, n in (await asyncio.to_thread(_queued, srv)).items() if n}
+        now = {t: n for t, n in (await asyncio.to_thread(_queued, srv, model)).items() if n}
         if now == expected:
             return
         assert time.monotonic() < deadline, f"the fair queue never held {expected}: {now}"
@@ -232,3 +235,38 @@ def test_an_unknown_priority_is_a_clear_400(fair: ServerProcess, value: str) -> 
     error = resp.json()["error"]
     assert error["code"] == "invalid_priority"
     assert "interactive, batch" in error["message"]
+
+
+def _asleep(srv: ServerProcess) -> None:
+    """Load ``SLEEPY`` (a wake of 6 s: time for the test to queue its requests meanwhile)
+    and put it to sleep."""
+    with httpx.Client(
+        base_url=srv.url, headers={"Authorization": f"Bearer {token(['admin'])}"}, timeout=60
+    ) as api:
+        inst = load_active(api, SLEEPY, "--wake-ms", "6000", enable_sleep_mode=True)
+        api.post(f"/api/v1/models/{inst['id']}/sleep?level=1").raise_for_status()
+        wait_for_status(api, inst["id"], "sleeping", 60)
+
+
+async def test_requests_waiting_for_a_wake_keep_their_place(fair: ServerProcess) -> None:
+    """Requests that came while the model woke up are let in in fair order, not in the
+    order their tasks happen to wake: they were in the queue all along."""
+    await asyncio.to_thread(_asleep, fair)
+    order: list[str] = []
+    async with httpx.AsyncClient(base_url=fair.url, timeout=60) as client:
+
+        async def chat(key: str) -> None:
+            resp = await client.post(
+                "/v1/chat/completions",
+                content=_body(2, model=SLEEPY),
+                headers=_headers(key),
+            )
+            assert resp.status_code == 200, resp.text
+            order.append(key)
+
+        noisy = [asyncio.create_task(chat("noisy")) for _ in range(3)]
+        await _until_queued(fair, {"noisy": 3}, SLEEPY)  # no slot while it sleeps
+        quiet = asyncio.create_task(chat("quiet"))
+        await _until_queued(fair, {"noisy": 3, "quiet": 1}, SLEEPY)
+        await asyncio.wait_for(asyncio.gather(*noisy, quiet), 60)
+    assert order == ["noisy", "quiet", "noisy", "noisy"]
