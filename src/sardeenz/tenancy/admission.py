@@ -164,15 +164,22 @@ class Scope:
             self.month.held += tokens
 
     def settle(self, estimate: int, actual: int, now: float, wall: float) -> None:
+        # Branches, not a loop over (day, month): this runs once per scope per request.
         self.inflight -= 1
-        if self.tpm is not None and actual != estimate:
-            self.tpm.give(estimate - actual, now)
-        for budget in (self.day, self.month):
-            if budget is not None:
-                # (never below 0: a budget added while this request was in flight)
-                budget.held = max(0, budget.held - estimate)
-                if actual:
-                    budget.add(actual, wall)
+        tpm, day, month = self.tpm, self.day, self.month
+        if tpm is not None and actual != estimate:
+            tpm.give(estimate - actual, now)
+        if day is not None:
+            # (never below 0: a budget added while this request was in flight)
+            held = day.held - estimate
+            day.held = held if held > 0 else 0
+            if actual:
+                day.add(actual, wall)
+        if month is not None:
+            held = month.held - estimate
+            month.held = held if held > 0 else 0
+            if actual:
+                month.add(actual, wall)
 
     def cancel(self, estimate: int, now: float) -> None:
         self.inflight -= 1
@@ -291,10 +298,19 @@ class Ticket:
 
 
 class _TenantScopes:
-    __slots__ = ("all", "by_model", "counts_tokens", "name")
+    __slots__ = ("all", "by_model", "counts_tokens", "name", "priority", "weight")
 
-    def __init__(self, name: str, everything: Scope, by_model: dict[str, Scope]) -> None:
+    def __init__(
+        self,
+        name: str,
+        everything: Scope,
+        by_model: dict[str, Scope],
+        weight: int = 1,
+        priority: str = "interactive",
+    ) -> None:
         self.name = name
+        self.weight = weight
+        self.priority = priority
         self.all = (everything,)
         self.by_model = {m: (everything, s) for m, s in by_model.items()}
         self.counts_tokens = everything.counts_tokens or any(
@@ -361,6 +377,8 @@ class Admission:
                 tenant.name,
                 scope(ALL_MODELS, tenant.limits),
                 {m: scope(m, limits) for m, limits in tenant.models.items()},
+                tenant.weight,
+                tenant.priority,
             )
             for key in tenant.api_keys:
                 by_key[key] = entry
@@ -369,11 +387,17 @@ class Admission:
         self._by_key, self._by_subject, self._by_group = by_key, by_subject, by_group
         self._scopes = scopes
         self.active = bool(by_key)
-        self.active = bool(by_key)
 
     def tenant_of_key(self, key_id: str) -> str | None:
         entry = self._by_key.get(key_id)
         return entry.name if entry is not None else None
+
+    def share_of(self, key_id: str) -> tuple[str, int, str] | None:
+        """The tenant of a key, its fair-queuing weight and priority class; None: no tenant.
+
+        Asked only for a request that waits for a saturated model (proxy/fairgate.py)."""
+        entry = self._by_key.get(key_id)
+        return (entry.name, entry.weight, entry.priority) if entry is not None else None
 
     def tenant_of_principal(self, subject: str, groups: Iterable[str]) -> str | None:
         """The tenant a JWT caller belongs to: by subject first, else its first mapped group."""
