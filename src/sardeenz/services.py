@@ -45,6 +45,7 @@ from sardeenz.store.db import Database
 from sardeenz.telemetry.measure import ResourceMeter
 from sardeenz.telemetry.node import NodeSampler
 from sardeenz.tenancy.service import TenantService
+from sardeenz.tenancy.usage import UsageService
 
 
 @dataclass
@@ -116,6 +117,8 @@ class Services:
     """Tenants and their limits; the proxy asks its ``Admission`` (tenancy/)."""
     tenant_shares: TenantShares
     """In a cluster: this pod's share of every tenant limit, synced with the leader."""
+    usage: UsageService
+    """Billable usage per tenant, key, model and minute (tenancy/usage.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

@@ -12,7 +12,7 @@ A feature with routes of its own adds its ``internal_routes()`` here.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
@@ -31,7 +31,8 @@ from sardeenz.cluster.orders import InstanceOrders
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import Redirect, leader_redirect
 from sardeenz.cluster.tenant_shares import TenantShares
-from sardeenz.cluster.transport.server import InternalRouter
+from sardeenz.cluster.transport.routes import InternalRoute
+from sardeenz.cluster.transport.server import Handler, InternalRouter
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.store.control import ControlRepository
@@ -64,6 +65,7 @@ def internal_router(
     collector: RequestCollector,
     locator: InstanceLocator,
     shares: TenantShares,
+    extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
     membership = manager.membership
@@ -78,6 +80,7 @@ def internal_router(
     router.include(collector.internal_routes())
     router.include(InstanceRoutes(locator).internal_routes())
     router.include(shares.internal_routes())
+    router.include(extra_routes)  # features outside cluster/ (the usage query)
     return router
 
 
@@ -104,13 +107,23 @@ def gateway_hooks(
     shares: TenantShares,
     unverified: UnverifiedBodies,
     max_body_bytes: int,
+    extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> GatewayHooks:
     membership = manager.membership
     if not manager.active or membership.verifier is None:
         return GatewayHooks()
     return GatewayHooks(
         internal=internal_router(
-            manager, pod_side, profile_sync, control, starts, unverified, collector, locator, shares
+            manager,
+            pod_side,
+            profile_sync,
+            control,
+            starts,
+            unverified,
+            collector,
+            locator,
+            shares,
+            extra_routes,
         ),
         trusted_forward=trusted_forward(membership.verifier, unverified, max_body_bytes),
         redirect=leader_redirect(membership),
