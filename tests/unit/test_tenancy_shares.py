@@ -26,14 +26,8 @@ from sardeenz.proxy.remote import to_another_pod
 from sardeenz.proxy.routing import Endpoint
 from sardeenz.tenancy import admission as admission_module
 from sardeenz.tenancy.admission import ALL_MODELS, Admission, Rejection, Ticket
-from sardeenz.tenancy.shares import (
-    STANDING,
-    LeasedBucket,
-    SharedCounters,
-    ShareLedger,
-    merge_document,
-    stored_counts,
-)
+from sardeenz.tenancy.ledger import ShareLedger, merge_document, stored_counts
+from sardeenz.tenancy.shares import STANDING, LeasedBucket, SharedCounters
 from sardeenz.tenancy.spec import Limits, Tenant
 
 WALL0 = datetime(2026, 12, 4, 10, tzinfo=UTC).timestamp()

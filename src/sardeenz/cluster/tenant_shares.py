@@ -1,7 +1,7 @@
 """Tenants' limits across the pods: the sync loop, the leader's answer, the stored budgets.
 
-Every pod admits from its share of each limit (tenancy/shares.py says how and why
-the sum holds). This module moves the numbers:
+Every pod admits from its lease on each limit (tenancy/shares.py says how and why
+the sum holds; tenancy/ledger.py is the leader's side). This module moves the numbers:
 
 * every ``cluster_tenancy_sync_seconds`` each pod sends the leader its demand and
   budget counts (``POST /internal/tenancy/sync``, the client's timeout) and applies
@@ -33,13 +33,8 @@ from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.errors import Conflict, Unavailable
 from sardeenz.tasks import stop_task
 from sardeenz.tenancy.admission import Admission
-from sardeenz.tenancy.shares import (
-    SharedCounters,
-    ShareLedger,
-    current_periods,
-    merge_document,
-    stored_counts,
-)
+from sardeenz.tenancy.ledger import ShareLedger, current_periods, merge_document, stored_counts
+from sardeenz.tenancy.shares import SharedCounters
 
 log = logging.getLogger(__name__)
 _mono = time.monotonic
