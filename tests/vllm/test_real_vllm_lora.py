@@ -8,12 +8,14 @@ the unload test. Each test requests what it relies on itself (a greedy request c
 fraction of a second), so it holds whichever test ran before it.
 
 What is checked against vLLM itself, not against Sardeenz's books: the engine's own
-``GET /v1/models`` (an adapter is listed with ``parent``) and its greedy outputs.
+``GET /v1/models`` (an adapter is listed with ``parent``), its greedy outputs, and its
+own reason when it cannot load an adapter.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -34,6 +36,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 LORA_SCRIPT = Path(__file__).with_name("tiny_lora.py")
 BASE = "tiny-lora"
 ONE, TWO, THREE = "lora-one", "lora-two", "lora-three"
+BROKEN = "lora-broken"
+"""A valid adapter_config.json and no weights: passes the catalog's check, fails vLLM's."""
 PROMPT = "The quick brown fox"
 TOKENS = 8
 
@@ -52,6 +56,8 @@ def adapters(vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPa
     )
     if done.returncode != 0:
         pytest.fail(f"building the adapters failed:\n{done.stdout}\n{done.stderr}")
+    (out / BROKEN).mkdir()
+    shutil.copy(out / ONE / "adapter_config.json", out / BROKEN / "adapter_config.json")
     return out
 
 
@@ -73,7 +79,7 @@ catalog:
 """
         + "".join(
             f'  {name}: {{adapterOf: {BASE}, adapterPath: "{adapters / name}"}}\n'
-            for name in (ONE, TWO, THREE)
+            for name in (ONE, TWO, THREE, BROKEN)
         )
     )
     srv = ServerProcess(
@@ -234,3 +240,30 @@ def test_unloading_the_base_drops_its_adapters_and_a_request_reloads_them(
     )
     assert greedy(lora_server, ONE) == one
     assert engine_adapters(lora_server) == {THREE: BASE, ONE: BASE}
+
+
+def test_an_adapter_vllm_cannot_load_answers_with_vllms_reason(
+    lora_server: ServerProcess,
+) -> None:
+    three = greedy(lora_server, THREE)
+    with lora_server.client() as api:
+        entry = {e["name"]: e for e in api.get("/api/v1/catalog").json()}[BROKEN]
+        assert entry["state"] == "unloaded"  # it passed the catalog's check
+        body = {"model": BROKEN, "prompt": PROMPT, "max_tokens": 1}
+        first = api.post("/v1/completions", json=body, timeout=60)
+        again = api.post("/v1/completions", json=body, timeout=60)
+    assert first.status_code == 500, first.text
+    error = first.json()["error"]
+    assert error["code"] == "adapter_load_failed"
+    # vLLM 0.32's own words (it writes <path> for file paths in its messages).
+    assert error["message"].startswith(
+        f"LoRA adapter '{BROKEN}' could not be loaded: Call to add_lora method failed: "
+    )
+    assert "doesn't contain tensors" in error["message"]
+    # Within the failure hold the same answer comes at once, without another load.
+    assert again.status_code == 500
+    assert again.json()["error"] == error
+    assert metric(lora_server, f'sardeenz_adapter_load_failures_total{{model="{BROKEN}"}}') == 1
+    assert BROKEN not in engine_adapters(lora_server)
+    # The engine and the other adapters are unharmed.
+    assert greedy(lora_server, THREE) == three
