@@ -341,6 +341,30 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_TENANCY_FLUSH_SECONDS", "tenancy_flush_seconds"),
     )
     """How often the tokens counted against budgets are written to the database."""
+    usage_flush_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_USAGE_FLUSH_SECONDS", "usage_flush_seconds"),
+    )
+    """How often the billable usage gathered in memory (per tenant, key, model and
+    minute) is written to the database (docs/tenancy.md#usage)."""
+    usage_minute_retention_hours: float = Field(
+        48.0,
+        ge=1,
+        le=24 * 90,
+        validation_alias=_env(
+            "SARDEENZ_USAGE_MINUTE_RETENTION_HOURS", "usage_minute_retention_hours"
+        ),
+    )
+    """How long usage is kept per minute; older minutes are rolled up into hours."""
+    usage_retention_days: float = Field(
+        400.0,
+        ge=1,
+        le=3660,
+        validation_alias=_env("SARDEENZ_USAGE_RETENTION_DAYS", "usage_retention_days"),
+    )
+    """How long hourly usage is kept; older hours are deleted."""
     ondemand_queue_max: int = Field(
         100, ge=1, validation_alias=_env("SARDEENZ_ONDEMAND_QUEUE_MAX", "ondemand_queue_max")
     )

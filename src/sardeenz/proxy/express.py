@@ -137,6 +137,8 @@ class ExpressRelay:
                     if not isinstance(verdict, Ticket):
                         return None  # over a limit: the handler answers the 429
                     ticket = verdict
+                    if not entered_here(self.hop, headers):
+                        ticket.unmetered()  # billed by the pod it entered
         data = client.encode(ep.host, ep.port, b"POST", *sent)
         exchange = _Exchange(
             lane,

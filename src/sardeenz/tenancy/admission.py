@@ -40,6 +40,7 @@ from sardeenz.tenancy.counters import (
     RateCounter,
     retry_after,
 )
+from sardeenz.tenancy.meter import UsageMeter
 from sardeenz.tenancy.spec import Limits, Tenant
 
 _mono = time.monotonic
@@ -78,6 +79,10 @@ class Rejection(NamedTuple):
     reason: str
     limit: int
     retry_after: int
+    key: str = ""
+    """The API key id the refused request came with (for the usage meter)."""
+    model: str = ""
+    """The served model it asked for."""
 
     @property
     def message(self) -> str:
@@ -219,16 +224,33 @@ def _budget(
 class Ticket:
     """An admitted request's charge, settled (or cancelled) exactly once."""
 
-    __slots__ = ("_counts_tokens", "_open", "_scopes", "estimate", "tenant")
+    __slots__ = (
+        "_counts_tokens",
+        "_key",
+        "_meter",
+        "_model",
+        "_open",
+        "_prompt_estimate",
+        "_scopes",
+        "estimate",
+        "tenant",
+    )
 
     def __init__(
-        self, tenant: str, scopes: tuple[Scope, ...], estimate: int, counts_tokens: bool
+        self,
+        tenant: str,
+        scopes: tuple[Scope, ...],
+        estimate: int,
+        counts_tokens: bool,
+        usage: tuple[UsageMeter | None, str, str, int] = (None, "", "", 0),
     ) -> None:
         self.tenant = tenant
         self._scopes = scopes
         self.estimate = estimate
         self._counts_tokens = counts_tokens
         self._open = True
+        # (the usage meter, the key id, the model, the prompt's part of the estimate)
+        self._meter, self._key, self._model, self._prompt_estimate = usage
 
     def settle(self, status: int, last: bytes, prev: bytes) -> None:
         """The request ended with ``status``; ``last``/``prev``: the response's tail."""
@@ -247,6 +269,16 @@ class Ticket:
         now, wall = _mono(), _wall()
         for scope in self._scopes:
             scope.settle(estimate, actual, now, wall)
+        meter = self._meter
+        if meter is not None:  # the tail is read by the meter's drain, off this path
+            p_est, tenant, key, model = self._prompt_estimate, self.tenant, self._key, self._model
+            c_est = estimate - p_est  # the last field, "": an admitted request (meter.ADMITTED)
+            meter.note((wall, tenant, key, model, status, p_est, c_est, last, prev, ""))
+
+    def unmetered(self) -> None:
+        """Not for the usage meter: a request another pod forwarded here is billed by
+        the pod it entered (the request log's rule, proxy/remote.py ``entered_here``)."""
+        self._meter = None
 
     def cancel(self) -> None:
         """Undo the admission: the request was not sent (it will be admitted again)."""
@@ -286,9 +318,16 @@ class Admission:
     """The tenants' limits as the proxy asks them; see module doc."""
 
     def __init__(
-        self, counters: CounterFactory | None = None, *, default_completion: int = 256
+        self,
+        counters: CounterFactory | None = None,
+        *,
+        default_completion: int = 256,
+        meter: UsageMeter | None = None,
     ) -> None:
         self.counters: CounterFactory = counters or LocalCounters()
+        self.meter = meter
+        """Where settled tickets and answered refusals are counted for billing
+        (tenancy/meter.py); None: not counted."""
         self.default_completion = default_completion
         """Completion tokens assumed for a request that sets no ``max_tokens``."""
         self._by_key: dict[str, _TenantScopes] = {}
@@ -360,7 +399,22 @@ class Admission:
             if found is not None and (refusal is None or found.retry_after > refusal.retry_after):
                 refusal = found
         if refusal is not None:
-            return refusal  # counted by whoever answers it (``refused``): once
+            # counted by whoever answers it (``refused``): once
+            return refusal._replace(key=key_id, model=model)
         for scope in scopes:
             scope.take(tokens, now)
-        return Ticket(entry.name, scopes, tokens, entry.counts_tokens)
+        return Ticket(
+            entry.name,
+            scopes,
+            tokens,
+            entry.counts_tokens,
+            (self.meter, key_id, model, -(-body_bytes // BYTES_PER_TOKEN)),
+        )
+
+    def metered(self, rejection: Rejection) -> None:
+        """Count a refusal that is answered in the usage meter (Prometheus counts it in
+        ``refused``, called by the answer)."""
+        if self.meter is not None:
+            self.meter.rejected(
+                _wall(), rejection.tenant, rejection.key, rejection.model, rejection.reason
+            )
