@@ -161,6 +161,11 @@ def build_services(settings: Settings) -> Services:
         cluster=starts if cluster.active else None,
         external=external,
     )
+    if cluster.active:  # adapters routed across pods: heartbeats carry them
+        ondemand.adapters.peers = cluster.remote_routes
+        ondemand.adapters.pod_id = members.identity.pod_id
+        ondemand.adapters.on_change = members.beat_soon
+        cluster.local.adapters = ondemand.adapters.snapshot
     admission = Admission(default_completion=settings.tenancy_default_completion_tokens)
     proxy = InferenceProxy(
         settings,
@@ -179,6 +184,7 @@ def build_services(settings: Settings) -> Services:
         else None
     )
     pod_side = PodSide(cluster.local, members)
+    pod_side.adapters = ondemand  # a move's target takes its source's adapters
     moves = MoveService(Pods(members, pod_side, orders, settings), settings, control)
     requests = RequestHistory(proxy.requests, retention)
     own_pod = proxy.requests.pod

@@ -157,10 +157,10 @@ class OnDemand:
         """Requests waiting for ``name`` now (queue depth)."""
         return self._waiting.get(name, 0)
 
-    async def wait(self, name: str) -> Endpoint | ErrorReply:
+    async def wait(self, name: str, *, local_only: bool = False) -> Endpoint | ErrorReply:
         entry = self._catalog.entry(name)
         if entry is not None and entry.adapter_of is not None:
-            return await self.adapters.wait(name, entry)
+            return await self.adapters.wait(name, entry, local_only=local_only)
         external = self.external
         if external is not None and external.manages(name):
             return await external.wait(name)  # nothing to start: up or not
@@ -306,6 +306,18 @@ class OnDemand:
     def release(self, name: str, ep: Endpoint) -> None:
         """A request ``wait`` answered with ``ep`` ended (adapters count theirs in flight)."""
         self.adapters.release(name, ep)
+
+    async def carry_adapters(self, instance_id: str, names: list[str]) -> dict[str, str | None]:
+        """Load the adapters ``names`` into this pod's instance ``instance_id`` (a move's
+        target takes what its source held): each name -> None (loaded) or why not."""
+        out: dict[str, str | None] = {}
+        for name in names:
+            entry = self._catalog.entry(name)
+            if entry is None or entry.adapter_of is None:
+                out[name] = "not an adapter entry of the catalog"
+                continue
+            out[name] = await self.adapters.load_into(instance_id, name, entry)
+        return out
 
     async def close(self) -> None:
         await self.adapters.close()

@@ -83,6 +83,7 @@ ROUTES = InternalRoute("GET", "/internal/routes")
 WITHDRAW = InternalRoute("POST", "/internal/models/{instance_id}/withdraw", fenced=True)
 RESTORE = InternalRoute("POST", "/internal/models/{instance_id}/restore", fenced=True)
 DRAIN = InternalRoute("POST", "/internal/models/{instance_id}/drain", fenced=True)
+ADAPTERS_CARRY = InternalRoute("POST", "/internal/models/{instance_id}/adapters", fenced=True)
 
 # --- memory profiles shared across the cluster (cluster/profile_sync.py)
 PROFILES = InternalRoute("GET", "/internal/memory-profiles")
