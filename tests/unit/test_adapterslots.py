@@ -174,3 +174,6 @@ def test_idle_ttl_takes_only_adapters_unused_for_the_ttl() -> None:
     assert book.expire(10.0, 5.0, ["i1", "nowhere"]) == [("i1", "old")]
     assert book.snapshot() == {"i1": {"busy": 1, "new": 0}}  # evicting: not advertised
     assert book.expire(100.0, 5.0, []) == []  # only the instances asked about
+    book.touch("i1", 20.0)  # woke at t=20: its sleep was not idle time
+    assert book.expire(22.0, 5.0, ["i1"]) == []
+    assert book.expire(25.0, 5.0, ["i1"]) == [("i1", "new")]

@@ -486,8 +486,15 @@ class AdapterLoader:
         return expired
 
     def _on_instance(self, old: InstanceView | None, new: InstanceView | None) -> None:
-        """The routing table's listener: an instance that stops serving loses its adapters."""
+        """The routing table's listener: an instance that stops serving loses its adapters;
+        one that wakes starts their idle time again."""
         if new is not None and new.status in _KEEPS_ADAPTERS:
+            if (
+                new.status is InstanceStatus.ACTIVE
+                and old is not None
+                and old.status is InstanceStatus.SLEEPING
+            ):
+                self.book.touch(new.instance_id, time.monotonic())
             return
         view = new or old
         if view is None:

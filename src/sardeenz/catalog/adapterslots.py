@@ -214,6 +214,13 @@ class SlotBook:
                     out.append((iid, name))
         return out
 
+    def touch(self, instance_id: str, now: float) -> None:
+        """Count every adapter of the instance as used at ``now`` (it woke up: the idle
+        TTL counts time awake, so a long sleep does not unload them all at the wake)."""
+        inst = self._instances.get(instance_id)
+        for slot in inst.held.values() if inst is not None else ():
+            slot.last_used = max(slot.last_used, now)
+
     # -- requests ----------------------------------------------------------------------
     def acquire(self, instance_id: str, adapter: str, now: float) -> bool:
         """A request for ``adapter`` goes to ``instance_id``; False if it is not loaded there."""

@@ -1,0 +1,169 @@
+"""LoRA adapters follow their base over time, on one pod with sim engines: the idle TTL
+unloads an unused adapter (never one with a request in flight), and a base that sleeps
+keeps its adapters (its sleep does not count as idle time).
+
+One server for the module, with a short idle TTL; each test has its own base.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+
+from testkit.adapters import make_adapter
+from testkit.servers import ServerPool, ServerProcess
+
+SIM_ARGS = '[--load-seconds, "0.2", --lora-load-ms, "100", --ttft-ms, "5", --itl-ms, "20"]'
+TTL = 3.0
+WAIT = 20
+
+
+@pytest.fixture(scope="module")
+def srv(
+    module_server_factory: ServerPool, tmp_path_factory: pytest.TempPathFactory
+) -> ServerProcess:
+    root = tmp_path_factory.mktemp("lifecycle")
+    for name in ("idle1", "keep1", "nap1", "nap2"):
+        make_adapter(root / name, rank=8)
+    config = root / "sardeenz.yaml"
+    config.write_text(
+        f"""
+catalog:
+  ttl:
+    modelPath: org/ttl
+    engine: sim
+    loraSlots: 2
+    extraArgs: {SIM_ARGS}
+  nap:
+    modelPath: org/nap
+    engine: sim
+    loraSlots: 2
+    sleepLevel: 1
+    extraArgs: {SIM_ARGS}
+  idle1: {{adapterOf: ttl, adapterPath: "{root / "idle1"}"}}
+  keep1: {{adapterOf: ttl, adapterPath: "{root / "keep1"}"}}
+  nap1: {{adapterOf: nap, adapterPath: "{root / "nap1"}"}}
+  nap2: {{adapterOf: nap, adapterPath: "{root / "nap2"}"}}
+"""
+    )
+    env = {"SARDEENZ_ADAPTER_IDLE_TTL_SECONDS": str(TTL)}
+    return module_server_factory(args=["--config", str(config)], extra_env=env).start()
+
+
+def only_instance(srv: ServerProcess, base: str) -> dict[str, Any]:
+    with srv.client() as c:
+        found: list[dict[str, Any]] = c.get("/api/v1/models").json()
+    (inst,) = [i for i in found if i["servedModelName"] == base]
+    return inst
+
+
+def engine_state(srv: ServerProcess, base: str) -> dict[str, Any]:
+    with srv.client() as c:
+        state: dict[str, Any] = c.get(
+            f"/api/direct/{only_instance(srv, base)['port']}/sim/state"
+        ).json()
+    return state
+
+
+def listed_state(srv: ServerProcess, adapter: str) -> str:
+    with srv.client() as c:
+        cards = {m["id"]: m for m in c.get("/v1/models").json()["data"]}
+    return str(cards[adapter]["state"])
+
+
+def metric(srv: ServerProcess, line_start: str) -> float:
+    with srv.client() as c:
+        text = c.get("/metrics").text
+    values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
+    return values[0] if values else 0.0
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def client(srv: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", timeout=WAIT + 10)
+
+
+def test_an_idle_adapter_is_unloaded_never_one_with_a_request_in_flight(
+    srv: ServerProcess,
+) -> None:
+    oai = client(srv)
+    assert oai.completions.create(model="keep1", prompt="hi", max_tokens=1).model == "keep1"
+    # A stream on keep1 that outlasts the TTL several times (600 tokens at 20 ms).
+    stream_done = threading.Event()
+    models: list[str] = []
+
+    def stream() -> None:
+        for chunk in oai.completions.create(
+            model="keep1", prompt="hi", max_tokens=600, stream=True
+        ):
+            models.append(chunk.model)
+        stream_done.set()
+
+    streamer = threading.Thread(target=stream)
+    streamer.start()
+    try:
+        wait_for(lambda: bool(models), "the keep1 stream's first chunk")
+        assert oai.completions.create(model="idle1", prompt="hi", max_tokens=1).model == "idle1"
+        assert set(engine_state(srv, "ttl")["lora_adapters"]) == {"keep1", "idle1"}
+        t0 = time.monotonic()
+        wait_for(
+            lambda: "idle1" not in engine_state(srv, "ttl")["lora_adapters"],
+            "idle1 unloaded from its engine after the idle TTL",
+        )
+        assert time.monotonic() - t0 >= TTL * 0.5  # not before it was idle a while
+        assert not stream_done.is_set(), "the keep1 stream ended too soon to show anything"
+        assert "keep1" in engine_state(srv, "ttl")["lora_adapters"]  # in flight: kept
+        assert listed_state(srv, "idle1") == "unloaded"
+        assert listed_state(srv, "keep1") == "active"
+        assert metric(srv, 'sardeenz_adapter_unloads_total{model="idle1",reason="idle"}') == 1
+        assert metric(srv, 'sardeenz_adapter_unloads_total{model="keep1",reason="idle"}') == 0
+    finally:
+        streamer.join(WAIT + 10)
+    assert stream_done.is_set()
+    assert set(models) == {"keep1"}
+    wait_for(  # its stream over, keep1 goes idle too
+        lambda: "keep1" not in engine_state(srv, "ttl")["lora_adapters"],
+        "keep1 unloaded once its stream ended and the TTL passed",
+    )
+    assert metric(srv, 'sardeenz_adapter_unloads_total{model="keep1",reason="idle"}') == 1
+    # The next request loads it again.
+    assert oai.completions.create(model="idle1", prompt="hi", max_tokens=1).model == "idle1"
+    assert "idle1" in engine_state(srv, "ttl")["lora_adapters"]
+
+
+def test_a_sleeping_base_keeps_its_adapters(srv: ServerProcess) -> None:
+    oai = client(srv)
+    for name in ("nap1", "nap2"):
+        assert oai.completions.create(model=name, prompt="hi", max_tokens=1).model == name
+    inst = only_instance(srv, "nap")
+    loads = engine_state(srv, "nap")["lora_loads"]
+    with srv.client() as c:
+        resp = c.post(f"/api/v1/models/{inst['id']}/sleep", json={"level": 1})
+        assert resp.status_code == 200, resp.text
+    wait_for(lambda: listed_state(srv, "nap1") == "sleeping", "nap1 listed sleeping")
+    assert listed_state(srv, "nap2") == "sleeping"
+    time.sleep(TTL * 2)  # asleep longer than the TTL: sleeping is not idle time
+    assert listed_state(srv, "nap1") == "sleeping"
+    with srv.client() as c:
+        resp = c.post(f"/api/v1/models/{inst['id']}/wake")
+        assert resp.status_code == 200, resp.text
+    wait_for(lambda: listed_state(srv, "nap2") == "active", "nap2 active with its woken base")
+    hits = metric(srv, 'sardeenz_adapter_hits_total{model="nap2"}')
+    assert oai.completions.create(model="nap2", prompt="hi", max_tokens=1).model == "nap2"
+    assert metric(srv, 'sardeenz_adapter_hits_total{model="nap2"}') == hits + 1
+    state = engine_state(srv, "nap")
+    assert state["lora_loads"] == loads  # nothing loaded again after the sleep
+    assert set(state["lora_adapters"]) == {"nap1", "nap2"}
