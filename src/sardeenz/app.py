@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from sardeenz import __version__
 from sardeenz.api import (
+    adapters,
     auth,
     benchmarks,
     catalog,
@@ -40,6 +41,7 @@ from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
 from sardeenz.cluster.handover import Pods, PodSide
 from sardeenz.cluster.loads import Loads
@@ -247,6 +249,7 @@ def build_services(settings: Settings) -> Services:
         benchmarks=BenchmarkRunner(settings, locator, BenchmarkRepository(db), api_keys),
         catalog=catalog,
         ondemand=ondemand,
+        adapter_orders=AdapterOrders(members, ondemand, settings.ondemand_max_wait_seconds),
         reaper=reaper,
         warmup=warmup,
         cluster=cluster,
@@ -399,6 +402,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(memory.router)
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
+    app.include_router(adapters.router)
     app.include_router(cluster.router)
     app.include_router(moves.router)
     app.include_router(presets.router)
@@ -420,6 +424,7 @@ def create_app(settings: Settings) -> Gateway:
         services.locator,
         unverified,
         settings.proxy_max_body_bytes,
+        services.adapter_orders,
     )
     gateway = Gateway(
         app,

@@ -1,12 +1,14 @@
 """LoRA adapters follow their base over time, on one pod with sim engines: the idle TTL
 unloads an unused adapter (never one with a request in flight), and a base that sleeps
-keeps its adapters (its sleep does not count as idle time).
+keeps its adapters (its sleep does not count as idle time); an operator lists, loads
+and unloads adapters (API and CLI).
 
 One server for the module, with a short idle TTL; each test has its own base.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -17,9 +19,11 @@ import pytest
 
 from testkit.adapters import make_adapter
 from testkit.servers import ServerPool, ServerProcess
+from tests.e2e.test_cli import cli
+from tests.e2e.test_cli_compose import assert_words_whole, cli_tty
 
 SIM_ARGS = '[--load-seconds, "0.2", --lora-load-ms, "100", --ttft-ms, "5", --itl-ms, "20"]'
-TTL = 3.0
+TTL = 6.0
 WAIT = 20
 
 
@@ -28,7 +32,7 @@ def srv(
     module_server_factory: ServerPool, tmp_path_factory: pytest.TempPathFactory
 ) -> ServerProcess:
     root = tmp_path_factory.mktemp("lifecycle")
-    for name in ("idle1", "keep1", "nap1", "nap2"):
+    for name in ("idle1", "keep1", "nap1", "nap2", "ops1"):
         make_adapter(root / name, rank=8)
     config = root / "sardeenz.yaml"
     config.write_text(
@@ -49,6 +53,12 @@ catalog:
   keep1: {{adapterOf: ttl, adapterPath: "{root / "keep1"}"}}
   nap1: {{adapterOf: nap, adapterPath: "{root / "nap1"}"}}
   nap2: {{adapterOf: nap, adapterPath: "{root / "nap2"}"}}
+  ops:
+    modelPath: org/ops
+    engine: sim
+    loraSlots: 1
+    extraArgs: {SIM_ARGS}
+  ops1: {{adapterOf: ops, adapterPath: "{root / "ops1"}", aliases: [ops-one]}}
 """
     )
     env = {"SARDEENZ_ADAPTER_IDLE_TTL_SECONDS": str(TTL)}
@@ -101,13 +111,13 @@ def test_an_idle_adapter_is_unloaded_never_one_with_a_request_in_flight(
 ) -> None:
     oai = client(srv)
     assert oai.completions.create(model="keep1", prompt="hi", max_tokens=1).model == "keep1"
-    # A stream on keep1 that outlasts the TTL several times (600 tokens at 20 ms).
+    # A stream on keep1 that outlasts the TTL several times (900 tokens at 20 ms).
     stream_done = threading.Event()
     models: list[str] = []
 
     def stream() -> None:
         for chunk in oai.completions.create(
-            model="keep1", prompt="hi", max_tokens=600, stream=True
+            model="keep1", prompt="hi", max_tokens=900, stream=True
         ):
             models.append(chunk.model)
         stream_done.set()
@@ -167,3 +177,58 @@ def test_a_sleeping_base_keeps_its_adapters(srv: ServerProcess) -> None:
     state = engine_state(srv, "nap")
     assert state["lora_loads"] == loads  # nothing loaded again after the sleep
     assert set(state["lora_adapters"]) == {"nap1", "nap2"}
+
+
+def test_an_operator_lists_loads_and_unloads_an_adapter(srv: ServerProcess) -> None:
+    with srv.client() as c:
+        listed = {a["name"]: a for a in c.get("/api/v1/adapters").json()}
+        assert listed["ops1"] == {
+            "name": "ops1",
+            "base": "ops",
+            "adapterPath": listed["ops1"]["adapterPath"],
+            "aliases": ["ops-one"],
+            "state": "unloaded",
+            "loadedOn": [],
+        }
+        assert "ops" not in listed  # a base is no adapter
+        missing = c.post("/api/v1/adapters/ops/load")
+        assert missing.status_code == 404
+        assert missing.json()["code"] == "adapter_not_found"
+        loaded = c.post("/api/v1/adapters/ops1/load", timeout=WAIT + 10)
+        assert loaded.status_code == 200, loaded.text
+    inst = only_instance(srv, "ops")  # the base was started for it
+    assert loaded.json()["state"] == "active"
+    assert loaded.json()["loadedOn"] == [
+        {"podId": None, "instanceId": inst["id"], "inFlight": 0, "sleeping": False}
+    ]
+    assert list(engine_state(srv, "ops")["lora_adapters"]) == ["ops1"]
+
+    # A request in flight holds it while the CLI looks, and an unload is refused.
+    oai = client(srv)
+    stream = oai.completions.create(model="ops1", prompt="hi", max_tokens=300, stream=True)
+    assert next(iter(stream)).model == "ops1"
+    url = ["--url", srv.url]
+    piped = cli("adapters", *url)
+    assert piped.returncode == 0, piped.stderr
+    code, terminal = cli_tty("adapters", *url)
+    assert code == 0
+    assert inst["id"] in terminal
+    assert_words_whole(terminal, piped.stdout)
+    as_json = {a["name"]: a for a in json.loads(cli("adapters", "--json", *url).stdout)}
+    assert as_json["ops1"]["state"] == "active"
+    assert as_json["ops1"]["loadedOn"][0]["inFlight"] == 1
+    with srv.client() as c:
+        busy = c.post("/api/v1/adapters/ops1/unload")
+    assert busy.status_code == 409
+    assert busy.json()["code"] == "adapter_in_use"
+    assert list(engine_state(srv, "ops")["lora_adapters"]) == ["ops1"]
+    assert {chunk.model for chunk in stream} == {"ops1"}
+
+    unloaded = cli("adapters", "unload", "ops1", "--json", *url)
+    assert unloaded.returncode == 0, unloaded.stderr
+    assert json.loads(unloaded.stdout)["state"] == "unloaded"
+    assert not engine_state(srv, "ops")["lora_adapters"]
+    assert metric(srv, 'sardeenz_adapter_unloads_total{model="ops1",reason="operator"}') == 1
+    again = cli("adapters", "load", "ops1", "--json", *url)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["state"] == "active"

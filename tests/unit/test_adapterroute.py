@@ -90,6 +90,8 @@ def test_peer_adapters_come_from_heartbeats_active_and_sleeping_apart() -> None:
     assert routes.adapters_of("pod-b/i2") is None  # asleep: no route to it
     assert routes.sleeping_with("poem")
     assert not routes.sleeping_with("sql")
+    assert routes.placements("poem") == [("pod-b/i2", 0, True)]
+    assert routes.placements("sql") == [("pod-b/i1", 2, False)]
     assert routes.adapters_of("pod-b/i3") is None
     assert not routes.sleeping_with("old")
     v = routes.version
@@ -115,6 +117,9 @@ class Peers:
 
     def sleeping_with(self, adapter: str) -> bool:
         return False
+
+    def placements(self, adapter: str) -> list[tuple[str, int, bool]]:
+        return sorted((e, h[adapter], False) for e, h in self.held.items() if adapter in h)
 
 
 class NoInstances:
@@ -153,6 +158,13 @@ async def test_an_adapter_held_on_another_pod_is_served_there(tmp_path: Path) ->
     assert ep.instance_id == "pod-b/pod-b-i"
     assert not ep.local
     assert ld.state("sql", "llama") == "active"
+    (where,) = ld.placements("sql")
+    assert (where.pod_id, where.instance_id, where.inflight, where.asleep) == (
+        "pod-b",
+        "pod-b-i",
+        3,
+        False,
+    )
     ld.release("sql", ep)
 
 

@@ -53,17 +53,19 @@ from sardeenz.catalog.adapteridle import IdleAdapters
 from sardeenz.catalog.adapterroute import Holder, load_pod, pick_holder
 from sardeenz.catalog.adapterslots import Reservation, SlotBook, SlotState
 from sardeenz.catalog.metrics import STATS
+from sardeenz.catalog.models import AdapterState
 from sardeenz.catalog.replies import not_ready
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
 from sardeenz.engines.vllm import flag_value
+from sardeenz.errors import Conflict
 from sardeenz.proxy.routing import Endpoint, InstanceView, RoutingTable
 from sardeenz.proxy.wire import ErrorReply
 from sardeenz.store.records import CatalogEntry
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AdapterLoader", "PeerAdapters"]
+__all__ = ["AdapterLoader", "PeerAdapters", "Placement"]
 
 _KEEPS_ADAPTERS = (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
 
@@ -82,6 +84,19 @@ class PeerAdapters(Protocol):
 
     def sleeping_with(self, adapter: str) -> bool:
         """Does a sleeping instance on another pod keep ``adapter``?"""
+
+    def placements(self, adapter: str) -> list[tuple[str, int, bool]]:
+        """``(pod/instance, requests in flight, asleep)`` of each peer instance holding it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One instance holding an adapter (``GET /api/v1/adapters``)."""
+
+    pod_id: str | None
+    instance_id: str
+    inflight: int
+    asleep: bool
 
 
 class _LoadFailed(EngineRefused):
@@ -221,7 +236,7 @@ class AdapterLoader:
                 if not await self._wait_for_room(deadline - loop.time()):
                     return self._no_room(name)
 
-    def state(self, name: str, base: str) -> str:
+    def state(self, name: str, base: str) -> AdapterState:
         """``active`` while an active instance of ``base`` on any pod holds the adapter,
         ``sleeping`` while only a sleeping one keeps it, else ``unloaded``."""
         endpoints = {e.instance_id: e for e in self._table.endpoints(base)}
@@ -253,6 +268,24 @@ class AdapterLoader:
     def snapshot(self) -> dict[str, dict[str, int]]:
         """This pod's instances -> {adapter loaded: requests in flight} (its heartbeat's)."""
         return {iid: held for iid, held in self.book.snapshot().items() if held}
+
+    def placements(self, name: str) -> list[Placement]:
+        """Every instance (this pod's, then the peers') holding adapter ``name`` loaded."""
+        status = {v.instance_id: v.status for v in self._table.instances()}
+        out = [
+            Placement(
+                self.pod_id or None,
+                iid,
+                self.book.inflight(iid, name),
+                status.get(iid) is InstanceStatus.SLEEPING,
+            )
+            for iid in self.book.holders(name)
+        ]
+        if self.peers is not None:
+            for eid, inflight, asleep in self.peers.placements(name):
+                pod, _, iid = eid.partition("/")
+                out.append(Placement(pod, iid, inflight, asleep))
+        return out
 
     def held(self, instance_id: str) -> list[str]:
         """The adapters loaded in this pod's instance ``instance_id``."""
@@ -484,6 +517,35 @@ class AdapterLoader:
         if expired:
             self._notify_room()
         return expired
+
+    def busy_here(self, name: str) -> list[str]:
+        """This pod's instances where adapter ``name`` has requests in flight."""
+        return [iid for iid in self.book.holders(name) if self.book.inflight(iid, name)]
+
+    async def unload_here(self, name: str) -> list[str]:
+        """Unload adapter ``name`` from every active instance of this pod that holds it
+        (an operator's unload): the instances it left. ``Conflict`` (``adapter_in_use``),
+        with nothing unloaded, while any of them serves its requests."""
+        busy = self.busy_here(name)
+        if busy:
+            raise Conflict(
+                f"LoRA adapter {name!r} has requests in flight on {', '.join(busy)}; "
+                "retry once they end",
+                code="adapter_in_use",
+            )
+        # Active instances only: a sleeping engine is not asked anything (it keeps the
+        # adapter, and the idle TTL takes it once the base is awake and it is unused).
+        local = {e.instance_id: e for e in self._table.local_endpoints()}
+        taken, _ = self.book.take_idle(name, local)
+        for iid in taken:
+            await self._engine.unload(local[iid], name)
+            self.book.forget(iid, name)
+            STATS.adapter_unloaded(name, "operator")
+            log.info("adapter %s unloaded from %s (by an operator)", name, iid)
+        if taken:
+            self._changed()
+            self._notify_room()
+        return taken
 
     def _on_instance(self, old: InstanceView | None, new: InstanceView | None) -> None:
         """The routing table's listener: an instance that stops serving loses its adapters;

@@ -214,6 +214,24 @@ class SlotBook:
                     out.append((iid, name))
         return out
 
+    def take_idle(self, adapter: str, among: Iterable[str]) -> tuple[list[str], list[str]]:
+        """An operator's unload of ``adapter`` from the ``among`` instances: (the ones where
+        it was loaded and idle, now marked for eviction; the ones where it serves
+        requests, left alone). The caller unloads each taken one, then ``forget``s it."""
+        taken: list[str] = []
+        busy: list[str] = []
+        for iid in sorted(among):
+            inst = self._instances.get(iid)
+            slot = inst.held.get(adapter) if inst is not None else None
+            if slot is None or slot.state is not SlotState.LOADED:
+                continue
+            if slot.inflight:
+                busy.append(iid)
+            else:
+                slot.state = SlotState.EVICTING
+                taken.append(iid)
+        return taken, busy
+
     def touch(self, instance_id: str, now: float) -> None:
         """Count every adapter of the instance as used at ``now`` (it woke up: the idle
         TTL counts time awake, so a long sleep does not unload them all at the wake)."""

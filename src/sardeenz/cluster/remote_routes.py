@@ -48,8 +48,8 @@ class RemoteRoutes:
         """The proxy's requests in flight; None: nothing is cut (unit tests)."""
         self._held: dict[str, dict[str, dict[str, int]]] = {}
         """pod -> ``pod/instance`` -> {adapter: requests in flight} (active instances)."""
-        self._asleep: dict[str, frozenset[str]] = {}
-        """pod -> adapters its sleeping instances keep."""
+        self._asleep: dict[str, dict[str, frozenset[str]]] = {}
+        """pod -> ``pod/instance`` -> adapters that sleeping instance keeps."""
         self.version = 0
         """Changes whenever a peer's adapters change (``PeerAdapters``)."""
 
@@ -59,7 +59,23 @@ class RemoteRoutes:
         return self._held.get(pod, {}).get(endpoint_id)
 
     def sleeping_with(self, adapter: str) -> bool:
-        return any(adapter in names for names in self._asleep.values())
+        return any(adapter in names for pod in self._asleep.values() for names in pod.values())
+
+    def placements(self, adapter: str) -> list[tuple[str, int, bool]]:
+        """``(pod/instance, requests in flight, asleep)`` of each peer instance holding it."""
+        out = [
+            (eid, held[adapter], False)
+            for pod in self._held.values()
+            for eid, held in pod.items()
+            if adapter in held
+        ]
+        out += [
+            (eid, 0, True)
+            for pod in self._asleep.values()
+            for eid, names in pod.items()
+            if adapter in names
+        ]
+        return sorted(out)
 
     def _adapters(self, hb: Heartbeat) -> None:
         status = {i.id: i.status for i in hb.instances}
@@ -68,16 +84,15 @@ class RemoteRoutes:
             for iid, names in hb.adapters.items()
             if names and status.get(iid) is InstanceStatus.ACTIVE
         }
-        asleep = frozenset(
-            a
+        asleep = {
+            f"{hb.pod_id}/{iid}": frozenset(names)
             for iid, names in hb.adapters.items()
-            if status.get(iid) is InstanceStatus.SLEEPING
-            for a in names
-        )
+            if names and status.get(iid) is InstanceStatus.SLEEPING
+        }
         old_held = self._held.get(hb.pod_id, {})
         if {k: set(v) for k, v in held.items()} != {k: set(v) for k, v in old_held.items()}:
             self.version += 1  # in-flight counts alone do not change any listing
-        if asleep != self._asleep.get(hb.pod_id, frozenset()):
+        if asleep != self._asleep.get(hb.pod_id, {}):
             self.version += 1
         self._held[hb.pod_id] = held
         self._asleep[hb.pod_id] = asleep

@@ -5,7 +5,8 @@ The ``/internal`` router is built here from every part that serves internal
 routes: membership (ping, heartbeat, state, votes), the leader's orders on
 instances, a move's steps, profile sync, the replicated control state
 (presets, catalog, moves), on-demand placement, the request collector
-(cluster/observe.py) and the locator's reads of this pod's instances.
+(cluster/observe.py), the locator's reads of this pod's instances and an
+operator's adapter loads and unloads (cluster/adapter_orders.py).
 A feature with routes of its own adds its ``internal_routes()`` here.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
+from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
@@ -61,6 +63,7 @@ def internal_router(
     unverified: UnverifiedBodies,
     collector: RequestCollector,
     locator: InstanceLocator,
+    adapter_orders: AdapterOrders,
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
     membership = manager.membership
@@ -74,6 +77,7 @@ def internal_router(
     router.include(starts.internal_routes())
     router.include(collector.internal_routes())
     router.include(InstanceRoutes(locator).internal_routes())
+    router.include(adapter_orders.internal_routes())
     return router
 
 
@@ -99,13 +103,22 @@ def gateway_hooks(
     locator: InstanceLocator,
     unverified: UnverifiedBodies,
     max_body_bytes: int,
+    adapter_orders: AdapterOrders,
 ) -> GatewayHooks:
     membership = manager.membership
     if not manager.active or membership.verifier is None:
         return GatewayHooks()
     return GatewayHooks(
         internal=internal_router(
-            manager, pod_side, profile_sync, control, starts, unverified, collector, locator
+            manager,
+            pod_side,
+            profile_sync,
+            control,
+            starts,
+            unverified,
+            collector,
+            locator,
+            adapter_orders,
         ),
         trusted_forward=trusted_forward(membership.verifier, unverified, max_body_bytes),
         redirect=leader_redirect(membership),

@@ -96,6 +96,11 @@ CONTROL_READ = InternalRoute("POST", "/internal/control/read", fenced=True)
 # --- on-demand starts placed by the leader (cluster/ondemand.py)
 ONDEMAND_PLACE = InternalRoute("POST", "/internal/ondemand/place")
 
+# --- an operator's LoRA adapter load and unload on the pods concerned
+# (cluster/adapter_orders.py)
+ADAPTER_LOAD = InternalRoute("POST", "/internal/adapters/{name}/load")
+ADAPTER_UNLOAD = InternalRoute("POST", "/internal/adapters/{name}/unload")
+
 # --- the cluster-wide request log, pulled by every pod (cluster/observe.py)
 REQUESTS_PULL = InternalRoute("POST", "/internal/requests/pull")
 
