@@ -203,3 +203,40 @@ def test_a_move_carries_the_adapters_to_the_target(cluster: Cluster) -> None:
             cluster.unload("pod-c", target_id)
         if any(i["id"] == source["id"] for i in cluster.instances("pod-b")):
             cluster.unload("pod-b", source["id"])
+
+
+def test_an_operator_loads_and_unloads_on_the_pod_running_the_base(cluster: Cluster) -> None:
+    """The admin API (on the leader, pod-a) loads on pod-b, which runs the base, and
+    unloads there; every pod's listing follows."""
+    inst = cluster.load_on("pod-b", BASE, *LORA)
+    try:
+        leader = cluster.leader_url()
+        resp = httpx.post(f"{leader}/api/v1/adapters/lc-sql/load", timeout=40)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["loadedOn"] == [
+            {"podId": "pod-b", "instanceId": inst["id"], "inFlight": 0, "sleeping": False}
+        ]
+        assert list(sim_state(cluster, "pod-b", inst)["lora_adapters"]) == ["lc-sql"]
+        wait_for(
+            lambda: cards(cluster, "pod-c")["lc-sql"].get("state") == "active",
+            "pod-c lists lc-sql active",
+        )
+        resp = httpx.post(f"{leader}/api/v1/adapters/lc-sql/unload", timeout=40)
+        assert resp.status_code == 200, resp.text
+        assert not sim_state(cluster, "pod-b", inst)["lora_adapters"]
+        wait_for(
+            lambda: cards(cluster, "pod-c")["lc-sql"].get("state") == "unloaded",
+            "pod-c lists lc-sql unloaded",
+        )
+        wait_for(
+            lambda: _listed(cluster, "lc-sql")["loadedOn"] == [],
+            "the leader's adapter list: lc-sql loaded nowhere",
+        )
+    finally:
+        cluster.unload("pod-b", inst["id"])
+
+
+def _listed(cluster: Cluster, name: str) -> dict[str, Any]:
+    listed = httpx.get(f"{cluster.leader_url()}/api/v1/adapters", timeout=5).json()
+    found: dict[str, Any] = next(a for a in listed if a["name"] == name)
+    return found

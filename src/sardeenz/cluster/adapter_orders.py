@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from sardeenz.catalog.models import AdapterView
+from sardeenz.catalog.models import AdapterPlacement, AdapterView
 from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler, InternalRequest
@@ -46,12 +46,22 @@ class AdapterOrders:
         """A load waits for its base to start, like a first request (its max wait)."""
 
     async def load(self, name: str) -> AdapterView:
+        """Load ``name``; the answer shows where (a peer's load as that peer reports it:
+        its heartbeat may not have come yet)."""
         pod = await self._here.load_adapter(name)
-        if pod is not None and pod != self._m.identity.pod_id:
-            client = self._m.client_for(pod)
-            await client.call(pod, routes.ADAPTER_LOAD, timeout=self._timeout + 10, name=name)
-            self._m.beat_soon()
-        return self._here.adapter_view(name)
+        if pod is None or pod == self._m.identity.pod_id:
+            return self._here.adapter_view(name)
+        client = self._m.client_for(pod)
+        data = await client.call(pod, routes.ADAPTER_LOAD, timeout=self._timeout + 10, name=name)
+        view = self._here.adapter_view(name)
+        known = {(p.pod_id, p.instance_id) for p in view.loaded_on}
+        for raw in data.get("loadedOn") or []:
+            there = AdapterPlacement.model_validate(raw)
+            if (there.pod_id, there.instance_id) not in known:
+                view.loaded_on.append(there)
+        if view.loaded_on and view.state == "unloaded":
+            view.state = "active"
+        return view
 
     async def unload(self, name: str) -> AdapterView:
         view = self._here.adapter_view(name)
@@ -65,16 +75,26 @@ class AdapterOrders:
                 code="adapter_in_use",
             )
         await self._here.unload_adapter(name)
+        gone: set[tuple[str | None, str]] = set()
         for pod in peers:
             client = self._m.client_for(pod)
-            await client.call(pod, routes.ADAPTER_UNLOAD, timeout=self._timeout + 10, name=name)
-        return self._here.adapter_view(name)
+            data = await client.call(
+                pod, routes.ADAPTER_UNLOAD, timeout=self._timeout + 10, name=name
+            )
+            gone |= {(pod, str(iid)) for iid in data.get("unloadedFrom") or []}
+        view = self._here.adapter_view(name)  # the peers' part: as their heartbeats said
+        view.loaded_on = [p for p in view.loaded_on if (p.pod_id, p.instance_id) not in gone]
+        if not view.loaded_on:
+            view.state = "unloaded"
+        return view
 
     def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
         async def load(r: InternalRequest) -> dict[str, Any]:
             name = r.params["name"]
             await self._here.load_adapter(name, local_only=True)
-            return {"name": name, "loaded": True}
+            me = self._m.identity.pod_id
+            mine = [p for p in self._here.adapter_view(name).loaded_on if p.pod_id == me]
+            return {"name": name, "loadedOn": [p.model_dump(mode="json") for p in mine]}
 
         async def unload(r: InternalRequest) -> dict[str, Any]:
             name = r.params["name"]
