@@ -163,11 +163,13 @@ def build_services(settings: Settings) -> Services:
         cluster=starts if cluster.active else None,
         external=external,
     )
-    if cluster.active:  # adapters routed across pods: heartbeats carry them
+    # What this pod's instances hold: its heartbeats carry it, and a move (between pods
+    # or between GPUs of this one) reads the source's there.
+    cluster.local.adapters = ondemand.adapters.snapshot
+    if cluster.active:  # adapters routed across pods
         ondemand.adapters.peers = cluster.remote_routes
         ondemand.adapters.pod_id = members.identity.pod_id
         ondemand.adapters.on_change = members.beat_soon
-        cluster.local.adapters = ondemand.adapters.snapshot
     admission = Admission(default_completion=settings.tenancy_default_completion_tokens)
     proxy = InferenceProxy(
         settings,

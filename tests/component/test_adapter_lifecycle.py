@@ -1,7 +1,7 @@
 """LoRA adapters follow their base over time, on one pod with sim engines: the idle TTL
 unloads an unused adapter (never one with a request in flight), and a base that sleeps
-keeps its adapters (its sleep does not count as idle time); an operator lists, loads
-and unloads adapters (API and CLI).
+keeps its adapters (its sleep does not count as idle time), a move to another GPU
+carries them; an operator lists, loads and unloads adapters (API and CLI).
 
 One server for the module, with a short idle TTL; each test has its own base.
 """
@@ -32,7 +32,7 @@ def srv(
     module_server_factory: ServerPool, tmp_path_factory: pytest.TempPathFactory
 ) -> ServerProcess:
     root = tmp_path_factory.mktemp("lifecycle")
-    for name in ("idle1", "keep1", "nap1", "nap2", "ops1"):
+    for name in ("idle1", "keep1", "nap1", "nap2", "ops1", "mv1"):
         make_adapter(root / name, rank=8)
     config = root / "sardeenz.yaml"
     config.write_text(
@@ -59,9 +59,18 @@ catalog:
     loraSlots: 1
     extraArgs: {SIM_ARGS}
   ops1: {{adapterOf: ops, adapterPath: "{root / "ops1"}", aliases: [ops-one]}}
+  mv:
+    modelPath: org/mv
+    engine: sim
+    loraSlots: 2
+    extraArgs: {SIM_ARGS}
+  mv1: {{adapterOf: mv, adapterPath: "{root / "mv1"}"}}
 """
     )
-    env = {"SARDEENZ_ADAPTER_IDLE_TTL_SECONDS": str(TTL)}
+    env = {
+        "SARDEENZ_ADAPTER_IDLE_TTL_SECONDS": str(TTL),
+        "SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB,NVIDIA L4:24GiB",
+    }
     return module_server_factory(args=["--config", str(config)], extra_env=env).start()
 
 
@@ -232,3 +241,51 @@ def test_an_operator_lists_loads_and_unloads_an_adapter(srv: ServerProcess) -> N
     again = cli("adapters", "load", "ops1", "--json", *url)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["state"] == "active"
+
+
+def test_a_move_to_another_gpu_carries_the_adapters(srv: ServerProcess) -> None:
+    oai = client(srv)
+    assert oai.completions.create(model="mv1", prompt="hi", max_tokens=1).model == "mv1"
+    source = only_instance(srv, "mv")
+    with srv.client() as c:
+        pod = c.get("/api/cluster/status").json()["podId"]
+    # A stream on the source through the move: the adapter stays in use (no idle TTL),
+    # and the drain lets it finish.
+    stream = oai.completions.create(model="mv1", prompt="hi", max_tokens=300, stream=True)
+    assert next(iter(stream)).model == "mv1"
+    target_gpu = 1 if source["gpuIds"] == [0] else 0
+    with srv.client() as c:
+        resp = c.post(
+            "/api/cluster/moves",
+            json={
+                "instanceId": source["id"],
+                "targetPodId": pod,
+                "gpuIds": [target_gpu],
+                "drainSeconds": WAIT,
+            },
+        )
+        assert resp.status_code == 202, resp.text
+        move_id = resp.json()["id"]
+    assert {chunk.model for chunk in stream} == {"mv1"}  # served through the switch
+    move: dict[str, Any] = {}
+
+    def finished() -> bool:
+        nonlocal move
+        with srv.client() as c:
+            move = c.get(f"/api/cluster/moves/{move_id}").json()
+        return move["state"] in ("done", "failed")
+
+    wait_for(finished, f"move {move_id} finished", WAIT * 2)
+    assert move["state"] == "done", move
+    carried = [s["detail"] for s in move["steps"] if s["name"] == "adapters-carried"]
+    assert carried == ["loaded on the target: mv1"]
+    target = only_instance(srv, "mv")
+    assert target["id"] == move["targetInstanceId"]
+    assert target["gpuIds"] == [target_gpu]
+    state = engine_state(srv, "mv")
+    assert list(state["lora_adapters"]) == ["mv1"]
+    assert state["lora_loads"] == 1  # by the move, before any request
+    hits = metric(srv, 'sardeenz_adapter_hits_total{model="mv1"}')
+    assert oai.completions.create(model="mv1", prompt="hi", max_tokens=1).model == "mv1"
+    assert metric(srv, 'sardeenz_adapter_hits_total{model="mv1"}') == hits + 1
+    assert engine_state(srv, "mv")["lora_loads"] == 1
