@@ -1,7 +1,8 @@
 """LoRA adapters follow their base over time, on one pod with sim engines: the idle TTL
 unloads an unused adapter (never one with a request in flight), and a base that sleeps
 keeps its adapters (its sleep does not count as idle time), a move to another GPU
-carries them; an operator lists, loads and unloads adapters (API and CLI).
+carries them, a second instance gets an adapter only once the first is saturated;
+an operator lists, loads and unloads adapters (API and CLI).
 
 One server for the module, with a short idle TTL; each test has its own base.
 """
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from testkit.adapters import make_adapter
-from testkit.servers import ServerPool, ServerProcess
+from testkit.servers import ServerPool, ServerProcess, load_active
 from tests.e2e.test_cli import cli
 from tests.e2e.test_cli_compose import assert_words_whole, cli_tty
 
@@ -32,7 +33,7 @@ def srv(
     module_server_factory: ServerPool, tmp_path_factory: pytest.TempPathFactory
 ) -> ServerProcess:
     root = tmp_path_factory.mktemp("lifecycle")
-    for name in ("idle1", "keep1", "nap1", "nap2", "ops1", "mv1"):
+    for name in ("idle1", "keep1", "nap1", "nap2", "ops1", "mv1", "sat1"):
         make_adapter(root / name, rank=8)
     config = root / "sardeenz.yaml"
     config.write_text(
@@ -65,11 +66,20 @@ catalog:
     loraSlots: 2
     extraArgs: {SIM_ARGS}
   mv1: {{adapterOf: mv, adapterPath: "{root / "mv1"}"}}
+  sat:
+    modelPath: org/sat
+    engine: sim
+    loraSlots: 1
+    extraArgs: {SIM_ARGS}
+  sat1: {{adapterOf: sat, adapterPath: "{root / "sat1"}"}}
 """
     )
     env = {
         "SARDEENZ_ADAPTER_IDLE_TTL_SECONDS": str(TTL),
         "SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB,NVIDIA L4:24GiB",
+        # One request in flight saturates an instance (the other tests never send two
+        # at once to one adapter).
+        "SARDEENZ_ADAPTER_SATURATION_INFLIGHT": "1",
     }
     return module_server_factory(args=["--config", str(config)], extra_env=env).start()
 
@@ -289,3 +299,40 @@ def test_a_move_to_another_gpu_carries_the_adapters(srv: ServerProcess) -> None:
     assert oai.completions.create(model="mv1", prompt="hi", max_tokens=1).model == "mv1"
     assert metric(srv, 'sardeenz_adapter_hits_total{model="mv1"}') == hits + 1
     assert engine_state(srv, "mv")["lora_loads"] == 1
+
+
+def test_a_second_instance_gets_the_adapter_only_when_the_first_is_saturated(
+    srv: ServerProcess,
+) -> None:
+    oai = client(srv)
+    assert oai.completions.create(model="sat1", prompt="hi", max_tokens=1).model == "sat1"
+    first = only_instance(srv, "sat")
+    with srv.client() as c:
+        second = load_active(
+            c,
+            "org/sat",
+            "--lora-load-ms",
+            "100",
+            "--enable-lora",
+            "--max-loras",
+            "1",
+            servedModelName="sat",
+        )
+
+    def held(inst: dict[str, Any]) -> dict[str, Any]:
+        with srv.client() as c:
+            state: dict[str, Any] = c.get(f"/api/direct/{inst['port']}/sim/state").json()
+        return state
+
+    for _ in range(3):  # one at a time: the holder is never saturated
+        assert oai.completions.create(model="sat1", prompt="hi", max_tokens=1).model == "sat1"
+    assert held(second)["lora_loads"] == 0
+    stream = oai.completions.create(model="sat1", prompt="hi", max_tokens=100, stream=True)
+    assert next(iter(stream)).model == "sat1"  # the first instance: 1 in flight, saturated
+    assert oai.completions.create(model="sat1", prompt="hi", max_tokens=1).model == "sat1"
+    assert list(held(second)["lora_adapters"]) == ["sat1"]  # loaded for that request
+    assert list(held(first)["lora_adapters"]) == ["sat1"]
+    assert {chunk.model for chunk in stream} == {"sat1"}
+    with srv.client() as c:
+        placed = {a["name"]: a for a in c.get("/api/v1/adapters").json()}["sat1"]["loadedOn"]
+    assert sorted(p["instanceId"] for p in placed) == sorted([first["id"], second["id"]])
