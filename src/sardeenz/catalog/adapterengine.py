@@ -21,7 +21,7 @@ from sardeenz.proxy.routing import Endpoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EngineCalls", "EngineRefused", "InstanceSource"]
+__all__ = ["EngineCalls", "EngineRefused", "InstanceGone", "InstanceSource"]
 
 
 class InstanceSource(Protocol):
@@ -37,6 +37,10 @@ class EngineRefused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class InstanceGone(Exception):
+    """The instance chosen for a load went away during it (its adapters with it)."""
 
 
 class EngineCalls:

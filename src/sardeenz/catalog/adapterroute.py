@@ -21,10 +21,11 @@ heartbeats), with no I/O so they are unit tested (tests/unit/test_adapterroute.p
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["Holder", "load_pod", "pick_holder", "rendezvous"]
+__all__ = ["Holder", "PeerAdapters", "Placement", "load_pod", "pick_holder", "rendezvous"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +66,32 @@ def load_pod(adapter: str, candidates: Iterable[str]) -> str | None:
     """The pod that loads ``adapter``: the first candidate in rendezvous order."""
     order = rendezvous(adapter, candidates)
     return order[0] if order else None
+
+
+class PeerAdapters(Protocol):
+    """The adapters other pods' instances hold, from their heartbeats
+    (cluster/remote_routes.py)."""
+
+    @property
+    def version(self) -> int:
+        """Changes whenever what the peers hold changes."""
+
+    def adapters_of(self, endpoint_id: str) -> Mapping[str, int] | None:
+        """``pod/instance`` -> {adapter it holds loaded: its requests in flight}, or None
+        when that instance is not known to hold any."""
+
+    def sleeping_with(self, adapter: str) -> bool:
+        """Does a sleeping instance on another pod keep ``adapter``?"""
+
+    def placements(self, adapter: str) -> list[tuple[str, int, bool]]:
+        """``(pod/instance, requests in flight, asleep)`` of each peer instance holding it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One instance holding an adapter (``GET /api/v1/adapters``)."""
+
+    pod_id: str | None
+    instance_id: str
+    inflight: int
+    asleep: bool

@@ -42,61 +42,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
-from sardeenz.catalog.adapterengine import EngineCalls, EngineRefused, InstanceSource
+from sardeenz.catalog.adapterengine import EngineCalls, EngineRefused, InstanceGone, InstanceSource
 from sardeenz.catalog.adapteridle import IdleAdapters
-from sardeenz.catalog.adapterroute import Holder, load_pod, pick_holder
+from sardeenz.catalog.adapterroute import Holder, PeerAdapters, Placement, load_pod, pick_holder
 from sardeenz.catalog.adapterslots import Reservation, SlotBook, SlotState
+from sardeenz.catalog.adapterupkeep import AdapterUpkeep
+from sardeenz.catalog.adapterwaits import Failures, Room, no_room, timed_out
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.models import AdapterState
-from sardeenz.catalog.replies import not_ready
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus
 from sardeenz.engines.vllm import flag_value
-from sardeenz.errors import Conflict
 from sardeenz.proxy.routing import Endpoint, InstanceView, RoutingTable
 from sardeenz.proxy.wire import ErrorReply
 from sardeenz.store.records import CatalogEntry
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AdapterLoader", "PeerAdapters", "Placement"]
+__all__ = ["AdapterLoader"]
 
 _KEEPS_ADAPTERS = (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
-
-
-class PeerAdapters(Protocol):
-    """The adapters other pods' instances hold, from their heartbeats
-    (cluster/remote_routes.py)."""
-
-    @property
-    def version(self) -> int:
-        """Changes whenever what the peers hold changes."""
-
-    def adapters_of(self, endpoint_id: str) -> Mapping[str, int] | None:
-        """``pod/instance`` -> {adapter it holds loaded: its requests in flight}, or None
-        when that instance is not known to hold any."""
-
-    def sleeping_with(self, adapter: str) -> bool:
-        """Does a sleeping instance on another pod keep ``adapter``?"""
-
-    def placements(self, adapter: str) -> list[tuple[str, int, bool]]:
-        """``(pod/instance, requests in flight, asleep)`` of each peer instance holding it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """One instance holding an adapter (``GET /api/v1/adapters``)."""
-
-    pod_id: str | None
-    instance_id: str
-    inflight: int
-    asleep: bool
 
 
 class _LoadFailed(EngineRefused):
@@ -107,10 +76,6 @@ class _LoadFailed(EngineRefused):
 
 class _NoRoom(Exception):
     """Every slot of every instance of the base is busy (loading or serving)."""
-
-
-class _Retry(Exception):
-    """The chosen instance went away during the load: look again."""
 
 
 @dataclass(slots=True)
@@ -134,17 +99,15 @@ class AdapterLoader:
         base_wait: Callable[[str], Awaitable[Endpoint | ErrorReply]],
     ) -> None:
         self.book = SlotBook()
-        self._table = table
+        self.table = table
         self._instances = instances
         self._base_wait = base_wait
         self._max_wait = settings.ondemand_max_wait_seconds
-        self._hold = settings.ondemand_failure_hold_seconds
         self._saturation = settings.adapter_saturation_inflight
-        self._engine = EngineCalls(instances, settings.ondemand_max_wait_seconds)
+        self.engine = EngineCalls(instances, settings.ondemand_max_wait_seconds)
         self._flights: dict[str, _Flight] = {}
-        self._failures: dict[str, tuple[float, ErrorReply]] = {}
-        self._freed: asyncio.Event | None = None
-        self._room_waiters = 0
+        self._failures = Failures(settings.ondemand_failure_hold_seconds)
+        self.room = Room()
         self._sent: dict[tuple[str, str], int] = {}
         """(``pod/instance``, adapter) -> requests this pod sent there, still running."""
         self._version = 0
@@ -155,7 +118,9 @@ class AdapterLoader:
         self.on_change: Callable[[], None] | None = None
         """Called when an adapter is loaded or unloaded here (in a cluster: send the next
         heartbeat now, so the other pods route to it sooner)."""
-        self.idle = IdleAdapters(settings.adapter_idle_ttl_seconds, self)
+        self.upkeep = AdapterUpkeep(self)
+        """Loads and unloads that no request asks for (a move, an operator, the TTL)."""
+        self.idle = IdleAdapters(settings.adapter_idle_ttl_seconds, self.upkeep)
         """Unloads adapters idle for the TTL (started with the first load)."""
         table.add_listener(self._on_instance)
 
@@ -173,7 +138,7 @@ class AdapterLoader:
         tasks = [f.task for f in self._flights.values() if f.task is not None]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        await self._engine.close()
+        await self.engine.close()
 
     # ------------------------------------------------------------- the hook
     async def wait(
@@ -188,7 +153,7 @@ class AdapterLoader:
         deadline = loop.time() + self._max_wait
         missed = False
         while True:
-            endpoints = {e.instance_id: e for e in self._table.endpoints(base)}
+            endpoints = {e.instance_id: e for e in self.table.endpoints(base)}
             if local_only:
                 endpoints = {i: e for i, e in endpoints.items() if e.local}
             best, saturated = pick_holder(self._holders(name, endpoints), self._saturation)
@@ -198,12 +163,12 @@ class AdapterLoader:
                     STATS.adapter(name, "miss" if missed else "hit")
                     return ep
                 continue  # cannot happen on one loop turn; look again
-            failed = self._recent_failure(name, loop.time())
+            failed = self._failures.recent(name, loop.time())
             if failed is not None:
                 return failed
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return self._timed_out(name)
+                return timed_out(name, self._max_wait)
             target = self._loader_pod(name, endpoints)
             if target is None and best is not None:  # saturated, nowhere else to load it
                 ep = self._grant(name, endpoints[best.endpoint_id])
@@ -233,17 +198,17 @@ class AdapterLoader:
                 fallback = best and self._grant(name, endpoints[best.endpoint_id])
                 if fallback:
                     return fallback
-                if not await self._wait_for_room(deadline - loop.time()):
-                    return self._no_room(name)
+                if not await self.room.wait(deadline - loop.time()):
+                    return no_room(name)
 
     def state(self, name: str, base: str) -> AdapterState:
         """``active`` while an active instance of ``base`` on any pod holds the adapter,
         ``sleeping`` while only a sleeping one keeps it, else ``unloaded``."""
-        endpoints = {e.instance_id: e for e in self._table.endpoints(base)}
+        endpoints = {e.instance_id: e for e in self.table.endpoints(base)}
         if self._holders(name, endpoints):
             return "active"
         holders = set(self.book.holders(name))
-        views = self._table.instances(base)
+        views = self.table.instances(base)
         if any(v.instance_id in holders and v.status is InstanceStatus.SLEEPING for v in views):
             return "sleeping"
         if self.peers is not None and self.peers.sleeping_with(name):
@@ -262,8 +227,8 @@ class AdapterLoader:
             return
         book = self.book
         book.release(ep.instance_id, name, time.monotonic())
-        if self._room_waiters and book.inflight(ep.instance_id, name) == 0:
-            self._notify_room()
+        if self.room.waiters and book.inflight(ep.instance_id, name) == 0:
+            self.room.notify()
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """This pod's instances -> {adapter loaded: requests in flight} (its heartbeat's)."""
@@ -271,7 +236,7 @@ class AdapterLoader:
 
     def placements(self, name: str) -> list[Placement]:
         """Every instance (this pod's, then the peers') holding adapter ``name`` loaded."""
-        status = {v.instance_id: v.status for v in self._table.instances()}
+        status = {v.instance_id: v.status for v in self.table.instances()}
         out = [
             Placement(
                 self.pod_id or None,
@@ -291,35 +256,10 @@ class AdapterLoader:
         """The adapters loaded in this pod's instance ``instance_id``."""
         return sorted(a for a, s in self.book.held(instance_id).items() if s is SlotState.LOADED)
 
-    async def load_into(self, instance_id: str, name: str, entry: CatalogEntry) -> str | None:
-        """Load adapter ``name`` into this pod's instance ``instance_id`` now (a move's
-        target takes its source's adapters): None when done (or held already), else why
-        not. Uses a free slot or an idle one, like a first request."""
-        ep = next((e for e in self._table.local_endpoints() if e.instance_id == instance_id), None)
-        if ep is None:
-            return f"instance {instance_id} is not active here"
-        if name in self.held(instance_id):
-            return None
-        await self._track(ep, entry)
-        if not self.book.has_instance(instance_id):
-            return f"instance {instance_id} was not started with LoRA slots"
-        reservation = self.book.reserve(name, [instance_id], time.monotonic())
-        if reservation is None:
-            return "no free or idle slot"
-        try:
-            await self._load_into(name, entry, ep, reservation, _Flight(), time.perf_counter())
-        except _LoadFailed as exc:
-            self._undo(ep, reservation)
-            return exc.message
-        except _Retry:
-            self._undo(ep, reservation)
-            return f"instance {instance_id} left during the load"
-        except BaseException:
-            self._undo(ep, reservation)
-            raise
-        return None
-
     # ------------------------------------------------------------- routing
+    def local_endpoint(self, instance_id: str) -> Endpoint | None:
+        return next((e for e in self.table.local_endpoints() if e.instance_id == instance_id), None)
+
     def _in_cluster(self) -> bool:
         return self.peers is not None
 
@@ -391,14 +331,14 @@ class AdapterLoader:
             return await asyncio.wait_for(asyncio.shield(flight.task), remaining)
         except TimeoutError:
             self._give_back(name, flight)
-            return self._timed_out(name)
+            return timed_out(name, self._max_wait)
         except _LoadFailed as exc:
             flight.waiters -= 1
-            return exc.reply or self._record_failure(name, exc)
+            return exc.reply or self._failures.record(name, exc.status, exc.message)
         except _NoRoom:
             flight.waiters -= 1
             return "busy"
-        except _Retry:
+        except InstanceGone:
             flight.waiters -= 1
             return "retry"
         except BaseException:
@@ -415,10 +355,10 @@ class AdapterLoader:
     async def _load(self, name: str, entry: CatalogEntry, base: str, flight: _Flight) -> Endpoint:
         t0 = time.perf_counter()
         try:
-            local = {e.instance_id: e for e in self._table.endpoints(base) if e.local}
+            local = {e.instance_id: e for e in self.table.endpoints(base) if e.local}
             for ep in local.values():
-                await self._track(ep, entry)
-            local = {e.instance_id: e for e in self._table.endpoints(base) if e.local}
+                await self.track(ep, entry)
+            local = {e.instance_id: e for e in self.table.endpoints(base) if e.local}
             tracked = [iid for iid in local if self.book.has_instance(iid)]
             reservation = self.book.reserve(name, tracked, time.monotonic())
             if reservation is None:
@@ -427,13 +367,13 @@ class AdapterLoader:
             try:
                 return await self._load_into(name, entry, ep, reservation, flight, t0)
             except BaseException:
-                self._undo(ep, reservation)
+                self.undo(ep, reservation)
                 raise
         finally:
             if self._flights.get(name) is flight:
                 del self._flights[name]
 
-    def _undo(self, ep: Endpoint, reservation: Reservation) -> None:
+    def undo(self, ep: Endpoint, reservation: Reservation) -> None:
         """A load failed (whatever the failure): free its slot, and the victim's if its
         unload was under way (unknown: treated as gone)."""
         self.book.forget(ep.instance_id, reservation.adapter)
@@ -442,7 +382,14 @@ class AdapterLoader:
             SlotState.EVICTING
         ):
             self.book.forget(ep.instance_id, victim)
-        self._notify_room()
+        self.room.notify()
+
+    async def load_reserved(
+        self, name: str, entry: CatalogEntry, ep: Endpoint, reservation: Reservation
+    ) -> None:
+        """Load ``name`` into the slot ``reservation`` holds, no request waiting for it
+        (``AdapterUpkeep``); raises ``EngineRefused`` or ``InstanceGone`` like a request's load."""
+        await self._load_into(name, entry, ep, reservation, _Flight(), time.perf_counter())
 
     async def _load_into(
         self,
@@ -456,96 +403,51 @@ class AdapterLoader:
         """Unload the victim if any, load the adapter, count its waiters in flight."""
         if reservation.victim is not None:
             victim = reservation.victim
-            await self._engine.unload(ep, victim)  # gone already is as good as unloaded
+            await self.engine.unload(ep, victim)  # gone already is as good as unloaded
             self.book.evicted(reservation, time.monotonic())
-            self._changed()
+            self.changed()
             STATS.adapter_unloaded(victim, "lru")
             log.info("adapter %s unloaded from %s for %s (lru)", victim, ep.instance_id, name)
         try:
             path = entry.adapter_path or ""
             body = {"lora_name": name, "lora_path": path}
-            await self._engine.post(ep, "/v1/load_lora_adapter", body)
+            await self.engine.post(ep, "/v1/load_lora_adapter", body)
         except EngineRefused as exc:
             failed = _LoadFailed(exc.status, exc.message)
-            self._record_failure(name, failed)
+            failed.reply = self._failures.record(name, exc.status, exc.message)
             raise failed from None
         if not self.book.loaded(ep.instance_id, name, time.monotonic(), flight.waiters):
-            raise _Retry  # the instance left meanwhile (its adapters with it)
+            raise InstanceGone  # the instance left meanwhile (its adapters with it)
         flight.granted = ep
-        self._changed()
+        self.changed()
         seconds = time.perf_counter() - t0
         STATS.adapter_loaded(name, seconds)
         log.info("adapter %s loaded into %s in %.3f s", name, ep.instance_id, seconds)
         self.idle.start()
         return ep
 
-    async def _track(self, ep: Endpoint, entry: CatalogEntry) -> None:
+    async def track(self, ep: Endpoint, entry: CatalogEntry) -> None:
         """Start keeping the books of an instance of a LoRA base: its slots from its
         flags, and the adapters its engine holds already (loaded before a restart of
         ours), adopted while slots last and unloaded beyond them."""
         if self.book.has_instance(ep.instance_id):
             return
-        inst = self._engine.instance(ep.instance_id)
+        inst = self.engine.instance(ep.instance_id)
         if inst is None:
             return
         slots = flag_value(list(inst.extra_args), "--max-loras")
         if slots is None or not slots.isdigit() or int(slots) < 1:
             return  # not started with LoRA (the entry changed after it started)
-        listed = await self._engine.listed(ep, inst)
+        listed = await self.engine.listed(ep, inst)
         if self.book.has_instance(ep.instance_id):
             return  # another load tracked it meanwhile
         self.book.add_instance(ep.instance_id, int(slots))
         now = time.monotonic()
         for adapter in listed:
             if not self.book.adopt(ep.instance_id, adapter, now):
-                await self._engine.unload(ep, adapter)
+                await self.engine.unload(ep, adapter)
         if listed:
             self.idle.start()
-
-    # ------------------------------------------------------------- idle TTL
-    async def unload_idle(self, ttl: float) -> list[tuple[str, str]]:
-        """Unload every adapter of an active local instance idle for ``ttl`` seconds
-        (``IdleAdapters``' pass): what was unloaded, as (instance id, adapter)."""
-        active = {e.instance_id: e for e in self._table.local_endpoints()}
-        expired = self.book.expire(time.monotonic(), ttl, active)
-        for iid, adapter in expired:
-            await self._engine.unload(active[iid], adapter)
-            self.book.forget(iid, adapter)
-            self._changed()
-            STATS.adapter_unloaded(adapter, "idle")
-            log.info("adapter %s unloaded from %s (idle for %gs)", adapter, iid, ttl)
-        if expired:
-            self._notify_room()
-        return expired
-
-    def busy_here(self, name: str) -> list[str]:
-        """This pod's instances where adapter ``name`` has requests in flight."""
-        return [iid for iid in self.book.holders(name) if self.book.inflight(iid, name)]
-
-    async def unload_here(self, name: str) -> list[str]:
-        """Unload adapter ``name`` from every active instance of this pod that holds it
-        (an operator's unload): the instances it left. ``Conflict`` (``adapter_in_use``),
-        with nothing unloaded, while any of them serves its requests."""
-        busy = self.busy_here(name)
-        if busy:
-            raise Conflict(
-                f"LoRA adapter {name!r} has requests in flight on {', '.join(busy)}; "
-                "retry once they end",
-                code="adapter_in_use",
-            )
-        # Active instances only: a sleeping engine is not asked anything (it keeps the
-        # adapter, and the idle TTL takes it once the base is awake and it is unused).
-        local = {e.instance_id: e for e in self._table.local_endpoints()}
-        taken, _ = self.book.take_idle(name, local)
-        for iid in taken:
-            await self._engine.unload(local[iid], name)
-            self.book.forget(iid, name)
-            STATS.adapter_unloaded(name, "operator")
-            log.info("adapter %s unloaded from %s (by an operator)", name, iid)
-        if taken:
-            self._changed()
-            self._notify_room()
-        return taken
 
     def _on_instance(self, old: InstanceView | None, new: InstanceView | None) -> None:
         """The routing table's listener: an instance that stops serving loses its adapters;
@@ -565,71 +467,11 @@ class AdapterLoader:
         for adapter in lost:
             STATS.adapter_unloaded(adapter, "base_gone")
         if lost:
-            self._changed()
+            self.changed()
             log.info("instance %s left: adapters %s dropped", view.instance_id, ", ".join(lost))
-            self._notify_room()
+            self.room.notify()
 
-    def _changed(self) -> None:
+    def changed(self) -> None:
         self._version += 1
         if self.on_change is not None:
             self.on_change()
-
-    async def _wait_for_room(self, remaining: float) -> bool:
-        """Wait until a slot may have freed (a request or load ended); False on timeout."""
-        if remaining <= 0:
-            return False
-        if self._freed is None:
-            self._freed = asyncio.Event()
-        event = self._freed
-        self._room_waiters += 1
-        try:
-            await asyncio.wait_for(event.wait(), remaining)
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            self._room_waiters -= 1
-
-    def _notify_room(self) -> None:
-        event, self._freed = self._freed, None
-        if event is not None:
-            event.set()
-
-    def _record_failure(self, name: str, exc: _LoadFailed) -> ErrorReply:
-        STATS.adapter(name, "load_failed")
-        status = exc.status if 400 <= exc.status < 600 else 502
-        retry = str(max(1, math.ceil(self._hold))).encode()
-        reply = ErrorReply(
-            status,
-            f"LoRA adapter {name!r} could not be loaded: {exc.message}",
-            "invalid_request_error" if status < 500 else "api_error",
-            "adapter_load_failed",
-            headers=[(b"retry-after", retry)],
-        )
-        self._failures[name] = (asyncio.get_running_loop().time(), reply)
-        exc.reply = reply
-        log.warning("adapter %s could not be loaded: %s", name, exc.message)
-        return reply
-
-    def _recent_failure(self, name: str, now: float) -> ErrorReply | None:
-        failure = self._failures.get(name)
-        if failure is None:
-            return None
-        if now - failure[0] >= self._hold:
-            del self._failures[name]
-            return None
-        return failure[1]
-
-    def _timed_out(self, name: str) -> ErrorReply:
-        return not_ready(f"LoRA adapter {name!r}", "not loaded yet", self._max_wait)
-
-    @staticmethod
-    def _no_room(name: str) -> ErrorReply:
-        return ErrorReply(
-            503,
-            f"LoRA adapter {name!r} has no free slot: every adapter slot of its base's "
-            "instances is serving requests; retry later",
-            "service_unavailable_error",
-            "adapter_slots_busy",
-            headers=[(b"retry-after", b"2")],
-        )

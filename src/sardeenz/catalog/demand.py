@@ -367,7 +367,7 @@ class OnDemand:
         """Unload adapter ``name`` from this pod's active instances (``adapter_in_use`` while
         it serves requests here): the instances it left."""
         self._adapter_entry(name)
-        return await self.adapters.unload_here(name)
+        return await self.adapters.upkeep.unload_here(name)
 
     def adapter_view(self, name: str) -> AdapterView:
         self._adapter_entry(name)
@@ -382,7 +382,7 @@ class OnDemand:
             if entry is None or entry.adapter_of is None:
                 out[name] = "not an adapter entry of the catalog"
                 continue
-            out[name] = await self.adapters.load_into(instance_id, name, entry)
+            out[name] = await self.adapters.upkeep.load_into(instance_id, name, entry)
         return out
 
     async def close(self) -> None:
