@@ -10,15 +10,15 @@ and how many loads it made, so a second load anywhere would show.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from testkit.adapters import make_adapter
+from testkit.adapters import make_adapter, metric_value, wait_until
 from testkit.cluster import Cluster
 
 BASE = "lc-base"
@@ -43,8 +43,8 @@ def cluster(shared_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
             resp = httpx.put(f"{leader}/api/v1/catalog/{name}", json=entry, timeout=10)
             assert resp.status_code == 200, resp.text
         for pod in shared_cluster.names:  # replicated to every pod
-            wait_for(
-                lambda pod=pod: set(ADAPTERS) <= set(cards(shared_cluster, pod)),
+            wait_until(
+                partial(lists_all, shared_cluster, pod),
                 f"the adapters in {pod}'s /v1/models",
             )
         yield shared_cluster
@@ -53,19 +53,18 @@ def cluster(shared_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
             httpx.delete(f"{leader}/api/v1/catalog/{name}", timeout=10)
 
 
-def wait_for(check: Any, what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout}s: {what}")
-
-
 def cards(cluster: Cluster, pod: str) -> dict[str, dict[str, Any]]:
     """``pod``'s ``GET /v1/models``, by id."""
     data = httpx.get(f"{cluster.pods[pod].url}/v1/models", timeout=5).json()["data"]
     return {c["id"]: c for c in data}
+
+
+def listed_as(cluster: Cluster, pod: str, adapter: str, state: str) -> bool:
+    return cards(cluster, pod)[adapter].get("state") == state
+
+
+def lists_all(cluster: Cluster, pod: str) -> bool:
+    return set(ADAPTERS) <= set(cards(cluster, pod))
 
 
 def sim_state(cluster: Cluster, pod: str, inst: dict[str, Any]) -> dict[str, Any]:
@@ -82,9 +81,7 @@ def complete(cluster: Cluster, pod: str, model: str) -> str:
 
 
 def metric(cluster: Cluster, pod: str, line_start: str) -> float:
-    text = httpx.get(f"{cluster.pods[pod].url}/metrics", timeout=5).text
-    values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
-    return values[0] if values else 0.0
+    return metric_value(cluster.pods[pod].url, line_start)
 
 
 def test_an_adapter_loaded_on_pod_b_is_served_there_from_pod_a(cluster: Cluster) -> None:
@@ -93,8 +90,8 @@ def test_an_adapter_loaded_on_pod_b_is_served_there_from_pod_a(cluster: Cluster)
         assert complete(cluster, "pod-b", "lc-sql") == "lc-sql"  # loaded on pod-b
         assert sim_state(cluster, "pod-b", inst)["lora_loads"] == 1
         for pod in ("pod-a", "pod-c"):  # every pod lists it, with its base and state
-            wait_for(
-                lambda pod=pod: cards(cluster, pod)["lc-sql"].get("state") == "active",
+            wait_until(
+                partial(listed_as, cluster, pod, "lc-sql", "active"),
                 f"lc-sql active in {pod}'s /v1/models",
             )
             card = cards(cluster, pod)["lc-sql"]
@@ -110,8 +107,8 @@ def test_an_adapter_loaded_on_pod_b_is_served_there_from_pod_a(cluster: Cluster)
     finally:
         cluster.unload("pod-b", inst["id"])
     for pod in cluster.names:  # the base went: so did its adapter, everywhere
-        wait_for(
-            lambda pod=pod: cards(cluster, pod)["lc-sql"].get("state") == "unloaded",
+        wait_until(
+            partial(listed_as, cluster, pod, "lc-sql", "unloaded"),
             f"lc-sql unloaded in {pod}'s /v1/models",
         )
 
@@ -123,8 +120,8 @@ def test_concurrent_first_requests_on_every_pod_load_the_adapter_once(cluster: C
     c = cluster.load_on("pod-c", BASE, *LORA)
     try:
         for pod in cluster.names:  # every pod routes the base to both instances
-            wait_for(
-                lambda pod=pod: _routes_to_both(cluster, pod),
+            wait_until(
+                partial(_routes_to_both, cluster, pod),
                 f"{pod} sees {BASE} active on pod-b and pod-c",
             )
 
@@ -168,7 +165,7 @@ def test_a_move_carries_the_adapters_to_the_target(cluster: Cluster) -> None:
     target_id: str | None = None
     try:
         assert complete(cluster, "pod-b", "lc-moved") == "lc-moved"
-        wait_for(
+        wait_until(
             lambda: cards(cluster, "pod-a")["lc-moved"].get("state") == "active",
             "the leader learns pod-b holds lc-moved",
         )
@@ -187,7 +184,7 @@ def test_a_move_carries_the_adapters_to_the_target(cluster: Cluster) -> None:
             move = httpx.get(f"{leader}/api/cluster/moves/{move_id}", timeout=5).json()
             return move["state"] in ("done", "failed")
 
-        wait_for(finished, f"move {move_id} finished", 60)
+        wait_until(finished, f"move {move_id} finished", 60)
         assert move["state"] == "done", move
         target_id = move["targetInstanceId"]
         carried = [s for s in move["steps"] if s["name"] == "adapters-carried"]
@@ -217,18 +214,18 @@ def test_an_operator_loads_and_unloads_on_the_pod_running_the_base(cluster: Clus
             {"podId": "pod-b", "instanceId": inst["id"], "inFlight": 0, "sleeping": False}
         ]
         assert list(sim_state(cluster, "pod-b", inst)["lora_adapters"]) == ["lc-sql"]
-        wait_for(
+        wait_until(
             lambda: cards(cluster, "pod-c")["lc-sql"].get("state") == "active",
             "pod-c lists lc-sql active",
         )
         resp = httpx.post(f"{leader}/api/v1/adapters/lc-sql/unload", timeout=40)
         assert resp.status_code == 200, resp.text
         assert not sim_state(cluster, "pod-b", inst)["lora_adapters"]
-        wait_for(
+        wait_until(
             lambda: cards(cluster, "pod-c")["lc-sql"].get("state") == "unloaded",
             "pod-c lists lc-sql unloaded",
         )
-        wait_for(
+        wait_until(
             lambda: _listed(cluster, "lc-sql")["loadedOn"] == [],
             "the leader's adapter list: lc-sql loaded nowhere",
         )

@@ -18,7 +18,7 @@ from typing import Any
 import openai
 import pytest
 
-from testkit.adapters import make_adapter
+from testkit.adapters import make_adapter, metric_value, wait_until
 from testkit.servers import ServerPool, ServerProcess, load_active
 from tests.e2e.test_cli import cli
 from tests.e2e.test_cli_compose import assert_words_whole, cli_tty
@@ -106,19 +106,11 @@ def listed_state(srv: ServerProcess, adapter: str) -> str:
 
 
 def metric(srv: ServerProcess, line_start: str) -> float:
-    with srv.client() as c:
-        text = c.get("/metrics").text
-    values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
-    return values[0] if values else 0.0
+    return metric_value(srv.url, line_start)
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s: {what}")
+    wait_until(check, what, timeout)
 
 
 def client(srv: ServerProcess) -> openai.OpenAI:
