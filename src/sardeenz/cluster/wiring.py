@@ -5,18 +5,16 @@ The ``/internal`` router is built here from every part that serves internal
 routes: membership (ping, heartbeat, state, votes), the leader's orders on
 instances, a move's steps, profile sync, the replicated control state
 (presets, catalog, moves), on-demand placement, the request collector
-(cluster/observe.py), the locator's reads of this pod's instances and an
-operator's adapter loads and unloads (cluster/adapter_orders.py).
+(cluster/observe.py) and the locator's reads of this pod's instances.
 A feature with routes of its own adds its ``internal_routes()`` here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
-from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.control_state import ControlRegister
 from sardeenz.cluster.forwarding import remote_headers, trusted_forward
@@ -31,7 +29,8 @@ from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import Redirect, leader_redirect
-from sardeenz.cluster.transport.server import InternalRouter
+from sardeenz.cluster.transport.routes import InternalRoute
+from sardeenz.cluster.transport.server import Handler, InternalRouter
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.store.control import ControlRepository
@@ -63,7 +62,7 @@ def internal_router(
     unverified: UnverifiedBodies,
     collector: RequestCollector,
     locator: InstanceLocator,
-    adapter_orders: AdapterOrders,
+    extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
     membership = manager.membership
@@ -77,7 +76,7 @@ def internal_router(
     router.include(starts.internal_routes())
     router.include(collector.internal_routes())
     router.include(InstanceRoutes(locator).internal_routes())
-    router.include(adapter_orders.internal_routes())
+    router.include(extra_routes)  # features outside cluster/ (the usage query)
     return router
 
 
@@ -103,7 +102,7 @@ def gateway_hooks(
     locator: InstanceLocator,
     unverified: UnverifiedBodies,
     max_body_bytes: int,
-    adapter_orders: AdapterOrders,
+    extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> GatewayHooks:
     membership = manager.membership
     if not manager.active or membership.verifier is None:
@@ -118,7 +117,7 @@ def gateway_hooks(
             unverified,
             collector,
             locator,
-            adapter_orders,
+            extra_routes,
         ),
         trusted_forward=trusted_forward(membership.verifier, unverified, max_body_bytes),
         redirect=leader_redirect(membership),
