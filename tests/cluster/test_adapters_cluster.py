@@ -98,8 +98,11 @@ def test_an_adapter_loaded_on_pod_b_is_served_there_from_pod_a(cluster: Cluster)
             assert card["parent"] == BASE
             assert cards(cluster, pod)["lc-poem"]["state"] == "unloaded"
         hits = metric(cluster, "pod-a", 'sardeenz_adapter_hits_total{model="lc-sql"}')
+        hits_b = metric(cluster, "pod-b", 'sardeenz_adapter_hits_total{model="lc-sql"}')
         for _ in range(3):
             assert complete(cluster, "pod-a", "lc-sql") == "lc-sql"
+        # Counted where they entered only: the pods' counts add up to the cluster's.
+        assert metric(cluster, "pod-b", 'sardeenz_adapter_hits_total{model="lc-sql"}') == hits_b
         state = sim_state(cluster, "pod-b", inst)
         assert state["lora_loads"] == 1  # served where it was: never loaded again
         assert set(state["lora_adapters"]) == {"lc-sql"}

@@ -160,7 +160,7 @@ class AdapterLoader:
             if best is not None and not saturated:
                 ep = self._grant(name, endpoints[best.endpoint_id])
                 if ep is not None:
-                    STATS.adapter(name, "miss" if missed else "hit")
+                    self._count(name, "miss" if missed else "hit", local_only)
                     return ep
                 continue  # cannot happen on one loop turn; look again
             failed = self._failures.recent(name, loop.time())
@@ -173,7 +173,7 @@ class AdapterLoader:
             if target is None and best is not None:  # saturated, nowhere else to load it
                 ep = self._grant(name, endpoints[best.endpoint_id])
                 if ep is not None:
-                    STATS.adapter(name, "miss" if missed else "hit")
+                    self._count(name, "miss" if missed else "hit", local_only)
                     return ep
                 continue
             missed = True
@@ -186,11 +186,11 @@ class AdapterLoader:
                 continue
             if target != self.pod_id:
                 ep = next(e for e in endpoints.values() if e.pod_id == target and not e.local)
-                STATS.adapter(name, "miss")
+                self._count(name, "miss", local_only)
                 return self._grant_remote(name, ep)  # that pod loads it (single flight there)
             answer = await self._join(name, entry, base, remaining)
             if isinstance(answer, Endpoint):
-                STATS.adapter(name, "miss")
+                self._count(name, "miss", local_only)
                 return answer
             if isinstance(answer, ErrorReply):
                 return answer
@@ -200,6 +200,13 @@ class AdapterLoader:
                     return fallback
                 if not await self.room.wait(deadline - loop.time()):
                     return no_room(name)
+
+    @staticmethod
+    def _count(name: str, event: str, forwarded: bool) -> None:
+        """A hit or a miss, counted by the pod the request entered only (a forwarded one
+        was counted there), so the pods' counts add up to the cluster's."""
+        if not forwarded:
+            STATS.adapter(name, event)
 
     def state(self, name: str, base: str) -> AdapterState:
         """``active`` while an active instance of ``base`` on any pod holds the adapter,
