@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from sardeenz import __version__
 from sardeenz.api import (
+    adapters,
     auth,
     benchmarks,
     catalog,
@@ -41,6 +42,7 @@ from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
 from sardeenz.cluster.handover import Pods, PodSide
 from sardeenz.cluster.loads import Loads
@@ -168,6 +170,13 @@ def build_services(settings: Settings) -> Services:
         cluster=starts if cluster.active else None,
         external=external,
     )
+    # What this pod's instances hold: its heartbeats carry it, and a move (between pods
+    # or between GPUs of this one) reads the source's there.
+    cluster.local.adapters = ondemand.adapters.snapshot
+    if cluster.active:  # adapters routed across pods
+        ondemand.adapters.peers = cluster.remote_routes
+        ondemand.adapters.pod_id = members.identity.pod_id
+        ondemand.adapters.on_change = members.beat_soon
     usage_meter = UsageMeter()
     admission = Admission(
         default_completion=settings.tenancy_default_completion_tokens, meter=usage_meter
@@ -214,6 +223,7 @@ def build_services(settings: Settings) -> Services:
         else None
     )
     pod_side = PodSide(cluster.local, members)
+    pod_side.adapters = ondemand  # a move's target takes its source's adapters
     moves = MoveService(Pods(members, pod_side, orders, settings), settings, control)
     requests = RequestHistory(proxy.requests, retention)
     own_pod = proxy.requests.pod
@@ -276,6 +286,7 @@ def build_services(settings: Settings) -> Services:
         benchmarks=BenchmarkRunner(settings, locator, BenchmarkRepository(db), api_keys),
         catalog=catalog,
         ondemand=ondemand,
+        adapter_orders=AdapterOrders(members, ondemand, settings.ondemand_max_wait_seconds),
         reaper=reaper,
         warmup=warmup,
         cluster=cluster,
@@ -434,6 +445,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(memory.router)
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
+    app.include_router(adapters.router)
     app.include_router(cluster.router)
     app.include_router(moves.router)
     app.include_router(presets.router)
@@ -457,7 +469,10 @@ def create_app(settings: Settings) -> Gateway:
         services.tenant_shares,
         unverified,
         settings.proxy_max_body_bytes,
-        extra_routes=usage_routes(services.usage.local),
+        extra_routes=[
+            *usage_routes(services.usage.local),
+            *services.adapter_orders.internal_routes(),
+        ],
     )
     gateway = Gateway(
         app,

@@ -10,6 +10,7 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.handover import PodSide
 from sardeenz.cluster.loads import Loads
@@ -76,6 +77,7 @@ class Services:
     benchmarks: BenchmarkRunner
     catalog: Catalog
     ondemand: OnDemand
+    adapter_orders: AdapterOrders
     reaper: IdleReaper
     warmup: WarmUp
     cluster: ClusterManager

@@ -298,7 +298,9 @@ class AsgiRelay:
             return await self._forward(
                 scope, send, t0, mm, waited, model, url_path, body, headers, state, openai, flight
             )
-        answer = await demand.wait(model)
+        answer = await demand.wait(
+            model, local_only=not entered_here(self.hop_header, scope["headers"])
+        )
         if isinstance(answer, ErrorReply):
             return await answer.send(send, openai)
         try:
