@@ -29,6 +29,7 @@ from sardeenz.api import (
     presets,
     requests,
     tenants,
+    usage,
 )
 from sardeenz.api.docs_ui import install_docs
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
@@ -53,6 +54,7 @@ from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.stewards import Stewards
 from sardeenz.cluster.transport.routes import HOP_HEADER
+from sardeenz.cluster.usage_fanout import UsageFanout, usage_routes
 from sardeenz.cluster.wiring import control_state, gateway_hooks, proxy_remote_headers
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
@@ -90,10 +92,13 @@ from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.requests import RequestRepository
 from sardeenz.store.tenants import TenantRepository
+from sardeenz.store.usage import UsageRepository
 from sardeenz.telemetry import node as node_metrics
 from sardeenz.telemetry.measure import ResourceMeter
 from sardeenz.tenancy.admission import Admission
+from sardeenz.tenancy.meter import UsageMeter
 from sardeenz.tenancy.service import TenantService
+from sardeenz.tenancy.usage import UsageService
 
 log = logging.getLogger("sardeenz")
 
@@ -161,7 +166,10 @@ def build_services(settings: Settings) -> Services:
         cluster=starts if cluster.active else None,
         external=external,
     )
-    admission = Admission(default_completion=settings.tenancy_default_completion_tokens)
+    usage_meter = UsageMeter()
+    admission = Admission(
+        default_completion=settings.tenancy_default_completion_tokens, meter=usage_meter
+    )
     proxy = InferenceProxy(
         settings,
         table,
@@ -173,6 +181,13 @@ def build_services(settings: Settings) -> Services:
         admission=admission,
     )
     tenant_service = TenantService(settings, admission, TenantRepository(db), api_keys.ids)
+    usage_service = UsageService(
+        settings,
+        usage_meter,
+        UsageRepository(db),
+        own_pod=members.identity.pod_id if cluster.active else None,
+        fanout=UsageFanout(members) if cluster.active else None,
+    )
     retention = (
         RequestRepository(db, settings.request_log_max_rows)
         if settings.request_log_retention
@@ -267,6 +282,7 @@ def build_services(settings: Settings) -> Services:
         ),
         external=external,
         tenants=tenant_service,
+        usage=usage_service,
     )
 
 
@@ -327,6 +343,7 @@ def create_app(settings: Settings) -> Gateway:
         await services.presets.load()  # the names the proxy answers 503 for, not 404
         await services.catalog.start()
         await services.tenants.start()
+        await services.usage.start()
         if services.external is not None:
             services.external.start()
         await services.ondemand.preload()
@@ -366,6 +383,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.routing_updater.stop()
             await services.proxy.close()
             await services.tenants.stop()
+            await services.usage.stop()
             await services.audit.close()
             removed = await services.segments.cleanup(services.kvctl)
             if removed:
@@ -398,6 +416,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(presets.router)
     app.include_router(requests.router)
     app.include_router(tenants.router)
+    app.include_router(usage.router)
     app.include_router(metrics_history_router)
     install_docs(app)
 
@@ -414,6 +433,7 @@ def create_app(settings: Settings) -> Gateway:
         services.locator,
         unverified,
         settings.proxy_max_body_bytes,
+        extra_routes=usage_routes(services.usage.local),
     )
     gateway = Gateway(
         app,

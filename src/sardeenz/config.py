@@ -341,6 +341,66 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_TENANCY_FLUSH_SECONDS", "tenancy_flush_seconds"),
     )
     """How often the tokens counted against budgets are written to the database."""
+    usage_flush_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_USAGE_FLUSH_SECONDS", "usage_flush_seconds"),
+    )
+    """How often the billable usage gathered in memory (per tenant, key, model and
+    minute) is written to the database (docs/tenancy.md#usage)."""
+    usage_minute_retention_hours: float = Field(
+        48.0,
+        ge=1,
+        le=24 * 90,
+        validation_alias=_env(
+            "SARDEENZ_USAGE_MINUTE_RETENTION_HOURS", "usage_minute_retention_hours"
+        ),
+    )
+    """How long usage is kept per minute; older minutes are rolled up into hours."""
+    usage_retention_days: float = Field(
+        400.0,
+        ge=1,
+        le=3660,
+        validation_alias=_env("SARDEENZ_USAGE_RETENTION_DAYS", "usage_retention_days"),
+    )
+    """How long hourly usage is kept; older hours are deleted."""
+    fair_slots_per_instance: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        validation_alias=_env("SARDEENZ_FAIR_SLOTS_PER_INSTANCE", "fair_slots_per_instance"),
+    )
+    """Requests this pod sends to one instance at once; more wait in the proxy and are let in
+    by tenant weight and priority (docs/tenancy.md, "Fair sharing"). 0: no limit (the engine
+    queues them itself, first come, first served)."""
+    fair_headroom_percent: int = Field(
+        25,
+        ge=0,
+        le=100,
+        validation_alias=_env("SARDEENZ_FAIR_HEADROOM_PERCENT", "fair_headroom_percent"),
+    )
+    """Slots beyond ``SARDEENZ_FAIR_SLOTS_PER_INSTANCE`` (this percentage of them, rounded up)
+    that only an ``interactive`` request of a tenant with nothing waiting may use: a quiet
+    tenant's request goes at once instead of waiting for a slot to free (0: none)."""
+    fair_sharing: bool = Field(True, validation_alias=_env("SARDEENZ_FAIR_SHARING", "fair_sharing"))
+    """Weighted fair queuing across tenants while a model is saturated; off: first come,
+    first served (priority classes still apply)."""
+    fair_queue_max: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        validation_alias=_env("SARDEENZ_FAIR_QUEUE_MAX", "fair_queue_max"),
+    )
+    """Requests that may wait for one saturated model; one more gets 503 ``queue_full``."""
+    fair_queue_wait_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_FAIR_QUEUE_WAIT_SECONDS", "fair_queue_wait_seconds"),
+    )
+    """How long a request waits for a slot of a saturated model before 503 ``queue_timeout``
+    (counted once the model is routable: a wait for a start or a wake has its own bound)."""
     ondemand_queue_max: int = Field(
         100, ge=1, validation_alias=_env("SARDEENZ_ONDEMAND_QUEUE_MAX", "ondemand_queue_max")
     )

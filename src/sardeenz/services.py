@@ -44,6 +44,7 @@ from sardeenz.store.db import Database
 from sardeenz.telemetry.measure import ResourceMeter
 from sardeenz.telemetry.node import NodeSampler
 from sardeenz.tenancy.service import TenantService
+from sardeenz.tenancy.usage import UsageService
 
 
 @dataclass
@@ -113,6 +114,8 @@ class Services:
     """Cluster mode: pulls every other pod's request log and usage (cluster/observe.py)."""
     tenants: TenantService
     """Tenants and their limits; the proxy asks its ``Admission`` (tenancy/)."""
+    usage: UsageService
+    """Billable usage per tenant, key, model and minute (tenancy/usage.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

@@ -11,7 +11,7 @@ A feature with routes of its own adds its ``internal_routes()`` here.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
@@ -29,7 +29,8 @@ from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import Redirect, leader_redirect
-from sardeenz.cluster.transport.server import InternalRouter
+from sardeenz.cluster.transport.routes import InternalRoute
+from sardeenz.cluster.transport.server import Handler, InternalRouter
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.store.control import ControlRepository
@@ -61,6 +62,7 @@ def internal_router(
     unverified: UnverifiedBodies,
     collector: RequestCollector,
     locator: InstanceLocator,
+    extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
     membership = manager.membership
@@ -74,6 +76,7 @@ def internal_router(
     router.include(starts.internal_routes())
     router.include(collector.internal_routes())
     router.include(InstanceRoutes(locator).internal_routes())
+    router.include(extra_routes)  # features outside cluster/ (the usage query)
     return router
 
 
@@ -99,13 +102,22 @@ def gateway_hooks(
     locator: InstanceLocator,
     unverified: UnverifiedBodies,
     max_body_bytes: int,
+    extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> GatewayHooks:
     membership = manager.membership
     if not manager.active or membership.verifier is None:
         return GatewayHooks()
     return GatewayHooks(
         internal=internal_router(
-            manager, pod_side, profile_sync, control, starts, unverified, collector, locator
+            manager,
+            pod_side,
+            profile_sync,
+            control,
+            starts,
+            unverified,
+            collector,
+            locator,
+            extra_routes,
         ),
         trusted_forward=trusted_forward(membership.verifier, unverified, max_body_bytes),
         redirect=leader_redirect(membership),

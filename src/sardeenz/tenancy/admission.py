@@ -40,6 +40,7 @@ from sardeenz.tenancy.counters import (
     RateCounter,
     retry_after,
 )
+from sardeenz.tenancy.meter import UsageMeter
 from sardeenz.tenancy.spec import Limits, Tenant
 
 _mono = time.monotonic
@@ -78,6 +79,10 @@ class Rejection(NamedTuple):
     reason: str
     limit: int
     retry_after: int
+    key: str = ""
+    """The API key id the refused request came with (for the usage meter)."""
+    model: str = ""
+    """The served model it asked for."""
 
     @property
     def message(self) -> str:
@@ -159,15 +164,22 @@ class Scope:
             self.month.held += tokens
 
     def settle(self, estimate: int, actual: int, now: float, wall: float) -> None:
+        # Branches, not a loop over (day, month): this runs once per scope per request.
         self.inflight -= 1
-        if self.tpm is not None and actual != estimate:
-            self.tpm.give(estimate - actual, now)
-        for budget in (self.day, self.month):
-            if budget is not None:
-                # (never below 0: a budget added while this request was in flight)
-                budget.held = max(0, budget.held - estimate)
-                if actual:
-                    budget.add(actual, wall)
+        tpm, day, month = self.tpm, self.day, self.month
+        if tpm is not None and actual != estimate:
+            tpm.give(estimate - actual, now)
+        if day is not None:
+            # (never below 0: a budget added while this request was in flight)
+            held = day.held - estimate
+            day.held = held if held > 0 else 0
+            if actual:
+                day.add(actual, wall)
+        if month is not None:
+            held = month.held - estimate
+            month.held = held if held > 0 else 0
+            if actual:
+                month.add(actual, wall)
 
     def cancel(self, estimate: int, now: float) -> None:
         self.inflight -= 1
@@ -219,16 +231,33 @@ def _budget(
 class Ticket:
     """An admitted request's charge, settled (or cancelled) exactly once."""
 
-    __slots__ = ("_counts_tokens", "_open", "_scopes", "estimate", "tenant")
+    __slots__ = (
+        "_counts_tokens",
+        "_key",
+        "_meter",
+        "_model",
+        "_open",
+        "_prompt_estimate",
+        "_scopes",
+        "estimate",
+        "tenant",
+    )
 
     def __init__(
-        self, tenant: str, scopes: tuple[Scope, ...], estimate: int, counts_tokens: bool
+        self,
+        tenant: str,
+        scopes: tuple[Scope, ...],
+        estimate: int,
+        counts_tokens: bool,
+        usage: tuple[UsageMeter | None, str, str, int] = (None, "", "", 0),
     ) -> None:
         self.tenant = tenant
         self._scopes = scopes
         self.estimate = estimate
         self._counts_tokens = counts_tokens
         self._open = True
+        # (the usage meter, the key id, the model, the prompt's part of the estimate)
+        self._meter, self._key, self._model, self._prompt_estimate = usage
 
     def settle(self, status: int, last: bytes, prev: bytes) -> None:
         """The request ended with ``status``; ``last``/``prev``: the response's tail."""
@@ -247,6 +276,16 @@ class Ticket:
         now, wall = _mono(), _wall()
         for scope in self._scopes:
             scope.settle(estimate, actual, now, wall)
+        meter = self._meter
+        if meter is not None:  # the tail is read by the meter's drain, off this path
+            p_est, tenant, key, model = self._prompt_estimate, self.tenant, self._key, self._model
+            c_est = estimate - p_est  # the last field, "": an admitted request (meter.ADMITTED)
+            meter.note((wall, tenant, key, model, status, p_est, c_est, last, prev, ""))
+
+    def unmetered(self) -> None:
+        """Not for the usage meter: a request another pod forwarded here is billed by
+        the pod it entered (the request log's rule, proxy/remote.py ``entered_here``)."""
+        self._meter = None
 
     def cancel(self) -> None:
         """Undo the admission: the request was not sent (it will be admitted again)."""
@@ -259,10 +298,19 @@ class Ticket:
 
 
 class _TenantScopes:
-    __slots__ = ("all", "by_model", "counts_tokens", "name")
+    __slots__ = ("all", "by_model", "counts_tokens", "name", "priority", "weight")
 
-    def __init__(self, name: str, everything: Scope, by_model: dict[str, Scope]) -> None:
+    def __init__(
+        self,
+        name: str,
+        everything: Scope,
+        by_model: dict[str, Scope],
+        weight: int = 1,
+        priority: str = "interactive",
+    ) -> None:
         self.name = name
+        self.weight = weight
+        self.priority = priority
         self.all = (everything,)
         self.by_model = {m: (everything, s) for m, s in by_model.items()}
         self.counts_tokens = everything.counts_tokens or any(
@@ -286,9 +334,16 @@ class Admission:
     """The tenants' limits as the proxy asks them; see module doc."""
 
     def __init__(
-        self, counters: CounterFactory | None = None, *, default_completion: int = 256
+        self,
+        counters: CounterFactory | None = None,
+        *,
+        default_completion: int = 256,
+        meter: UsageMeter | None = None,
     ) -> None:
         self.counters: CounterFactory = counters or LocalCounters()
+        self.meter = meter
+        """Where settled tickets and answered refusals are counted for billing
+        (tenancy/meter.py); None: not counted."""
         self.default_completion = default_completion
         """Completion tokens assumed for a request that sets no ``max_tokens``."""
         self._by_key: dict[str, _TenantScopes] = {}
@@ -322,6 +377,8 @@ class Admission:
                 tenant.name,
                 scope(ALL_MODELS, tenant.limits),
                 {m: scope(m, limits) for m, limits in tenant.models.items()},
+                tenant.weight,
+                tenant.priority,
             )
             for key in tenant.api_keys:
                 by_key[key] = entry
@@ -330,11 +387,17 @@ class Admission:
         self._by_key, self._by_subject, self._by_group = by_key, by_subject, by_group
         self._scopes = scopes
         self.active = bool(by_key)
-        self.active = bool(by_key)
 
     def tenant_of_key(self, key_id: str) -> str | None:
         entry = self._by_key.get(key_id)
         return entry.name if entry is not None else None
+
+    def share_of(self, key_id: str) -> tuple[str, int, str] | None:
+        """The tenant of a key, its fair-queuing weight and priority class; None: no tenant.
+
+        Asked only for a request that waits for a saturated model (proxy/fairgate.py)."""
+        entry = self._by_key.get(key_id)
+        return (entry.name, entry.weight, entry.priority) if entry is not None else None
 
     def tenant_of_principal(self, subject: str, groups: Iterable[str]) -> str | None:
         """The tenant a JWT caller belongs to: by subject first, else its first mapped group."""
@@ -360,7 +423,22 @@ class Admission:
             if found is not None and (refusal is None or found.retry_after > refusal.retry_after):
                 refusal = found
         if refusal is not None:
-            return refusal  # counted by whoever answers it (``refused``): once
+            # counted by whoever answers it (``refused``): once
+            return refusal._replace(key=key_id, model=model)
         for scope in scopes:
             scope.take(tokens, now)
-        return Ticket(entry.name, scopes, tokens, entry.counts_tokens)
+        return Ticket(
+            entry.name,
+            scopes,
+            tokens,
+            entry.counts_tokens,
+            (self.meter, key_id, model, -(-body_bytes // BYTES_PER_TOKEN)),
+        )
+
+    def metered(self, rejection: Rejection) -> None:
+        """Count a refusal that is answered in the usage meter (Prometheus counts it in
+        ``refused``, called by the answer)."""
+        if self.meter is not None:
+            self.meter.rejected(
+                _wall(), rejection.tenant, rejection.key, rejection.model, rejection.reason
+            )

@@ -98,6 +98,9 @@ ONDEMAND_PLACE = InternalRoute("POST", "/internal/ondemand/place")
 # --- the cluster-wide request log, pulled by every pod (cluster/observe.py)
 REQUESTS_PULL = InternalRoute("POST", "/internal/requests/pull")
 
+# --- billable usage of this pod, summed by the pod that answers the API (cluster/usage_fanout.py)
+USAGE_QUERY = InternalRoute("POST", "/internal/usage/query")
+
 # --- reads of this pod's instances by another pod's locator (cluster/instance_routes.py):
 # not fenced (they change nothing; asked also while no leader is known)
 INSTANCE = InternalRoute("GET", "/internal/instances/{instance_id}")
