@@ -5,7 +5,7 @@ A cluster start costs 4 s of CPU and 8-35 s of wall time on a loaded 2-core mach
 can share one live in ``tests/cluster/shared/`` (its conftest says how). The modules
 here kill or restart pods in ways that cannot be undone (failover, partitions, lost
 writes) or need other settings (API keys, other GPUs, a catalog): each builds its own
-``Cluster`` in a module-scoped fixture, as test_moves.py and test_presets.py do;
+``Cluster`` in a module-scoped fixture, as test_moves.py and test_scheduling.py do;
 ``cluster3`` is a plain 3-pod one of that kind.
 """
 

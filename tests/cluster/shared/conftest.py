@@ -7,7 +7,8 @@ folder's modules one after another too.
 
 ``shared_cluster`` (testkit/cluster.py's ``Cluster``): pods ``pod-a``..``pod-c`` on
 127.0.0.1-3, two simulated ``NVIDIA L4:24GiB`` GPUs each (``SHARED_GPUS``), the tier's
-short timings, no API keys; ``pod-a`` leads. A module uses it by taking the fixture::
+short timings, an applied preset reconciled every second, no API keys; ``pod-a`` leads.
+A module uses it by taking the fixture::
 
     def test_something(shared_cluster: Cluster) -> None:
         inst = shared_cluster.load_on("pod-b", "my-module-model")
@@ -44,7 +45,12 @@ SHARED_GPUS = "NVIDIA L4:24GiB,NVIDIA L4:24GiB"
 @pytest.fixture(scope="package")
 def shared_cluster_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The processes behind ``shared_cluster``; take ``shared_cluster``, not this."""
-    cluster = Cluster(tmp_path_factory.mktemp("shared-cluster"), 3, SARDEENZ_SIM_GPUS=SHARED_GPUS)
+    cluster = Cluster(
+        tmp_path_factory.mktemp("shared-cluster"),
+        3,
+        SARDEENZ_SIM_GPUS=SHARED_GPUS,
+        SARDEENZ_PRESET_RECONCILE_SECONDS="1",
+    )
     try:
         cluster.start()
         cluster.wait(
