@@ -396,7 +396,7 @@ class MoveService(MoveSteps):
         await self._mark(move, MoveState.STARTING_TARGET)  # with the target's id
         # Not advertised to other pods before it is active: a target rolled back was never
         # routed. No pause after that: its first streams are served as fast as its later
-        # ones (tests/cluster/test_first_streams.py).
+        # ones (tests/cluster/shared/test_first_streams.py).
         hold = self._settings.ready_timeout_seconds + self.route_timeout * 2 + 60
         try:
             held = self._pods.withdraw(move.target_pod_id, target.id, hold)
