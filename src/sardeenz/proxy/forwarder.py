@@ -202,7 +202,7 @@ class InferenceProxy(AsgiRelay):
                         raise between_replicas(model, self._ready_wait)
                     raise unknown_model(table, demand, model, key)
             if key is not None and self.admission.active:
-                verdict = self.admission.admit(key.id, model, payload, body_bytes)
+                verdict = self.admission.admit(key.member, model, payload, body_bytes)
                 if isinstance(verdict, Rejection):
                     raise rate_limited(verdict)
                 if verdict is not None:
