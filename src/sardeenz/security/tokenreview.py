@@ -33,7 +33,7 @@ import httpx
 
 from sardeenz.config import Settings
 from sardeenz.errors import SardeenzError
-from sardeenz.security.auth import AuthError, Principal
+from sardeenz.security.auth import AuthError, Principal, Role
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,12 @@ class TokenReviewer:
                 raise AuthError("the token review names no user", code="invalid_token")
             groups = frozenset(g for g in user.get("groups") or () if isinstance(g, str))
             roles = {r for r, needed in self._role_groups.items() if groups & needed}
-            asked = [r for r in self._role_access if r not in roles]
+            # Admin implies read-only: a question whose answer changes nothing is not asked.
+            asked = [
+                r
+                for r in self._role_access
+                if r not in roles and not (r == Role.READONLY and Role.ADMIN in roles)
+            ]
             if asked:
                 answers = await asyncio.gather(
                     *(self._allowed(user, self._role_access[r], deadline) for r in asked)
