@@ -17,17 +17,23 @@ from the TokenRequest API, as a kubelet's would), so their groups are real:
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import json
+import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 import yaml
 
+from testkit.oauth import OAuthServer
 from testkit.servers import ServerPool, ServerProcess, load_active
 from tests.kube.apiserver import KubeApiServer
 
@@ -41,6 +47,8 @@ RBAC_PROPAGATION_SECONDS = 20.0
 """The authorizer learns RBAC changes through an informer: under a second on an idle
 machine; the bound leaves room for loaded cores."""
 MODEL = "kube-review-m"
+OAUTH_CLIENT = "sardeenz-dashboard"
+OAUTH_SECRET = "oauth-client-secret-for-tests"
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 API_SERVER_CACHE_SECONDS = 30.0
 """The API server caches its own token authentications (10 s in 1.20): the bound on when
@@ -57,6 +65,7 @@ class Setup:
     other_ns: str
     srv: ServerProcess
     cluster_role: dict[str, Any]
+    oauth: OAuthServer
 
     def token(self, namespace: str, name: str) -> str:
         return self.kube.service_account_token(namespace, name, expiration_seconds=3600)
@@ -81,7 +90,7 @@ def setup(
     kube: KubeApiServer,
     module_server_factory: ServerPool,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Setup:
+) -> Iterator[Setup]:
     app_ns, adm_ns, other_ns = (kube.create_namespace() for _ in range(3))
     kube.create_service_account(app_ns, "sardeenz")
     role, binding = _manifest()
@@ -119,6 +128,8 @@ def setup(
     admins = f"system:serviceaccounts:{adm_ns}"
     srv = module_server_factory(
         extra_env={
+            "SARDEENZ_OPENSHIFT_OAUTH_CLIENT_ID": OAUTH_CLIENT,
+            "SARDEENZ_OPENSHIFT_OAUTH_CLIENT_SECRET": OAUTH_SECRET,
             "SARDEENZ_CLUSTER_MODE": "single",
             "SARDEENZ_KUBE_API_URL": kube.url,
             "SARDEENZ_KUBE_SERVICE_ACCOUNT_DIR": str(sa_dir),
@@ -136,8 +147,15 @@ def setup(
             "SARDEENZ_V1_ROLE": "inference",
             "SARDEENZ_V1_TOKEN_CACHE_SECONDS": str(CACHE_SECONDS),
         }
-    ).start()
-    return Setup(kube, app_ns, adm_ns, other_ns, srv, role)
+    )
+    # The OAuth server knows the dashboard's callback, as an OAuthClient's redirectURIs do.
+    oauth = OAuthServer(OAUTH_CLIENT, OAUTH_SECRET, f"{srv.url}/auth/callback")
+    srv.env["SARDEENZ_OPENSHIFT_OAUTH_URL"] = oauth.url
+    try:
+        srv.start()
+        yield Setup(kube, app_ns, adm_ns, other_ns, srv, role, oauth)
+    finally:
+        oauth.close()
 
 
 def _me(setup: Setup, token: str) -> httpx.Response:
@@ -286,3 +304,102 @@ def test_each_rule_of_the_cluster_role_is_needed(setup: Setup, resource: str) ->
         assert time.monotonic() < deadline, "still refused with the ClusterRole restored"
         time.sleep(0.5)
     assert resp.json()["role"] == "admin-readonly"
+
+
+# --- the dashboard's sign-in through the OAuth server -------------------------------------
+
+
+def _pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _authorize(setup: Setup, challenge: str) -> tuple[str, str]:
+    """What the dashboard's login does (frontend/src/auth/oidc.ts), from /api/auth/config:
+    the browser goes to the authorization endpoint and comes back with a code."""
+    config = httpx.get(f"{setup.srv.url}/api/auth/config", timeout=10).json()
+    oidc = config["oidc"]
+    assert oidc["provider"] == "openshift"
+    assert oidc["authorizationEndpoint"] == f"{setup.oauth.url}/oauth/authorize"
+    assert oidc["tokenEndpoint"] == "/api/auth/openshift/token"
+    assert oidc["clientId"] == OAUTH_CLIENT
+    redirect = f"{setup.srv.url}/auth/callback"
+    state = secrets.token_urlsafe(8)
+    back = httpx.get(
+        oidc["authorizationEndpoint"],
+        params={
+            "response_type": "code",
+            "client_id": oidc["clientId"],
+            "redirect_uri": redirect,
+            "scope": oidc["scope"],
+            "state": state,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        },
+        timeout=10,
+    )
+    assert back.status_code == 302, back.text
+    assert setup.oauth.last_scope == "user:info user:check-access"
+    query = parse_qs(urlsplit(back.headers["location"]).query)
+    assert query["state"] == [state]
+    return query["code"][0], redirect
+
+
+def _exchange(setup: Setup, **form: str) -> httpx.Response:
+    return httpx.post(
+        f"{setup.srv.url}/api/auth/openshift/token",
+        data={"grant_type": "authorization_code", "client_id": OAUTH_CLIENT, **form},
+        timeout=20,
+    )
+
+
+def test_the_dashboard_signs_in_through_the_oauth_server(setup: Setup) -> None:
+    # The user who signs in at the OAuth server: alice (a real token the API server knows).
+    setup.oauth.user_token = setup.token(setup.adm_ns, "alice")
+    verifier, challenge = _pkce()
+    code, redirect = _authorize(setup, challenge)
+    # The browser holds no client secret: Sardeenz adds it for the code exchange.
+    resp = _exchange(setup, code=code, redirect_uri=redirect, code_verifier=verifier)
+    assert resp.status_code == 200, resp.text
+    access = resp.json()["access_token"]
+    assert resp.json()["token_type"] == "Bearer"
+    me = _me(setup, access)
+    assert me.status_code == 200, me.text
+    assert me.json()["role"] == "admin"
+    assert me.json()["subject"] == f"system:serviceaccount:{setup.adm_ns}:alice"
+    # A code is good once.
+    again = _exchange(setup, code=code, redirect_uri=redirect, code_verifier=verifier)
+    assert again.status_code == 400, again.text
+    assert again.json()["code"] == "oauth_refused"
+    assert "invalid_grant" in again.json()["detail"]
+
+
+def test_a_bad_exchange_is_a_clear_refusal(setup: Setup) -> None:
+    setup.oauth.user_token = setup.token(setup.adm_ns, "alice")
+    verifier, challenge = _pkce()
+    code, redirect = _authorize(setup, challenge)
+    wrong = _exchange(setup, code=code, redirect_uri=redirect, code_verifier=verifier + "x")
+    assert wrong.status_code == 400, wrong.text
+    assert wrong.json()["code"] == "oauth_refused"
+    asked = setup.oauth.token_requests
+    for form, code_ in (
+        ({"code": "c", "redirect_uri": redirect, "client_id": "someone-else"}, "oauth_bad_request"),
+        ({"redirect_uri": redirect}, "oauth_bad_request"),
+        ({"code": "c", "redirect_uri": redirect, "grant_type": "password"}, "oauth_bad_request"),
+    ):
+        resp = _exchange(setup, **form)
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["code"] == code_
+    assert setup.oauth.token_requests == asked  # refused here, never sent on
+    # Read before any token, so small and declared: a large or chunked body is refused
+    # as any anonymous /api body is.
+    big = _exchange(setup, code="c" * 9000, redirect_uri=redirect)
+    assert big.status_code == 401, big.text
+    chunked = httpx.post(
+        f"{setup.srv.url}/api/auth/openshift/token",
+        content=iter([b"grant_type=authorization_code"]),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        timeout=10,
+    )
+    assert chunked.status_code == 401, chunked.text

@@ -24,6 +24,7 @@ from sardeenz.config import ConfigError, Settings, load_settings
 from sardeenz.security import tokenreview
 from sardeenz.security.auth import ApiKeys, Authenticator, AuthError, Forbidden
 from sardeenz.security.callers import BearerCallers
+from sardeenz.security.openshift_oauth import OAuthUnavailable, OpenShiftOAuth
 from sardeenz.security.tokenreview import ReviewUnavailable, TokenReviewer
 from sardeenz.tenancy.admission import Admission
 from sardeenz.tenancy.spec import Limits, Tenant
@@ -310,3 +311,38 @@ def test_bearer_auth_without_a_token_source_is_a_config_error() -> None:
     settings = load_settings(v1_bearer_auth=True)
     with pytest.raises(ConfigError, match="SARDEENZ_V1_BEARER_AUTH needs a token source"):
         BearerCallers(Authenticator(settings), settings)
+
+
+# ------------------------------------------------------------ OpenShift OAuth exchange
+
+
+def test_openshift_sign_in_needs_its_client_and_token_review() -> None:
+    with pytest.raises(ConfigError, match="CLIENT_ID and SARDEENZ_OPENSHIFT_OAUTH_CLIENT_SECRET"):
+        Authenticator(load_settings(openshift_oauth_url="https://oauth.example", token_review=True))
+    with pytest.raises(ConfigError, match="needs SARDEENZ_TOKEN_REVIEW=true"):
+        Authenticator(
+            load_settings(
+                openshift_oauth_url="https://oauth.example",
+                openshift_oauth_client_id="c",
+                openshift_oauth_client_secret="s",
+            )
+        )
+
+
+async def test_an_oauth_server_that_does_not_answer_is_a_503() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        oauth = OpenShiftOAuth(
+            load_settings(
+                openshift_oauth_url=f"http://127.0.0.1:{sock.getsockname()[1]}",
+                openshift_oauth_client_id="c",
+                openshift_oauth_client_secret="s",
+                token_review=True,
+            )
+        )
+        with pytest.raises(OAuthUnavailable) as exc:
+            await oauth.exchange(
+                {"grant_type": "authorization_code", "code": "x", "redirect_uri": "https://h/cb"}
+            )
+    assert exc.value.status == 503
+    assert exc.value.code == "oauth_unavailable"
