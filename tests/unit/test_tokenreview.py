@@ -346,3 +346,19 @@ async def test_an_oauth_server_that_does_not_answer_is_a_503() -> None:
             )
     assert exc.value.status == 503
     assert exc.value.code == "oauth_unavailable"
+
+
+async def test_a_caller_that_leaves_does_not_cancel_the_review_of_the_others(
+    api: FakeApiServer,
+) -> None:
+    api.gate = asyncio.Event()
+    reviewer = TokenReviewer(_settings(), api.post)
+    first = asyncio.create_task(reviewer.review("tok-viewer"))
+    second = asyncio.create_task(reviewer.review("tok-viewer"))
+    await asyncio.sleep(0)
+    first.cancel()  # its client went away
+    await asyncio.sleep(0)
+    api.gate.set()
+    assert (await asyncio.wait_for(second, 5)).subject == "bob"
+    assert first.cancelled()
+    assert api.calls == ["tokenreviews", "subjectaccessreviews"]

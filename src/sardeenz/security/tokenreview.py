@@ -90,7 +90,7 @@ class TokenReviewer:
         self._size = settings.token_review_cache_size
         self._timeout = settings.token_review_timeout_seconds
         self._cache: OrderedDict[bytes, tuple[float, Principal | AuthError]] = OrderedDict()
-        self._pending: dict[bytes, asyncio.Future[Principal]] = {}
+        self._pending: dict[bytes, asyncio.Task[Principal]] = {}
         self._backoff = 0.0
         self._blocked_until = 0.0
         self._post: Post | None = post
@@ -117,8 +117,8 @@ class TokenReviewer:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
-        for future in self._pending.values():
-            future.cancel()
+        for task in list(self._pending.values()):
+            task.cancel()
 
     # ------------------------------------------------------------------ review
     async def review(self, token: str) -> Principal:
@@ -143,23 +143,23 @@ class TokenReviewer:
                 f"the Kubernetes API server did not answer token reviews; retrying in {wait} s",
                 wait,
             )
-        future: asyncio.Future[Principal] = asyncio.get_running_loop().create_future()
-        self._pending[digest] = future
+        # A task of its own (owned here, cancelled by ``close``): a caller that goes away
+        # (its client left) must not cancel the review the other callers wait for.
+        task = asyncio.get_running_loop().create_task(self._settle(digest, token, now))
+        self._pending[digest] = task
+        task.add_done_callback(_retrieved)
+        return await asyncio.shield(task)
+
+    async def _settle(self, digest: bytes, token: str, now: float) -> Principal:
+        """One review, remembered; bounded by the review deadline."""
         try:
             principal = await self._review(token, now + self._timeout)
         except AuthError as exc:
             self._remember(digest, exc, self._negative_ttl)
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning without waiters
-            raise
-        except ReviewUnavailable as exc:
-            future.set_exception(exc)
-            future.exception()
             raise
         finally:
             self._pending.pop(digest, None)
         self._remember(digest, principal, self._ttl)
-        future.set_result(principal)
         return principal
 
     def _remember(self, digest: bytes, outcome: Principal | AuthError, ttl: float) -> None:
@@ -269,6 +269,12 @@ class TokenReviewer:
             self._sa_token = await asyncio.to_thread(_read_token, self._token_file)
         headers = {"authorization": f"Bearer {self._sa_token}"} if self._sa_token else {}
         return await client.post(path, json=body, headers=headers, timeout=seconds)
+
+
+def _retrieved(task: asyncio.Task[Principal]) -> None:
+    """Every caller may have left: the outcome is read here, so none is 'never retrieved'."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _read_token(path: Any) -> str:
