@@ -23,7 +23,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from sardeenz.catalog.adapters import AdapterLoader
 from sardeenz.catalog.eviction import MEMORY_REFUSALS
@@ -220,7 +220,7 @@ class OnDemand:
                 )
             if not pending:
                 try:
-                    ep = await self._unless_routable(name, self._start_once(name), remaining)
+                    ep = await self._table.unless_routable(name, self._start_once(name), remaining)
                 except TimeoutError:
                     return self._timed_out(name)
                 except StartFailed as exc:
@@ -234,7 +234,7 @@ class OnDemand:
                 # Wake it here rather than through the table's waker: a wake refused
                 # for memory can then make room like a start does.
                 try:
-                    ep = await self._unless_routable(
+                    ep = await self._table.unless_routable(
                         name, self._wake_once(name, pending[0].instance_id), remaining
                     )
                 except TimeoutError:
@@ -251,34 +251,6 @@ class OnDemand:
                 return self._wake_failed(name, str(exc))
             if ep is not None:
                 return ep
-
-    async def _unless_routable(
-        self, name: str, work: asyncio.Task[Any], within: float
-    ) -> Endpoint | None:
-        """Wait for ``work`` (the model's shared start or wake) unless the routing table
-        gets an endpoint of ``name`` first: then that endpoint.
-
-        A start or a wake can take long for reasons that do not concern a waiter whose
-        model has become routable meanwhile: the leader's placement order to a pod that
-        went silent (30 s), making room while the only victim still has requests in
-        flight, a pod cut off from its peers starting its own copy while the peers' route
-        comes back. The waiter takes the route; the work goes on for its other waiters
-        (never cancelled here, as under ``shield``). None when ``work`` ended (its error
-        is raised); ``TimeoutError`` when neither came ``within`` seconds.
-        """
-        route = asyncio.ensure_future(self._table.next_route(name))
-        try:
-            done, _ = await asyncio.wait(
-                (work, route), timeout=within, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            route.cancel()
-        if route in done:
-            return route.result()
-        if work in done:
-            work.result()  # its failure, if any, for the caller
-            return None
-        raise TimeoutError
 
     async def start(self, name: str) -> None:
         """Start ``name`` unless something of it is running or coming (preload)."""

@@ -122,6 +122,14 @@ class InferenceProxy(AsgiRelay):
         for inst in table.instances():
             metrics.observe_instance(None, inst)
 
+    def _between_replicas(self, model: str) -> ErrorReply | None:
+        """The 503 for a model nothing serves that the applied preset declares; None for
+        a model the cluster does not mean to serve (a 404)."""
+        desired = self.desired
+        if desired is not None and desired(model):
+            return between_replicas(model, self._ready_wait)
+        return None
+
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         """Create the pooled upstream client (must run on the serving loop)."""
@@ -149,7 +157,12 @@ class InferenceProxy(AsgiRelay):
             await self._inference(scope, receive, send, t0)
         elif is_models and method in ("GET", "HEAD"):
             await self._listing.answer(
-                path, send, method == "HEAD", scope.get(API_KEY_SCOPE), self.demand
+                path,
+                send,
+                method == "HEAD",
+                scope.get(API_KEY_SCOPE),
+                self.demand,
+                self._between_replicas,
             )
         else:
             allow = b"GET" if is_models else b"POST"
@@ -197,10 +210,7 @@ class InferenceProxy(AsgiRelay):
                     model, body = served, with_model(payload, served)  # the served name
                     ep = table.pick(model)
                 elif served is None and not table.is_known(model):
-                    desired = self.desired
-                    if desired is not None and desired(model):
-                        raise between_replicas(model, self._ready_wait)
-                    raise unknown_model(table, demand, model, key)
+                    raise self._between_replicas(model) or unknown_model(table, demand, model, key)
             if key is not None and self.admission.active:
                 verdict = self.admission.admit(key.member, model, payload, body_bytes)
                 if isinstance(verdict, Rejection):
