@@ -663,8 +663,9 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_TOKEN_REVIEW_ROLE_ACCESS", "token_review_role_access"),
     )
     """Role -> the ``resourceAttributes`` of a ``SubjectAccessReview`` that grants it when
-    allowed (JSON), e.g. ``{"admin": {"namespace": "ai", "verb": "update", "resource":
-    "services", "name": "sardeenz"}}``. Combined with the group mapping (either grants)."""
+    allowed (JSON), e.g. ``{"admin": {"verb": "update", "resource": "services", "name":
+    "sardeenz"}}`` (no ``namespace``: the pod's). Combined with the group mapping (either
+    grants)."""
     token_review_cache_seconds: float = Field(
         30.0,
         ge=0,
