@@ -92,7 +92,9 @@ def _routes(srv: ServerProcess) -> list[tuple[str, str, bool]]:
             start, end = concrete.index("{"), concrete.index("}")
             concrete = concrete[:start] + "nope" + concrete[end + 1 :]
         for method in ops:
-            public = path.startswith("/api/health") or path == "/api/auth/config"
+            public = (
+                path.startswith("/api/health") or path == "/api/auth/config" or path in PUBLIC_POSTS
+            )
             out.append((method.upper(), concrete, public))
     # Routes served by the gateway itself, outside FastAPI:
     out.append(("GET", "/api/v1/metrics", False))
