@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
 
 from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import CamelModel
@@ -69,8 +70,16 @@ async def auth_config(services: ServicesDep) -> AuthConfig:
     return AuthConfig(auth_enabled=auth.enabled, oidc=oidc, roles_claim=s.jwt_roles_claim)
 
 
-@router.post("/auth/openshift/token", dependencies=[PUBLIC])
-async def openshift_token(request: Request, services: ServicesDep) -> dict[str, Any]:
+class TokenAnswer(BaseModel):
+    """OAuth 2.0's token response (RFC 6749 5.1), as the dashboard reads it."""
+
+    access_token: str
+    token_type: str
+    expires_in: int | None = None
+
+
+@router.post("/auth/openshift/token", response_model=TokenAnswer, dependencies=[PUBLIC])
+async def openshift_token(request: Request, services: ServicesDep) -> TokenAnswer:
     """The dashboard's OpenShift sign-in: its authorization code (a form, as OAuth 2.0
     sends it) exchanged at OpenShift's OAuth server with the OAuthClient's secret."""
     oauth = services.auth.openshift
@@ -82,7 +91,7 @@ async def openshift_token(request: Request, services: ServicesDep) -> dict[str, 
         raise InvalidRequest(
             "expected an application/x-www-form-urlencoded body", code="oauth_bad_request"
         ) from None
-    return await oauth.exchange(form)
+    return TokenAnswer.model_validate(await oauth.exchange(form))
 
 
 @router.get("/auth/me", response_model=Me, dependencies=[READONLY])
