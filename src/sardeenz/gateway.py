@@ -1,7 +1,9 @@
 """The node's ASGI entry point: a path switch in front of FastAPI.
 
 ``/v1/*`` is the hot path: it goes straight to the inference proxy, checked
-only against the optional inference API keys; no middleware stack, no
+only against the optional inference API keys (and, with ``SARDEENZ_V1_BEARER_AUTH``,
+bearer tokens: remembered ones like keys, a new one verified here first,
+security/callers.py); no middleware stack, no
 dependency injection, no per-request logging. ``/api/direct/*`` goes to the
 same proxy after an admin check. ``/metrics`` is rendered here. Everything
 else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
@@ -9,7 +11,8 @@ else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
 
 No body is read before its sender is authenticated: ``/v1`` keys and ``/api``
 tokens are checked from the headers first (the fast lane asks ``_admit_v1``
-before it buffers a body), a refusal closes the connection without reading
+before it buffers a body; the one public POST, the dashboard's OAuth code exchange,
+takes only a small declared body), a refusal closes the connection without reading
 the body, and the cluster's signed requests, which can only be verified with
 their body, are read under one node-wide budget (security/unverified.py).
 
