@@ -21,6 +21,7 @@ Printed: the median over rounds of each condition's CPU per request and the diff
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import importlib.util
 import statistics
@@ -56,6 +57,42 @@ cpu_us_per_request = _TENANCY.cpu_us_per_request
 
 KEY = "sk-bench-bearer-0123456789"
 SECRET = "bench-hs256-secret-0123456789abcdef"
+
+
+def identify_alone(n: int) -> dict[str, float]:
+    """In-process, best of 3, us per call: ``ApiKeys.identify`` of a key without bearer
+    tokens (as before), of a key with them on, and of a remembered JWT."""
+    from sardeenz.config import load_settings
+    from sardeenz.security.auth import ApiKey, ApiKeys, Authenticator
+    from sardeenz.security.callers import BearerCallers
+    from sardeenz.tenancy.admission import Admission
+
+    digest = hashlib.sha256(KEY.encode()).digest()
+    plain = ApiKeys([(digest, ApiKey(id="team"))])
+    with_tokens = ApiKeys([(digest, ApiKey(id="team"))])
+    settings = load_settings(jwt_secret=SECRET, v1_bearer_auth=True)
+    callers = BearerCallers(Authenticator(settings), settings)
+    callers.member_of = Admission().member_of_principal
+    with_tokens.tokens = callers
+    token = jwt.encode({"sub": "caller", "exp": time.time() + 3600}, SECRET).encode()
+    key_header, jwt_header = b"Bearer " + KEY.encode(), b"Bearer " + token
+    asyncio.run(callers.authenticate(jwt_header))  # remembered from now on
+    cases = {
+        "key, no bearer tokens": (plain, key_header),
+        "key, bearer tokens on": (with_tokens, key_header),
+        "remembered JWT": (with_tokens, jwt_header),
+    }
+    out = {}
+    for name, (keys, value) in cases.items():
+        assert keys.identify(value) is not None, name
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.process_time()
+            for _ in range(n):
+                keys.identify(value)
+            best = min(best, (time.process_time() - t0) / n * 1e6)
+        out[name] = best
+    return out
 
 
 def main() -> None:
@@ -142,6 +179,10 @@ def main() -> None:
             f"  per-round difference this tree - baseline: median "
             f"{statistics.median(diffs):+.1f} us, range {min(diffs):+.1f} .. {max(diffs):+.1f} us"
         )
+
+    print("\nidentify() alone, in-process (no noise from the rest of the request):")
+    for name, us in identify_alone(200_000).items():
+        print(f"  {name:24s} {us:.2f} us")
 
 
 if __name__ == "__main__":
