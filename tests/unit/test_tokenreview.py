@@ -51,6 +51,7 @@ class FakeApiServer:
         self.allowed: set[str] = set()
         self.calls: list[str] = []
         self.fail: int | None = None  # answer this status instead
+        self.fail_access: int | None = None  # ... to access reviews only
         self.gate: asyncio.Event | None = None
 
     async def post(self, path: str, body: dict[str, Any], seconds: float) -> httpx.Response:
@@ -58,8 +59,9 @@ class FakeApiServer:
         if self.gate is not None:
             await self.gate.wait()
         request = httpx.Request("POST", f"https://api{path}")
-        if self.fail is not None:
-            return httpx.Response(self.fail, json={"message": "no"}, request=request)
+        fail = self.fail if path == tokenreview.TOKEN_REVIEWS else self.fail or self.fail_access
+        if fail is not None:
+            return httpx.Response(fail, json={"message": "no"}, request=request)
         spec = body["spec"]
         if path == tokenreview.TOKEN_REVIEWS:
             found = self.users.get(spec["token"])
@@ -362,3 +364,18 @@ async def test_a_caller_that_leaves_does_not_cancel_the_review_of_the_others(
     assert (await asyncio.wait_for(second, 5)).subject == "bob"
     assert first.cancelled()
     assert api.calls == ["tokenreviews", "subjectaccessreviews"]
+
+
+async def test_an_access_review_without_an_answer_fails_the_review_uncached(
+    api: FakeApiServer,
+) -> None:
+    two = {"admin": ACCESS, "admin-readonly": ACCESS}
+    api.fail_access = 503
+    reviewer = TokenReviewer(
+        _settings(token_review_role_groups={}, token_review_role_access=two,
+                  token_review_timeout_seconds=0.3),
+        api.post,
+    )  # fmt: skip
+    with pytest.raises(ReviewUnavailable):
+        await reviewer.review("tok-admin")
+    assert not reviewer._cache  # neither accepted nor refused: the API server did not say

@@ -197,10 +197,16 @@ class TokenReviewer:
                 if r not in roles and not (r == Role.READONLY and Role.ADMIN in roles)
             ]
             if asked:
+                # Every answer is awaited (one failing does not leave the others running
+                # unobserved); the first failure is the review's.
                 answers = await asyncio.gather(
-                    *(self._allowed(user, self._role_access[r], deadline) for r in asked)
+                    *(self._allowed(user, self._role_access[r], deadline) for r in asked),
+                    return_exceptions=True,
                 )
-                roles.update(r for r, ok in zip(asked, answers, strict=True) if ok)
+                for answer in answers:
+                    if isinstance(answer, BaseException):
+                        raise answer
+                roles.update(r for r, ok in zip(asked, answers, strict=True) if ok is True)
         except _NoAnswer as exc:
             self._backoff = min(max(self._backoff * 2, BACKOFF_FIRST), BACKOFF_MAX)
             self._blocked_until = _mono() + self._backoff
