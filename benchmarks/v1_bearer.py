@@ -13,7 +13,8 @@ and rotated in ``--rounds`` rounds so the machine's noise falls on all alike:
 * ``jwt``: one JWT for every request (verified once, then found in memory);
 * ``key, baseline``: with ``--baseline-src`` (the ``src`` of another checkout, e.g.
   ``git archive main src | tar -x -C /tmp/base``), a second server of that code with the
-  same key and no bearer tokens: the API-key path before this change, in the same run.
+  same key and environment: the API-key path before this change, in the same run. With
+  this tree's own ``src`` it is an A/A run: what two servers differ by with no change.
 
 Printed: the median over rounds of each condition's CPU per request and the differences.
 """
@@ -113,12 +114,10 @@ def main() -> None:
             "SARDEENZ_API_KEYS_FILE": str(keys),
             "SARDEENZ_LOG_LEVEL": "warning",
             "SARDEENZ_JWT_SECRET": SECRET,
+            # The same environment for both servers: code before bearer tokens ignores it.
+            "SARDEENZ_V1_BEARER_AUTH": "true",
         }
-        servers = {
-            "branch": ServerProcess(
-                data / "branch", extra_env={**common, "SARDEENZ_V1_BEARER_AUTH": "true"}
-            )
-        }
+        servers = {"branch": ServerProcess(data / "branch", extra_env=common)}
         if args.baseline_src is not None:
             servers["baseline"] = ServerProcess(
                 data / "baseline",
