@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import httpx
 
-from sardeenz.config import Settings
+from sardeenz.config import ConfigError, Settings
 from sardeenz.errors import SardeenzError
 from sardeenz.security.auth import AuthError, Principal, Role
 
@@ -100,6 +100,14 @@ class TokenReviewer:
         self._token_read = -math.inf
         self.calls = 0
         """API calls made (TokenReviews and access reviews): what the cache saves."""
+        if post is None:
+            from sardeenz.cluster.membership.kube_api import api_url
+
+            if api_url(settings) is None:  # a one-line refusal at start, not a traceback
+                raise ConfigError(
+                    "SARDEENZ_TOKEN_REVIEW needs the Kubernetes API server: run in a pod "
+                    "(KUBERNETES_SERVICE_HOST) or set SARDEENZ_KUBE_API_URL"
+                )
 
     async def start(self) -> None:
         if self._post is not None:
