@@ -244,7 +244,7 @@ async def test_a_refused_connection_is_a_503(tmp_path: Path) -> None:
 
 
 def test_tokens_of_the_configured_issuers_are_verified_here_others_reviewed() -> None:
-    auth = Authenticator(_settings(jwt_secret=SECRET))
+    auth = Authenticator(_settings(jwt_secret=SECRET, kube_api_url="https://127.0.0.1:1"))
     hs = jwt.encode({"sub": "x", "exp": time.time() + 60}, SECRET, algorithm="HS256")
     assert auth._verifies(hs)
     assert not auth._verifies("sha256~opaque-openshift-token")
@@ -320,7 +320,13 @@ def test_bearer_auth_without_a_token_source_is_a_config_error() -> None:
 
 def test_openshift_sign_in_needs_its_client_and_token_review() -> None:
     with pytest.raises(ConfigError, match="CLIENT_ID and SARDEENZ_OPENSHIFT_OAUTH_CLIENT_SECRET"):
-        Authenticator(load_settings(openshift_oauth_url="https://oauth.example", token_review=True))
+        Authenticator(
+            load_settings(
+                openshift_oauth_url="https://oauth.example",
+                token_review=True,
+                kube_api_url="https://127.0.0.1:1",
+            )
+        )
     with pytest.raises(ConfigError, match="needs SARDEENZ_TOKEN_REVIEW=true"):
         Authenticator(
             load_settings(
@@ -379,3 +385,13 @@ async def test_an_access_review_without_an_answer_fails_the_review_uncached(
     with pytest.raises(ReviewUnavailable):
         await reviewer.review("tok-admin")
     assert not reviewer._cache  # neither accepted nor refused: the API server did not say
+
+
+def test_token_review_without_an_api_server_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigError, match="needs the Kubernetes API server"):
+        TokenReviewer(_settings())
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # in a pod: its API server
+    TokenReviewer(_settings())
