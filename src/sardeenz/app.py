@@ -84,6 +84,7 @@ from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, W
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
+from sardeenz.security.callers import BearerCallers
 from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.services import Services
 from sardeenz.store.audit import AuditRepository
@@ -181,6 +182,10 @@ def build_services(settings: Settings) -> Services:
     admission = Admission(
         default_completion=settings.tenancy_default_completion_tokens, meter=usage_meter
     )
+    if settings.v1_bearer_auth:  # /v1 also takes the tokens /api takes (security/callers.py)
+        callers = BearerCallers(authenticator, settings)
+        callers.member_of = admission.member_of_principal
+        api_keys.tokens = callers
     proxy = InferenceProxy(
         settings,
         table,
@@ -419,6 +424,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.tenants.stop()
             await services.usage.stop()
             await services.audit.close()
+            await services.auth.close()
             removed = await services.segments.cleanup(services.kvctl)
             if removed:
                 log.info("deleted kvcached segments: %s", ", ".join(removed))

@@ -145,7 +145,7 @@ class ExpressRelay:
         if key is not None and (ep.local or ep.external is not None):
             admission = self._admission
             if admission.active:
-                verdict = admission.admit(key.id, model, payload, len(body))
+                verdict = admission.admit(key.member, model, payload, len(body))
                 if verdict is not None:
                     if not isinstance(verdict, Ticket):
                         return None  # over a limit: the handler answers the 429

@@ -218,7 +218,7 @@ class InferenceProxy(AsgiRelay):
             share = None
             priority: int | None = None
             if gate.on:
-                share = self.admission.share_of(key.id) if key is not None else None
+                share = self.admission.share_of(key.member) if key is not None else None
                 wanted = header(scope["headers"], PRIORITY_HEADER)
                 found = requested_priority(wanted, share[2] if share else "interactive")
                 if isinstance(found, ErrorReply):
@@ -231,7 +231,7 @@ class InferenceProxy(AsgiRelay):
                 and (ep is None or not to_another_pod(ep, self.hop_header, scope["headers"]))
             ):
                 # (admitted, and billed, once: by the pod that serves it)
-                verdict = self.admission.admit(key.id, model, payload, body_bytes)
+                verdict = self.admission.admit(key.member, model, payload, body_bytes)
                 if isinstance(verdict, Rejection):
                     self.admission.metered(verdict)
                     raise rate_limited(verdict)

@@ -48,6 +48,10 @@ _wall = time.time
 
 ALL_MODELS: Final = "*"
 """The scope of a tenant's whole traffic (a model scope is named by the served name)."""
+SUBJECT_MEMBER: Final = "sub:"
+GROUP_MEMBER: Final = "group:"
+"""Prefixes of the members a bearer-token caller of ``/v1`` is admitted as (``admit``'s
+``key_id``): a tenant's subjects and groups."""
 BYTES_PER_TOKEN: Final = 4
 """The up-front estimate of a prompt's tokens: its request body's bytes / 4 (an upper
 bound for English text in JSON; the engine's usage corrects it when the request ends)."""
@@ -403,6 +407,12 @@ class Admission:
             )
             for key in tenant.api_keys:
                 by_key[key] = entry
+            # Bearer-token callers of /v1 are admitted as these members (security/callers.py);
+            # key ids cannot hold ':', so the names never meet a key's.
+            for subject in tenant.subjects:
+                by_key[SUBJECT_MEMBER + subject] = entry
+            for group in tenant.groups:
+                by_key[GROUP_MEMBER + group] = entry
             by_subject.update(dict.fromkeys(tenant.subjects, tenant.name))
             by_group.update(dict.fromkeys(tenant.groups, tenant.name))
         self._by_key, self._by_subject, self._by_group = by_key, by_subject, by_group
@@ -426,6 +436,14 @@ class Admission:
         if found is None:
             found = next((self._by_group[g] for g in sorted(groups) if g in self._by_group), None)
         return found
+
+    def member_of_principal(self, subject: str, groups: Iterable[str]) -> str | None:
+        """The member a bearer-token caller is admitted as: ``sub:<subject>`` when a tenant
+        lists its subject, else ``group:<g>`` for its first mapped group (sorted), else None."""
+        if subject in self._by_subject:
+            return SUBJECT_MEMBER + subject
+        group = next((g for g in sorted(groups) if g in self._by_group), None)
+        return GROUP_MEMBER + group if group is not None else None
 
     def admit(
         self, key_id: str, model: str, payload: dict[str, Any], body_bytes: int
