@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import cast
 
-from sardeenz.cluster.ondemand_surplus import Copy, Settling, surplus
+from sardeenz.cluster.handover import Pods
+from sardeenz.cluster.ondemand_surplus import Copy, Settling, SurplusReducer, surplus
+from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from tests.unit.test_cluster_moves import FakePods, inst
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -122,3 +127,81 @@ def test_old_records_without_the_marker_read_as_operator_loads() -> None:
     record = _copy("a", "i").instance.model_dump(mode="json", by_alias=True)
     del record["onDemand"]
     assert ModelInstance.model_validate(record).on_demand is False
+
+
+# ------------------------------------------------ the leader's loop, on fake pods
+
+
+def _reducer(pods: FakePods, tmp_path: Path, clock: list[float]) -> SurplusReducer:
+    r = SurplusReducer(
+        cast(Pods, pods),
+        Settings(data_dir=tmp_path, stop_grace_seconds=1),
+        term=lambda: 3,
+        now=lambda: clock[0],
+        reducible=lambda name: name == "m",
+        moving=frozenset,
+    )
+    r.route_timeout = 0.5
+    r.transit_grace = 0.0
+    return r
+
+
+def _two_copies(extra: InstanceStatus = InstanceStatus.ACTIVE) -> FakePods:
+    """pod-a runs the older on-demand copy, pod-c a younger one (both routed everywhere)."""
+    pods = FakePods()
+    pods.instances = {
+        ("pod-a", "keep"): _od(inst("keep"), age=60),
+        ("pod-c", "extra"): _od(inst("extra", extra), age=0),
+    }
+    pods.routes_of = {p: {"pod-a/keep", "pod-c/extra"} for p in ("pod-a", "pod-b", "pod-c")}
+    return pods
+
+
+def _od(i: ModelInstance, age: int) -> ModelInstance:
+    return i.model_copy(update={"on_demand": True, "created_at": T0 - timedelta(seconds=age)})
+
+
+async def test_the_surplus_copy_is_withdrawn_unrouted_drained_then_unloaded(
+    tmp_path: Path,
+) -> None:
+    pods, clock = _two_copies(), [0.0]
+    reducer = _reducer(pods, tmp_path, clock)
+    await reducer.step()
+    assert pods.calls == [], "acted before membership had settled"
+    clock[0] = reducer.settling.settle
+    await reducer.step()
+    assert pods.calls == ["withdraw pod-c/extra", "drain pod-c/extra", "unload pod-c/extra"]
+    assert set(pods.instances) == {("pod-a", "keep")}
+    await reducer.step()  # level-triggered: one copy left, nothing more to do
+    assert len(pods.calls) == 3
+
+
+async def test_a_pod_that_keeps_routing_the_copy_stops_the_retirement(tmp_path: Path) -> None:
+    """Never drain a copy another pod still sends requests to: it is advertised again."""
+    pods, clock = _two_copies(), [0.0]
+    pods.stuck = {"pod-b"}
+    reducer = _reducer(pods, tmp_path, clock)
+    reducer.settling.stable(3, pods.live(), 0.0)
+    clock[0] = reducer.settling.settle
+    await reducer.step()
+    assert pods.calls == ["withdraw pod-c/extra", "restore pod-c/extra"]
+    assert ("pod-c", "extra") in pods.instances
+
+
+async def test_a_sleeping_surplus_copy_is_unloaded_without_a_drain(tmp_path: Path) -> None:
+    pods, clock = _two_copies(InstanceStatus.SLEEPING), [0.0]
+    reducer = _reducer(pods, tmp_path, clock)
+    reducer.settling.stable(3, pods.live(), 0.0)
+    clock[0] = reducer.settling.settle
+    await reducer.step()
+    assert pods.calls == ["unload pod-c/extra"]
+
+
+async def test_a_follower_does_nothing(tmp_path: Path) -> None:
+    pods, clock = _two_copies(), [0.0]
+    pods.leader = False
+    reducer = _reducer(pods, tmp_path, clock)
+    reducer.settling.stable(3, pods.live(), 0.0)
+    clock[0] = reducer.settling.settle
+    await reducer.step()  # a round that began while leading: no order leaves this pod
+    assert pods.calls == []
