@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from sardeenz import __version__
 from sardeenz.api import (
+    adapters,
     auth,
     benchmarks,
     catalog,
@@ -42,6 +43,7 @@ from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.validation import is_external
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
 from sardeenz.cluster.handover import Pods, PodSide
 from sardeenz.cluster.loads import Loads
@@ -55,6 +57,8 @@ from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.stewards import Stewards
+from sardeenz.cluster.tenant_shares import TenantShares
+from sardeenz.cluster.tenant_sync import ReplicatedTenants, bind_tenants
 from sardeenz.cluster.transport.routes import HOP_HEADER
 from sardeenz.cluster.usage_fanout import UsageFanout, usage_routes
 from sardeenz.cluster.wiring import control_state, gateway_hooks, proxy_remote_headers
@@ -168,6 +172,13 @@ def build_services(settings: Settings) -> Services:
         cluster=starts if cluster.active else None,
         external=external,
     )
+    # What this pod's instances hold: its heartbeats carry it, and a move (between pods
+    # or between GPUs of this one) reads the source's there.
+    cluster.local.adapters = ondemand.adapters.snapshot
+    if cluster.active:  # adapters routed across pods
+        ondemand.adapters.peers = cluster.remote_routes
+        ondemand.adapters.pod_id = members.identity.pod_id
+        ondemand.adapters.on_change = members.beat_soon
     usage_meter = UsageMeter()
     admission = Admission(
         default_completion=settings.tenancy_default_completion_tokens, meter=usage_meter
@@ -182,7 +193,25 @@ def build_services(settings: Settings) -> Services:
         pod=members.identity.pod_id,
         admission=admission,
     )
-    tenant_service = TenantService(settings, admission, TenantRepository(db), api_keys.ids)
+    tenant_repository = TenantRepository(db)
+    tenant_shares = TenantShares(
+        members,
+        control,
+        admission,
+        settings.cluster_tenancy_sync_seconds,
+        settings.tenancy_flush_seconds,
+    )
+    tenant_service = TenantService(
+        settings,
+        admission,
+        tenant_repository,
+        api_keys.ids,
+        # in a cluster: the API's tenants and the counters are the cluster's
+        definitions=ReplicatedTenants(control) if cluster.active else None,
+        counters=tenant_shares.counters if cluster.active else None,
+    )
+    if cluster.active:
+        bind_tenants(control, tenant_service, tenant_repository)
     usage_service = UsageService(
         settings,
         usage_meter,
@@ -196,6 +225,7 @@ def build_services(settings: Settings) -> Services:
         else None
     )
     pod_side = PodSide(cluster.local, members)
+    pod_side.adapters = ondemand  # a move's target takes its source's adapters
     pods = Pods(members, pod_side, orders, settings)
     moves = MoveService(pods, settings, control)
     requests = RequestHistory(proxy.requests, retention)
@@ -278,6 +308,7 @@ def build_services(settings: Settings) -> Services:
         benchmarks=BenchmarkRunner(settings, locator, BenchmarkRepository(db), api_keys),
         catalog=catalog,
         ondemand=ondemand,
+        adapter_orders=AdapterOrders(members, ondemand, settings.ondemand_max_wait_seconds),
         reaper=reaper,
         warmup=warmup,
         cluster=cluster,
@@ -305,6 +336,7 @@ def build_services(settings: Settings) -> Services:
         ),
         external=external,
         tenants=tenant_service,
+        tenant_shares=tenant_shares,
         usage=usage_service,
     )
 
@@ -380,6 +412,7 @@ def create_app(settings: Settings) -> Gateway:
         services.presets.start()  # reconciles the applied preset (on the leader)
         if services.cluster.active:
             services.surplus.start()  # reduces surplus on-demand copies (on the leader)
+        services.tenant_shares.start()  # cluster only: each pod's share of the tenants' limits
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -398,6 +431,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.profile_sync.stop()
             await services.presets.stop()
             await services.surplus.stop()
+            await services.tenant_shares.stop()
             await services.collector.stop()
             await services.control.stop()
             await services.cluster.stop()
@@ -437,6 +471,7 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(memory.router)
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
+    app.include_router(adapters.router)
     app.include_router(cluster.router)
     app.include_router(moves.router)
     app.include_router(presets.router)
@@ -457,9 +492,13 @@ def create_app(settings: Settings) -> Gateway:
         services.starts,
         services.collector,
         services.locator,
+        services.tenant_shares,
         unverified,
         settings.proxy_max_body_bytes,
-        extra_routes=usage_routes(services.usage.local),
+        extra_routes=[
+            *usage_routes(services.usage.local),
+            *services.adapter_orders.internal_routes(),
+        ],
     )
     gateway = Gateway(
         app,

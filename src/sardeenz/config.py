@@ -435,6 +435,24 @@ class Settings(BaseSettings):
     )
     """After a failed on-demand start, requests get its cause at once for this long
     instead of each starting (and failing) the engine again."""
+    adapter_idle_ttl_seconds: float = Field(
+        1800.0,
+        ge=0,
+        validation_alias=_env("SARDEENZ_ADAPTER_IDLE_TTL_SECONDS", "adapter_idle_ttl_seconds"),
+    )
+    """A LoRA adapter with no request for this long is unloaded from its instance (0:
+    never; a full instance still unloads its least recently used one for another)."""
+    adapter_saturation_inflight: int = Field(
+        8,
+        ge=1,
+        le=100000,
+        validation_alias=_env(
+            "SARDEENZ_ADAPTER_SATURATION_INFLIGHT", "adapter_saturation_inflight"
+        ),
+    )
+    """Requests in flight for one LoRA adapter on one instance at which that instance
+    counts as saturated: once every instance holding it is, the adapter is loaded into
+    one more instance of its base (on any pod)."""
     external_check_seconds: float = Field(
         5.0,
         gt=0,
@@ -544,6 +562,17 @@ class Settings(BaseSettings):
         "counters and in-flight counts (the cluster-wide Requests page, usage and charts)",
         validation_alias=_env(
             "SARDEENZ_CLUSTER_COLLECT_INTERVAL_SECONDS", "cluster_collect_interval_seconds"
+        ),
+    )
+    cluster_tenancy_sync_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="How often each pod reports its tenants' demand and budget counts to the "
+        "leader and takes back its share of every limit (cluster-wide limits; a pod without "
+        "an answer for 3 of these splits each limit by the number of pods)",
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_TENANCY_SYNC_SECONDS", "cluster_tenancy_sync_seconds"
         ),
     )
     preset_reconcile_seconds: float = Field(

@@ -1,7 +1,7 @@
 """The ``sardeenz`` command: serve, sim-engine, and operator commands against a server.
 
 One module per command group: ``server`` (serve, sim-engine, version), ``models``,
-``bench``, ``profiles``, ``cluster``, ``catalog``, ``presets``, ``moves``,
+``bench``, ``profiles``, ``cluster``, ``catalog``, ``adapters``, ``presets``, ``moves``,
 ``tenants`` (and ``usage``); ``client``
 (URL, calls, errors), ``output`` (table, plain, JSON), ``resolve`` (ids by prefix or
 name) and ``control_input`` (a JSON or YAML document) are shared by the operator groups.
@@ -18,6 +18,7 @@ import typer
 import typer.core
 
 from sardeenz.cli import (
+    adapters,
     bench,
     catalog,
     cluster,
@@ -58,6 +59,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(profiles.app, name="profiles")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(catalog.app, name="catalog")
+app.add_typer(adapters.app, name="adapters")
 app.add_typer(presets.app, name="presets")
 app.add_typer(moves.app, name="moves")
 app.add_typer(tenants.app, name="tenants")

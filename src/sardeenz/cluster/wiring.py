@@ -5,7 +5,8 @@ The ``/internal`` router is built here from every part that serves internal
 routes: membership (ping, heartbeat, state, votes), the leader's orders on
 instances, a move's steps, profile sync, the replicated control state
 (presets, catalog, moves), on-demand placement, the request collector
-(cluster/observe.py) and the locator's reads of this pod's instances.
+(cluster/observe.py), the locator's reads of this pod's instances and the
+tenants' limit shares (cluster/tenant_shares.py).
 A feature with routes of its own adds its ``internal_routes()`` here.
 """
 
@@ -29,6 +30,7 @@ from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import Redirect, leader_redirect
+from sardeenz.cluster.tenant_shares import TenantShares
 from sardeenz.cluster.transport.routes import InternalRoute
 from sardeenz.cluster.transport.server import Handler, InternalRouter
 from sardeenz.proxy.remote import RemoteHeaders
@@ -62,6 +64,7 @@ def internal_router(
     unverified: UnverifiedBodies,
     collector: RequestCollector,
     locator: InstanceLocator,
+    shares: TenantShares,
     extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
@@ -76,6 +79,7 @@ def internal_router(
     router.include(starts.internal_routes())
     router.include(collector.internal_routes())
     router.include(InstanceRoutes(locator).internal_routes())
+    router.include(shares.internal_routes())
     router.include(extra_routes)  # features outside cluster/ (the usage query)
     return router
 
@@ -100,6 +104,7 @@ def gateway_hooks(
     starts: ClusterStarts,
     collector: RequestCollector,
     locator: InstanceLocator,
+    shares: TenantShares,
     unverified: UnverifiedBodies,
     max_body_bytes: int,
     extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
@@ -117,6 +122,7 @@ def gateway_hooks(
             unverified,
             collector,
             locator,
+            shares,
             extra_routes,
         ),
         trusted_forward=trusted_forward(membership.verifier, unverified, max_body_bytes),

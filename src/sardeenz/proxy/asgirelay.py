@@ -298,7 +298,9 @@ class AsgiRelay:
             return await self._forward(
                 scope, send, t0, mm, waited, model, url_path, body, headers, state, openai, flight
             )
-        answer = await demand.wait(model)
+        answer = await demand.wait(
+            model, local_only=not entered_here(self.hop_header, scope["headers"])
+        )
         if isinstance(answer, ErrorReply):
             return await answer.send(send, openai)
         try:
@@ -355,6 +357,12 @@ class AsgiRelay:
             sent = outgoing(
                 ep, self.remote_headers, scope["headers"], method, target, headers, body
             )
+            if sent is not None and not ep.local and ep.external is None:
+                # to another pod, which admits it (remote.py ``to_another_pod``): a request
+                # admitted here while it waited for a start that landed there is undone
+                ticket = scope.pop(TICKET_SCOPE, None)
+                if ticket is not None:
+                    ticket.cancel()
             if sent is None:  # another pod's, and this request made its hop already
                 local = table.pick_local(model) if model is not None else None
                 if local is None:

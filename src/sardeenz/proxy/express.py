@@ -141,16 +141,15 @@ class ExpressRelay:
             if asked is not None and priority_index(asked.decode("latin-1")) is None:
                 return None  # the handler answers the 400
         ticket = None
-        if key is not None:
+        # (to another pod: that pod admits it, remote.py ``to_another_pod``)
+        if key is not None and (ep.local or ep.external is not None):
             admission = self._admission
             if admission.active:
                 verdict = admission.admit(key.id, model, payload, len(body))
                 if verdict is not None:
                     if not isinstance(verdict, Ticket):
                         return None  # over a limit: the handler answers the 429
-                    ticket = verdict
-                    if not entered_here(self.hop, headers):
-                        ticket.unmetered()  # billed by the pod it entered
+                    ticket = verdict  # (billed here: the pod that serves it)
         if gate is not None:
             fair.take(gate)
         data = client.encode(ep.host, ep.port, b"POST", *sent)

@@ -54,7 +54,7 @@ from sardeenz.proxy.intake import Disconnected, RequestReader, parse_json, with_
 from sardeenz.proxy.listing import ModelListing, unknown_model
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL
 from sardeenz.proxy.remote import RemoteHeaders as RemoteHeaders  # its old home, re-exported
-from sardeenz.proxy.remote import entered_here
+from sardeenz.proxy.remote import entered_here, to_another_pod
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import UpstreamClient
 from sardeenz.proxy.usage import allowed, note_refused, rate_limited
@@ -225,16 +225,17 @@ class InferenceProxy(AsgiRelay):
                     raise found
                 priority = found
             verdict = None
-            if key is not None and self.admission.active:
+            if (
+                key is not None
+                and self.admission.active
+                and (ep is None or not to_another_pod(ep, self.hop_header, scope["headers"]))
+            ):
+                # (admitted, and billed, once: by the pod that serves it)
                 verdict = self.admission.admit(key.id, model, payload, body_bytes)
-                here = entered_here(self.hop_header, scope["headers"])
                 if isinstance(verdict, Rejection):
-                    if here:  # billed by the pod it entered
-                        self.admission.metered(verdict)
+                    self.admission.metered(verdict)
                     raise rate_limited(verdict)
                 if verdict is not None:
-                    if not here:
-                        verdict.unmetered()
                     scope[TICKET_SCOPE] = verdict  # settled when the request ends
             if priority is not None:
                 # A LoRA adapter takes the slots of its base model's instances.

@@ -249,6 +249,10 @@ class RoutingTable:
         route = self._routes.get(name)
         return route.endpoints if route is not None else ()
 
+    def local_endpoints(self) -> list[Endpoint]:
+        """Every routable endpoint of this node's own engines, whatever its name."""
+        return [e for route in self._routes.values() for e in route.endpoints if e.local]
+
     def names(self) -> list[str]:
         """Routable served names, sorted."""
         return sorted(self._routes)

@@ -103,7 +103,18 @@ def refused(rejection: Rejection) -> None:
 class Scope:
     """The counters of one tenant scope; kept across reconfigurations (see ``configure``)."""
 
-    __slots__ = ("concurrency", "day", "inflight", "month", "name", "rpm", "tenant", "tpm")
+    __slots__ = (
+        "busy_refusals",
+        "concurrency",
+        "day",
+        "inflight",
+        "month",
+        "name",
+        "rpm",
+        "slots",
+        "tenant",
+        "tpm",
+    )
 
     def __init__(self, tenant: str, name: str) -> None:
         self.tenant = tenant
@@ -111,7 +122,12 @@ class Scope:
         self.rpm: RateCounter | None = None
         self.tpm: RateCounter | None = None
         self.concurrency: int | None = None
+        """The tenant's limit (what a refusal names)."""
+        self.slots: int | None = None
+        """This pod's part of it: the limit on one node, a share in a cluster (shares.py)."""
         self.inflight = 0
+        self.busy_refusals = 0
+        """Refusals by the concurrency limit (the demand a cluster's share follows)."""
         self.day: BudgetCounter | None = None
         self.month: BudgetCounter | None = None
 
@@ -135,11 +151,12 @@ class Scope:
         if month is not None:
             month.reset_at(wall)
             full_month = month.used + month.held >= month.limit
-        busy = self.concurrency is not None and self.inflight >= self.concurrency
+        busy = self.slots is not None and self.inflight >= self.slots
         if not (wait_rpm or wait_tpm or full_day or full_month or busy):
             return None
         candidates: list[tuple[float, str, int]] = []
         if busy and self.concurrency is not None:
+            self.busy_refusals += 1
             candidates.append((CONCURRENCY_RETRY_AFTER, "concurrent_requests", self.concurrency))
         if wait_rpm and rpm is not None:
             candidates.append((wait_rpm, "requests_per_minute", int(rpm.capacity)))
@@ -195,6 +212,10 @@ class Scope:
         """Take ``limits``, keeping what was consumed under the previous ones."""
         self.rpm = _rate(self, self.rpm, limits.requests_per_minute, "rpm", counters)
         self.tpm = _rate(self, self.tpm, limits.tokens_per_minute, "tpm", counters)
+        if limits.concurrent_requests is None:
+            self.slots = None
+        elif limits.concurrent_requests != self.concurrency or self.slots is None:
+            self.slots = counters.slots(self.tenant, self.name, limits.concurrent_requests)
         self.concurrency = limits.concurrent_requests
         self.day = _budget(self, self.day, limits.tokens_per_day, "day", counters, wall)
         self.month = _budget(self, self.month, limits.tokens_per_month, "month", counters, wall)
