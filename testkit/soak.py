@@ -12,6 +12,9 @@ started on demand, put to sleep when idle and woken by the next request).
 Invariants (each a named ``Violation`` with the timeline around it):
 
 * ``one-leader-per-term``: no two pods ever claim the lead in the same term (sampled);
+* ``old-term-write-refused``: after each fault, a fenced leader order signed by the
+  harness with an older term than a pod's (the newest such term it saw) is refused
+  by that pod with 409 ``stale_term`` (testkit/soak_fence.py);
 * ``every-request-answered``: a request ends ok or with a clean OpenAI error within its
   deadline; one that broke or hung is allowed only while a fault killed or stopped a pod
   or an engine (counted, printed), never for a network cut;
@@ -49,6 +52,7 @@ import psutil
 from testkit import netns
 from testkit.cluster import TIMING
 from testkit.servers import ServerProcess, engine_processes, kill_engines
+from testkit.soak_fence import FenceProbe
 from testkit.soak_traffic import TrafficLog
 
 NAMES = ["pod-a", "pod-b", "pod-c", "pod-d", "pod-e"]
@@ -110,6 +114,10 @@ class Report:
     unavailable: dict[str, float] = field(default_factory=dict)
     transitions: dict[str, int] = field(default_factory=dict)
     """The catalog model's instances seen entering each state (it sleeps and wakes)."""
+    fenced: dict[str, int] = field(default_factory=dict)
+    """Stale-term orders the harness sent, by the answer (``409 stale_term`` expected)."""
+    terms: set[int] = field(default_factory=set)
+    """Every term the harness saw a pod in."""
 
 
 class Soak:
@@ -135,6 +143,7 @@ class Soak:
         )
         """Seconds after a fault heals within which routing must have converged."""
         self._claims: dict[int, set[str]] = {}
+        self.fence = FenceProbe()
         self._catalog_states: dict[str, str] = {}
 
     # ------------------------------------------------------------ timeline
@@ -277,6 +286,7 @@ class Soak:
         seen = await self.statuses(http)
         now = time.monotonic()
         for name, st in seen.items():
+            self.report.terms.add(int(st["term"]))
             if st["leader"] == name:
                 claimants = self._claims.setdefault(int(st["term"]), set())
                 claimants.add(name)

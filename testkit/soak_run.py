@@ -21,6 +21,7 @@ import psutil
 
 from testkit.servers import engine_processes
 from testkit.soak import ADMIN_OPS, CATALOG_MODEL, FAULTS, NAMES, SIM, Fault, Report, Soak
+from testkit.soak_fence import check_fencing
 from testkit.soak_traffic import run_traffic
 
 PROCESS_FAULTS = {"kill-leader", "stop-leader", "kill-follower", "stop-follower", "kill-engine"}
@@ -77,6 +78,7 @@ class Chaos:
             await s.converged(http, f"{fault.kind} {fault.target}", s.bound)
             await s.check_engines()
             await s.check_agreement(http, s.bound)
+            await check_fencing(s, http)
 
     async def _inject(self, http: httpx.AsyncClient, kind: str, pick: float) -> Fault | None:
         s = self.s
@@ -259,6 +261,7 @@ async def run(root: Path, seed: int, duration: float, clients: int = 6) -> Repor
             await soak.converged(http, "the end", soak.bound)
             await soak.check_engines()
             await soak.check_agreement(http, soak.bound)
+            await check_fencing(soak, http)
             _judge_requests(soak)
     finally:
         await asyncio.to_thread(soak.close)
@@ -302,6 +305,10 @@ def summary(report: Report) -> str:
     lines.append(f"faults: {len(report.faults)} {by_kind}")
     lines.append(f"admin operations: {report.admin}")
     lines.append(f"catalog model, instances seen entering a state: {report.transitions}")
+    lines.append(
+        f"stale-term orders sent from outside, by answer: {report.fenced} "
+        f"(terms seen: {sorted(report.terms)})"
+    )
     if report.converge:
         times = [c for _, c in report.converge]
         worst = max(report.converge, key=lambda c: c[1])

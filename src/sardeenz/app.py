@@ -41,6 +41,7 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
+from sardeenz.catalog.validation import is_external
 from sardeenz.catalog.warmup import WarmUp
 from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
@@ -51,6 +52,7 @@ from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
+from sardeenz.cluster.ondemand_surplus import SurplusReducer
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
@@ -229,7 +231,8 @@ def build_services(settings: Settings) -> Services:
     )
     pod_side = PodSide(cluster.local, members)
     pod_side.adapters = ondemand  # a move's target takes its source's adapters
-    moves = MoveService(Pods(members, pod_side, orders, settings), settings, control)
+    pods = Pods(members, pod_side, orders, settings)
+    moves = MoveService(pods, settings, control)
     requests = RequestHistory(proxy.requests, retention)
     own_pod = proxy.requests.pod
 
@@ -266,6 +269,25 @@ def build_services(settings: Settings) -> Services:
         moving=moves.moving_models,
     )
     proxy.desired = preset_service.declares  # a 503, not a 404, between two replicas
+
+    def reducible(name: str) -> bool:
+        """A catalog model started on demand whose copies the leader may reduce."""
+        entry = catalog.entry(name)
+        return (
+            entry is not None
+            and not is_external(entry)
+            and entry.adapter_of is None
+            and not preset_service.declares(name)
+        )
+
+    surplus = SurplusReducer(
+        pods,
+        settings,
+        term=lambda: members.leadership.term,
+        now=members.now,
+        reducible=reducible,
+        moving=moves.moving_models,
+    )
     meter = ResourceMeter(node, proxy, requests)
     budgets = GpuBudgets(supervisor)
     locator = InstanceLocator(members, view, settings, supervisor, bus, inventory, meter.one)
@@ -306,6 +328,7 @@ def build_services(settings: Settings) -> Services:
         moves=moves,
         placement=placement,
         starts=starts,
+        surplus=surplus,
         presets=preset_service,
         stewards=Stewards(preset_service, catalog),
         profile_sync=ProfileSync(members, settings, profiles),
@@ -392,6 +415,8 @@ def create_app(settings: Settings) -> Gateway:
         services.control.start()  # cluster only: adoption, replication, catch-up
         services.profile_sync.start()  # cluster only: the leader's profile reconciliation
         services.presets.start()  # reconciles the applied preset (on the leader)
+        if services.cluster.active:
+            services.surplus.start()  # reduces surplus on-demand copies (on the leader)
         services.tenant_shares.start()  # cluster only: each pod's share of the tenants' limits
         services.started = True
         if settings.demo:
@@ -410,6 +435,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.moves.stop()
             await services.profile_sync.stop()
             await services.presets.stop()
+            await services.surplus.stop()
             await services.tenant_shares.stop()
             await services.collector.stop()
             await services.control.stop()

@@ -185,6 +185,12 @@ class ModelInstance(CamelModel):
         description="the applied preset or the catalog entry that brings the instance back "
         "after an unload; null when nothing does (set in the admin API's answers)",
     )
+    on_demand: bool = Field(
+        False,
+        description="started by a request for a catalog model (load on demand), not by an "
+        "operator's load or a preset: the cluster leader may reduce surplus on-demand "
+        "copies of one model to one (cluster/ondemand_surplus.py)",
+    )
 
 
 class SleepRequest(StrictCamelModel):

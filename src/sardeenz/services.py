@@ -19,6 +19,7 @@ from sardeenz.cluster.manager import ClusterManager
 from sardeenz.cluster.moves import MoveService
 from sardeenz.cluster.observe import RequestCollector
 from sardeenz.cluster.ondemand import ClusterStarts
+from sardeenz.cluster.ondemand_surplus import SurplusReducer
 from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
@@ -103,6 +104,8 @@ class Services:
     """The leader's scheduler acting on loads without ``podId`` (cluster/placement.py)."""
     starts: ClusterStarts
     """On-demand starts placed by the leader (cluster/ondemand.py)."""
+    surplus: SurplusReducer
+    """The leader's reduction of surplus on-demand copies (cluster/ondemand_surplus.py)."""
     profile_sync: ProfileSync
     """Memory profiles shared across the cluster (cluster/profile_sync.py)."""
     presets: PresetService

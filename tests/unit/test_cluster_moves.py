@@ -110,7 +110,7 @@ class FakePods:
             else:
                 table.discard(key)
 
-    async def load(self, pod: str, req: LoadRequest) -> ModelInstance:
+    async def load(self, pod: str, req: LoadRequest, *, on_demand: bool = False) -> ModelInstance:
         self.calls.append(f"load {pod} {req.gpu_ids}")
         if self.refuse_load is not None:
             raise self.refuse_load
@@ -267,8 +267,10 @@ async def test_a_pod_that_keeps_routing_to_the_source_restores_it(tmp_path: Path
     svc = service(pods, tmp_path)
     start = pods.load
 
-    async def load_then_stick(pod: str, req: LoadRequest) -> ModelInstance:
-        out = await start(pod, req)
+    async def load_then_stick(
+        pod: str, req: LoadRequest, *, on_demand: bool = False
+    ) -> ModelInstance:
+        out = await start(pod, req, on_demand=on_demand)
         pods.stuck = {"pod-c"}  # pod-c got the target's route, then stopped listening
         return out
 
@@ -315,8 +317,10 @@ async def test_a_pod_that_stops_leading_takes_no_further_step(tmp_path: Path) ->
     pods = FakePods()
     start = pods.load
 
-    async def load_then_lose(pod: str, req: LoadRequest) -> ModelInstance:
-        out = await start(pod, req)
+    async def load_then_lose(
+        pod: str, req: LoadRequest, *, on_demand: bool = False
+    ) -> ModelInstance:
+        out = await start(pod, req, on_demand=on_demand)
         pods.leader = False  # a partition: another pod leads now
         return out
 
@@ -331,8 +335,10 @@ async def test_a_source_that_went_meanwhile_keeps_the_target(tmp_path: Path) -> 
     pods = FakePods()
     start = pods.load
 
-    async def load_and_lose_the_source(pod: str, req: LoadRequest) -> ModelInstance:
-        out = await start(pod, req)
+    async def load_and_lose_the_source(
+        pod: str, req: LoadRequest, *, on_demand: bool = False
+    ) -> ModelInstance:
+        out = await start(pod, req, on_demand=on_demand)
         del pods.instances[("pod-a", "src")]  # unloaded by hand, or crashed
 
         withdraw = pods.withdraw

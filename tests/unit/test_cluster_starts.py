@@ -24,7 +24,8 @@ class _Placement:
         self.held: dict[str, asyncio.Event] = {}
         self.placed: list[str] = []
 
-    async def place(self, req: LoadRequest) -> ModelInstance:
+    async def place(self, req: LoadRequest, *, on_demand: bool = False) -> ModelInstance:
+        assert on_demand, "the leader marks a placement on demand as such"
         name = req.served_model_name or ""
         if name in self.held:
             await self.held[name].wait()
@@ -38,6 +39,7 @@ class _Placement:
             status=InstanceStatus.STARTING,
             port=4000 + len(self.placed),
             pod_id="pod-b",
+            on_demand=on_demand,
         )
 
 

@@ -35,7 +35,8 @@ class _Starter:
         self.loads: list[LoadRequest] = []
         self.instances: dict[str, ModelInstance] = {}
 
-    async def load(self, req: LoadRequest) -> ModelInstance:
+    async def load(self, req: LoadRequest, *, on_demand: bool = False) -> ModelInstance:
+        assert on_demand, "a start on demand marks its instance"
         self.loads.append(req)
         await asyncio.sleep(0.01)
         inst = ModelInstance(
@@ -130,9 +131,9 @@ class _StuckStarter(_Starter):
         super().__init__(table)
         self.go = asyncio.Event()
 
-    async def load(self, req: LoadRequest) -> ModelInstance:
+    async def load(self, req: LoadRequest, *, on_demand: bool = False) -> ModelInstance:
         await self.go.wait()
-        return await super().load(req)
+        return await super().load(req, on_demand=on_demand)
 
 
 async def test_waiters_take_a_route_that_comes_while_the_start_is_stuck() -> None:

@@ -55,6 +55,9 @@ export interface ModelInstance {
   podId?: string | null;
   /** What brings the instance back after an unload: the applied preset, or the catalog. */
   managedBy?: ManagedBy | null;
+  /** Started by a request for a catalog model (on demand), not by an operator's load:
+   * the cluster leader may reduce surplus on-demand copies of one model to one. */
+  onDemand?: boolean;
 }
 
 /** `managedBy` of an instance (cluster/stewards.py on the server). */

@@ -50,7 +50,7 @@ _REASONS = {"model_not_ready": "timeout", "model_start_failed": "start_failed"}
 class Starter(Protocol):
     """What load on demand needs of the supervisor."""
 
-    async def load(self, req: LoadRequest) -> ModelInstance: ...
+    async def load(self, req: LoadRequest, *, on_demand: bool = False) -> ModelInstance: ...
 
     async def unload(self, instance_id: str) -> ModelInstance: ...
 
@@ -440,7 +440,7 @@ class OnDemand:
         return True
 
     async def _load_making_room(self, name: str, req: LoadRequest) -> ModelInstance:
-        return await self.room.run(name, lambda: self._starter.load(req))
+        return await self.room.run(name, lambda: self._starter.load(req, on_demand=True))
 
     def _wake_once(self, name: str, instance_id: str) -> asyncio.Task[ModelInstance]:
         """One wake (making room if needed) per model at a time, shared by its waiters."""

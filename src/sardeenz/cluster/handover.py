@@ -240,9 +240,13 @@ class Pods:
             return None
         return {str(e) for eps in data["routes"].values() if isinstance(eps, list) for e in eps}
 
-    async def load(self, pod_id: str, req: LoadRequest) -> ModelInstance:
-        remote = await self._orders.load_on(pod_id, req)
-        return remote if remote is not None else await self._local.supervisor.load(req)
+    async def load(
+        self, pod_id: str, req: LoadRequest, *, on_demand: bool = False
+    ) -> ModelInstance:
+        remote = await self._orders.load_on(pod_id, req, on_demand=on_demand)
+        if remote is not None:
+            return remote
+        return await self._local.supervisor.load(req, on_demand=on_demand)
 
     async def unload(self, pod_id: str, instance_id: str) -> None:
         if pod_id == self.me:

@@ -389,7 +389,9 @@ class MoveService(MoveSteps):
             enable_sleep_mode=source.sleep_mode_enabled,
             extra_args=list(source.extra_args),
         )
-        target = await self._call(self._pods.load(move.target_pod_id, req), "target_refused")
+        # A moved on-demand copy stays one: the surplus reduction still sees it as such.
+        loading = self._pods.load(move.target_pod_id, req, on_demand=source.on_demand)
+        target = await self._call(loading, "target_refused")
         move.target_instance_id = target.id
         move.target_gpu_ids = list(target.gpu_ids)
         self._step(move, "target-loading", f"instance {target.id} on pod {move.target_pod_id}")

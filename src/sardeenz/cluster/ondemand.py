@@ -15,7 +15,12 @@ there is no leader (an election, the minority side of a partition), the pod
 starts the model on itself, making room by evicting its own idle catalog
 models as a single node does: a request for a catalog model is answered when
 the pod it reached can serve it. Two pods may then run the model; the idle
-reaper of each puts its copy away when idle. The catalog's API entries are
+reaper of each puts its copy away when idle, and once membership has been
+stable for a while the leader drains and unloads the surplus copies
+(cluster/ondemand_surplus.py): traffic spread over the copies keeps each busy,
+so idleness alone would never reduce them. Every start on demand marks its
+instance (``ModelInstance.on_demand``) so that an operator's load of the same
+name is never taken for a surplus copy. The catalog's API entries are
 the cluster's (cluster/catalog_sync.py), so any pod can start, route and put
 away any of them; config-file entries are each pod's own.
 """
@@ -130,7 +135,9 @@ class ClusterStarts:
                 log.info("on-demand start of %s: already on %s (%s)", name, pod, instance.id)
                 return _placed(pod, instance)
             try:
-                made = await self._placement.place(req.model_copy(update={"pod_id": None}))
+                made = await self._placement.place(
+                    req.model_copy(update={"pod_id": None}), on_demand=True
+                )
             except SardeenzError as exc:  # no_pod_fits, not_leader, the chosen pod's refusal
                 return {"placed": False, "reason": exc.message, "code": exc.code}
             if made is None:  # not in a cluster after all

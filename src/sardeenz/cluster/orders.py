@@ -24,6 +24,9 @@ from sardeenz.runtime.supervisor import Supervisor
 
 class _LoadOrder(BaseModel):
     request: LoadRequest
+    on_demand: bool = Field(False, alias="onDemand")
+    """A catalog model's start on demand (ModelInstance.on_demand); absent from an older
+    leader's order, which makes an operator's instance (never reduced): the safe side."""
 
 
 class _ActionOrder(BaseModel):
@@ -37,7 +40,9 @@ class InstanceOrders:
 
     async def load(self, request: InternalRequest) -> dict[str, Any]:
         order = request.parse(_LoadOrder)
-        instance = await self._sup.load(order.request.model_copy(update={"pod_id": None}))
+        instance = await self._sup.load(
+            order.request.model_copy(update={"pod_id": None}), on_demand=order.on_demand
+        )
         return instance.model_dump(mode="json")
 
     async def unload(self, request: InternalRequest) -> dict[str, Any]:
@@ -69,14 +74,17 @@ class PodOrders:
         self._members = membership
         self._view = view
 
-    async def load_on(self, pod_id: str, req: LoadRequest) -> ModelInstance | None:
+    async def load_on(
+        self, pod_id: str, req: LoadRequest, *, on_demand: bool = False
+    ) -> ModelInstance | None:
         """Load on ``pod_id``; None when that is this pod (the caller loads locally)."""
         if pod_id == self._members.identity.pod_id:
             return None
         request = req.model_dump(mode="json", exclude={"pod_id"})
-        data = await self._members.client_for(pod_id).call(
-            pod_id, routes.LOAD, {"request": request}
-        )
+        body: dict[str, Any] = {"request": request}
+        if on_demand:
+            body["onDemand"] = True
+        data = await self._members.client_for(pod_id).call(pod_id, routes.LOAD, body)
         return ModelInstance.model_validate({**data, "podId": pod_id})
 
     async def act_on(self, instance_id: str, action: str, level: int = 1) -> ModelInstance | None:

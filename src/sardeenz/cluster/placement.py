@@ -244,11 +244,12 @@ class ClusterPlacement:
         source = sources.get(result.pod_id) if isinstance(result, Placement) else None
         return Decision(self.strategy, result, source)
 
-    async def place(self, req: LoadRequest) -> ModelInstance | None:
+    async def place(self, req: LoadRequest, *, on_demand: bool = False) -> ModelInstance | None:
         """Load where the scheduler says (cluster mode, no ``podId``); None on a single node.
 
         Raises ``Conflict`` (409 ``no_pod_fits``) with the per-pod reasons when no
-        pod can take it, and whatever the chosen pod's ledger raises.
+        pod can take it, and whatever the chosen pod's ledger raises. ``on_demand``
+        marks the instance as a catalog model's start on demand (cluster/ondemand.py).
         """
         m = self._m
         if not m.active:
@@ -271,8 +272,8 @@ class ClusterPlacement:
                 update={"pod_id": None, "gpu_ids": list(result.gpu_ids) or None}
             )
             if result.pod_id == m.identity.pod_id:
-                return await self._supervisor.load(pinned)
-            instance = await self._orders.load_on(result.pod_id, pinned)
+                return await self._supervisor.load(pinned, on_demand=on_demand)
+            instance = await self._orders.load_on(result.pod_id, pinned, on_demand=on_demand)
             assert instance is not None  # another pod: load_on answers its instance
             if result.gpu_ids and result.need_bytes_per_gpu:
                 self._recent.append(

@@ -187,8 +187,11 @@ class Supervisor:
         runner.start(offset=offset)
 
     # --- load --------------------------------------------------------------------
-    async def load(self, req: LoadRequest) -> ModelInstance:
-        """Admit (the ledger), record, spawn: the instance answers ``starting``."""
+    async def load(self, req: LoadRequest, *, on_demand: bool = False) -> ModelInstance:
+        """Admit (the ledger), record, spawn: the instance answers ``starting``.
+
+        ``on_demand``: a catalog model's start on a request (catalog/demand.py), kept on
+        the instance so surplus copies can be told from an operator's loads."""
         model_path = check_load_names(req)
         engine = req.engine or EngineKind(self.settings.effective_default_engine)
         adapter = self._adapters(engine)
@@ -228,6 +231,7 @@ class Supervisor:
             reserved_bytes_per_gpu=grant.reserved_bytes_per_gpu,
             warnings=warnings,
             sleep_mode_enabled=req.enable_sleep_mode and target.no_sleep_reason is None,
+            on_demand=on_demand,
             extra_args=extra_args,
             log_file=str(instance_dir / "engine.log"),
             simulated=adapter.simulated,

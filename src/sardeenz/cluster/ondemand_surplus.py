@@ -1,0 +1,203 @@
+"""The leader reduces surplus on-demand copies of a catalog model to one.
+
+Why: a pod without a leader (an election, the minority side of a partition)
+starts a catalog model on itself (cluster/ondemand.py), so after a 2|3
+partition one model may run on three pods. Nothing else reduces them: traffic
+spread over the copies keeps each busy, the idle reaper never finds one idle,
+and the cluster keeps three times the memory for ever.
+
+What: every ``ondemand_tick_seconds`` the leader looks at the instances of the
+pods it can see. A served name with more than one live copy marked
+``on_demand`` (every start on demand marks its instance, locally or through the
+leader's placement; an operator's load and a preset's replicas are never
+marked) is reduced to its best copy: active over sleeping, then the oldest.
+Only catalog entries that the leader itself would start on demand qualify: not
+an external server, not a LoRA adapter, not a name the applied preset declares
+(its reconcile owns the replica count), not a model being moved (a move runs
+one copy more on purpose). A name with a copy still starting waits for it to
+settle: judging a copy that may yet fail could keep the wrong one.
+
+When: only once membership has been stable for ``2 x unavailable_after``: the
+same term and the same set of live pods for that long. A healed pod is heard
+again within one heartbeat, but every pod's routes converge only within the
+failure detector's bound (``unavailable_after``); the second bound covers a
+partition that flaps (a link back for a moment, then gone: the copy on the far
+side would be needed again at once). Each change of term or of the live set
+starts the wait again, so nothing is reduced during a partition or an election.
+
+How: the careful retirement a move uses for its source (cluster/move_steps.py,
+cluster/handover.py): wait until every live pod routes the copy kept, withdraw
+the surplus copy (it keeps serving its own pod), wait until no other pod routes
+to it, the transit grace, drain its requests in flight (the unload's hold;
+``stop_grace_seconds``, as a move gives its source), then unload it. A sleeping
+copy has nothing in flight and is unloaded at once (the unload's own drain).
+A step that fails restores the copy's advertisement; the next round tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from sardeenz.catalog.metrics import STATS
+from sardeenz.cluster.handover import Pods
+from sardeenz.cluster.move_steps import MoveFailed, MoveSteps
+from sardeenz.cluster.transport.leader_loop import LeaderLoop
+from sardeenz.config import Settings
+from sardeenz.domain import InstanceStatus, ModelInstance
+
+log = logging.getLogger(__name__)
+
+_RANK = {InstanceStatus.ACTIVE: 0, InstanceStatus.SLEEPING: 1, InstanceStatus.STARTING: 2}
+"""Which copy is kept first: one that serves now, then one that can wake."""
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    pod_id: str
+    instance: ModelInstance
+
+
+@dataclass(frozen=True, slots=True)
+class Reduction:
+    """One served name's copies: the one kept and those that go."""
+
+    name: str
+    keep: Copy
+    drop: tuple[Copy, ...]
+
+
+def surplus(copies: Iterable[Copy], reducible: Callable[[str], bool]) -> list[Reduction]:
+    """The pure decision: for each served name ``reducible`` accepts, with more than one
+    live on-demand copy and none still starting, the copy kept and the copies that go.
+
+    The best copy is kept: active over sleeping, then the oldest (``created_at``);
+    the pod and instance ids break ties so every round decides the same.
+    """
+    groups: dict[str, list[Copy]] = {}
+    for c in copies:
+        inst = c.instance
+        if inst.on_demand and inst.status in _RANK and reducible(inst.served_model_name):
+            groups.setdefault(inst.served_model_name, []).append(c)
+    out = []
+    for name in sorted(groups):
+        group = groups[name]
+        if len(group) < 2 or any(c.instance.status is InstanceStatus.STARTING for c in group):
+            continue
+        group.sort(
+            key=lambda c: (
+                _RANK[c.instance.status],
+                c.instance.created_at,
+                c.pod_id,
+                c.instance.id,
+            )
+        )
+        out.append(Reduction(name, group[0], tuple(group[1:])))
+    return out
+
+
+class Settling:
+    """How long the membership the leader sees has been the same (term and live pods)."""
+
+    def __init__(self, settle: float) -> None:
+        self.settle = settle
+        self._seen: tuple[int, frozenset[str]] | None = None
+        self._since = 0.0
+
+    def stable(self, term: int, live: Iterable[str], now: float) -> bool:
+        seen = (term, frozenset(live))
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+        return now - self._since >= self.settle
+
+    def reset(self) -> None:
+        self._seen = None
+
+
+class SurplusReducer(MoveSteps):
+    """The leader's loop that drains and unloads surplus on-demand copies."""
+
+    def __init__(
+        self,
+        pods: Pods,
+        settings: Settings,
+        *,
+        term: Callable[[], int],
+        now: Callable[[], float],
+        reducible: Callable[[str], bool],
+        moving: Callable[[], frozenset[str]],
+    ) -> None:
+        super().__init__(pods, settings)
+        self._term = term
+        self._now = now
+        self._reducible = reducible
+        self._moving = moving
+        self._drain_s = settings.stop_grace_seconds
+        self.settling = Settling(2 * settings.cluster_unavailable_after_seconds)
+        self._loop = LeaderLoop(
+            "sardeenz-ondemand-surplus",
+            pods.leading,
+            self.step,
+            settings.ondemand_tick_seconds,
+            on_follow=self.settling.reset,
+        )
+
+    def start(self) -> None:
+        self._loop.start()
+
+    async def stop(self) -> None:
+        await self._loop.stop()
+
+    def decide(self) -> list[Reduction]:
+        """What one round would do now (nothing while membership is settling)."""
+        pods = self._pods
+        live = pods.live()
+        if not self.settling.stable(self._term(), live, self._now()):
+            return []
+        moving = self._moving()
+        copies = [Copy(pod, inst) for pod in live for inst in pods.on(pod)]
+        return surplus(copies, lambda n: n not in moving and self._reducible(n))
+
+    async def step(self) -> None:
+        for reduction in self.decide():
+            for go in reduction.drop:
+                try:
+                    await self._retire(reduction.keep, go)
+                except MoveFailed as exc:
+                    log.warning(
+                        "surplus copy %s of %s on pod %s left for the next round: %s",
+                        go.instance.id,
+                        reduction.name,
+                        go.pod_id,
+                        exc.reason,
+                    )
+                    return  # membership or the cluster changed: decide again
+
+    async def _retire(self, keep: Copy, go: Copy) -> None:
+        pod, iid, name = go.pod_id, go.instance.id, go.instance.served_model_name
+        log.info(
+            "reducing %s to one on-demand copy: keeping %s on %s, retiring %s on %s",
+            name,
+            keep.instance.id,
+            keep.pod_id,
+            iid,
+            pod,
+        )
+        if go.instance.status is InstanceStatus.ACTIVE:  # then the kept copy is active too
+            await self._wait_routes(keep.pod_id, keep.instance.id, present=True)
+            ttl = self.route_timeout * 2 + 60
+            await self._call(self._pods.withdraw(pod, iid, ttl), "surplus_withdraw")
+            try:
+                await self._wait_routes(pod, iid, present=False)
+                await asyncio.sleep(self.transit_grace)
+                drained = self._pods.drain(pod, iid, self._drain_s)
+                in_flight, cut = await self._call(drained, "surplus_drain")
+            except MoveFailed:
+                await self._restore(pod, iid)
+                raise
+            log.info("surplus copy %s drained: %d in flight, %d cut", iid, in_flight, cut)
+        await self._call(self._pods.unload(pod, iid), "surplus_unload")
+        STATS.action(name, "unload", "surplus")
+        log.info("surplus copy %s of %s on pod %s unloaded", iid, name, pod)

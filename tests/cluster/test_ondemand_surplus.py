@@ -1,0 +1,199 @@
+"""After a partition heals, the leader reduces surplus on-demand copies to one.
+
+Three pods in network namespaces (testkit/netns.py). pod-c is cut off; a request
+through pod-a starts the catalog model where the leader places it, a request
+through pod-c (no leader on its side) starts a copy of its own. The operator also
+loads the model's name by hand on a majority pod. Once pod-c rejoins, steady
+traffic (streams, through every pod) keeps every copy busy, so no idle reaper
+would ever put one away; the leader must drain and unload pod-c's copy (the
+younger of the two on-demand copies), keep the operator's, and every request must
+succeed throughout.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from testkit import netns
+from testkit.cluster import TIMING
+from testkit.servers import kill_engines
+from tests.hostnet import host_network
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not netns.available(), reason="needs root and iproute2 (ip netns)"),
+]
+
+NAMES = ["pod-a", "pod-b", "pod-c"]
+MODEL = "surplus-cat"
+SIM = ["--load-seconds", "0.3", "--ttft-ms", "10", "--itl-ms", "20", "--memory-gib", "4"]
+SETTLE = 2 * float(TIMING["SARDEENZ_CLUSTER_UNAVAILABLE_AFTER_SECONDS"])
+REDUCED_WITHIN = SETTLE + 40.0  # the settle bound, route waits, the drain, the unload
+
+
+class Pods:
+    def __init__(self, fabric: netns.Fabric, root: Path) -> None:
+        self.fabric = fabric
+        self.servers = netns.pod_servers(
+            fabric, root, NAMES, {"SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB", **TIMING}
+        )
+
+    def url(self, name: str) -> str:
+        return self.servers[name].url
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        try:
+            resp = httpx.get(f"{self.url(name)}/api/cluster/status", timeout=1)
+        except httpx.HTTPError:
+            return None
+        return resp.json() if resp.status_code == 200 else None
+
+    def leader(self, among: list[str]) -> str | None:
+        seen = [self.status(n) for n in among]
+        leaders = {s["leader"] if s is not None else None for s in seen}
+        return next(iter(leaders)) if len(leaders) == 1 else None
+
+    def copies(self, leader: str) -> list[dict[str, Any]]:
+        """Every live instance of the model, as the leader lists them."""
+        resp = httpx.get(f"{self.url(leader)}/api/v1/models", timeout=5)
+        assert resp.status_code == 200, resp.text
+        return [
+            i
+            for i in resp.json()
+            if i["servedModelName"] == MODEL and i["status"] in ("starting", "active", "sleeping")
+        ]
+
+    def until(self, what: str, seconds: float, check: Any) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"not reached in {seconds}s: {what}")
+
+
+@pytest.fixture(scope="module")
+def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
+    with host_network(changes=True):
+        fabric = netns.Fabric(len(NAMES), 0).open()
+        cluster = Pods(fabric, tmp_path_factory.mktemp("ondemand-surplus"))
+        try:
+            first, *rest = cluster.servers.values()
+            first.start()
+            for srv in rest:
+                srv.spawn()
+            for srv in rest:
+                srv.wait_ready(60.0)
+            yield cluster
+        finally:
+            for srv in cluster.servers.values():
+                srv.stop(signal.SIGKILL)
+                kill_engines(srv.data_dir)
+            fabric.close()
+
+
+def _complete(url: str) -> str:
+    """One streamed completion through ``url``; its text (an error raises)."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=30, max_retries=0)
+    with client.completions.create(model=MODEL, prompt="hi", max_tokens=12, stream=True) as s:
+        chunks = [c for c in s]
+    assert chunks, "a stream without a chunk"
+    assert chunks[-1].choices[0].finish_reason is not None, "a stream without its end"
+    return "".join(c.choices[0].text for c in chunks)
+
+
+class Traffic:
+    """Streams sent back to back through every pod until stopped; every outcome kept."""
+
+    def __init__(self, pods: Pods) -> None:
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(pods.url(n),), daemon=True)
+            for n in NAMES
+            for _ in range(2)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, url: str) -> None:
+        while not self._stop.is_set():
+            try:
+                _complete(url)
+                self.ok += 1
+            except (openai.OpenAIError, AssertionError) as exc:
+                self.failed.append(f"{url}: {exc!r}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(40)
+        assert not any(t.is_alive() for t in self._threads), "a request hung"
+
+
+def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
+    pods.until("one leader everywhere", 30, lambda: pods.leader(NAMES) is not None)
+    leader = pods.leader(NAMES)
+    assert leader is not None
+    assert leader != "pod-c"  # the Bully election: pod-a
+    entry = {"modelPath": MODEL, "engine": "sim", "extraArgs": SIM}
+    resp = httpx.put(f"{pods.url(leader)}/api/v1/catalog/{MODEL}", json=entry, timeout=30)
+    assert resp.status_code == 200, resp.text
+
+    pods.fabric.isolate(NAMES.index("pod-c"))
+    try:
+        pods.until("pod-c sees no leader", 30, lambda: pods.leader(["pod-c"]) is None)
+        pods.until("the majority agrees on a leader", 30, lambda: pods.leader(NAMES[:2]))
+        leader = pods.leader(NAMES[:2])
+        assert leader is not None
+        _complete(pods.url("pod-a"))  # placed by the leader
+        [placed] = pods.copies(leader)
+        assert placed["onDemand"] is True, placed
+        other = next(n for n in NAMES[:2] if n != placed["podId"])
+        resp = httpx.post(
+            f"{pods.url(leader)}/api/v1/models/load",
+            json={**entry, "servedModelName": MODEL, "podId": other},
+            timeout=30,
+        )
+        assert resp.status_code == 202, resp.text
+        admin = resp.json()
+        assert admin["onDemand"] is False, admin
+        _complete(pods.url("pod-c"))  # no leader on its side: its own copy
+    finally:
+        pods.fabric.rejoin(NAMES.index("pod-c"))
+    healed = time.monotonic()
+
+    pods.until("the leader sees all three copies", 30, lambda: len(pods.copies(leader)) == 3)
+    traffic = Traffic(pods)
+    try:
+        pods.until(
+            "the surplus copy is unloaded",
+            REDUCED_WITHIN,
+            lambda: len(pods.copies(leader)) == 2 and traffic.ok > 0,
+        )
+        reduced_after = time.monotonic() - healed
+        left = {i["id"]: i for i in pods.copies(leader)}
+        assert set(left) == {placed["id"], admin["id"]}, left
+        time.sleep(SETTLE / 2)  # traffic goes on against the copies kept
+    finally:
+        traffic.stop()
+    print(f"\nreduced {reduced_after:.1f}s after the heal; {traffic.ok} streams completed")
+    assert not traffic.failed, traffic.failed
+    assert {i["id"] for i in pods.copies(leader)} == {placed["id"], admin["id"]}
+    assert reduced_after >= SETTLE, "reduced before membership had settled"
+    metrics = httpx.get(f"{pods.url(leader)}/metrics", timeout=5).text
+    counted = (
+        f'sardeenz_ondemand_lifecycle_actions_total{{action="unload",model="{MODEL}",'
+        f'reason="surplus"}} 1.0'
+    )
+    assert counted in metrics, [m for m in metrics.splitlines() if "lifecycle" in m]
