@@ -156,6 +156,10 @@ def setup(
         yield Setup(kube, app_ns, adm_ns, other_ns, srv, role, oauth)
     finally:
         oauth.close()
+        with kube.client() as admin:  # cluster-scoped: the namespaces do not take them along
+            for kind in ("clusterrolebindings", "clusterroles"):
+                gone = admin.delete(f"{RBAC}/{kind}/{app_ns}-auth")
+                assert gone.status_code in (200, 202, 404), gone.text
 
 
 def _me(setup: Setup, token: str) -> httpx.Response:
