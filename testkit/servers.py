@@ -206,3 +206,18 @@ def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
         alive = [p for p in alive if psutil.pid_exists(p) and not_zombie(p)]
         time.sleep(0.05)
     return alive
+
+
+def unload_all(srv: ServerProcess, timeout: float = 20.0) -> None:
+    """Unload every instance of ``srv`` and wait until its engines have ended.
+
+    What a test sharing a server does last: the next one finds it as empty as a
+    new server (nothing listed, no engine running).
+    """
+    with srv.client() as api:
+        for inst in api.get("/api/v1/models").json():
+            resp = api.post(f"/api/v1/models/{inst['id']}/unload")
+            assert resp.status_code in (200, 404), resp.text  # 404: it went by itself
+        assert api.get("/api/v1/models").json() == []
+    alive = wait_gone([p.pid for p in engine_processes(srv.data_dir)], timeout)
+    assert alive == [], f"engines of {srv.url} still running {timeout:g} s after unload: {alive}"
