@@ -214,10 +214,16 @@ def unload_all(srv: ServerProcess, timeout: float = 20.0) -> None:
     What a test sharing a server does last: the next one finds it as empty as a
     new server (nothing listed, no engine running).
     """
+    deadline = time.monotonic() + timeout
     with srv.client() as api:
         for inst in api.get("/api/v1/models").json():
             resp = api.post(f"/api/v1/models/{inst['id']}/unload")
-            assert resp.status_code in (200, 404), resp.text  # 404: it went by itself
-        assert api.get("/api/v1/models").json() == []
+            # 404: it went by itself; 409 instance_stopping: an unload already under way
+            assert resp.status_code in (200, 404, 409), resp.text
+        left = api.get("/api/v1/models").json()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = api.get("/api/v1/models").json()
+        assert left == [], f"instances of {srv.url} still listed {timeout:g} s after unload: {left}"
     alive = wait_gone([p.pid for p in engine_processes(srv.data_dir)], timeout)
     assert alive == [], f"engines of {srv.url} still running {timeout:g} s after unload: {alive}"
