@@ -9,8 +9,8 @@ Rows, run interleaved round by round so a loaded machine affects each alike:
 
 * ``baseline``: the start as it was before issue 24, measured in the same run: the
   same server with ``store.db`` forced back to running every Alembic migration at each
-  start (which imported Alembic and its SQLAlchemy dialects) and the garbage collector
-  left on while the modules load;
+  start (which imported Alembic and its SQLAlchemy dialects), the garbage collector
+  left on while the modules load, and a TLS context built by each HTTP client;
 * ``new database``: a first start, today (the schema is created and stamped, no Alembic;
   no garbage collection until the app is built);
 * ``restart``: a second start on the same data directory (the database is at head).
@@ -36,7 +36,11 @@ RUN_CLI = "import runpy; runpy.run_module('sardeenz.cli', run_name='__main__')"
 BEFORE_ISSUE_24 = (
     # Alembic ran every migration at each start, and the collector ran during the import.
     "import gc; gc.disable = gc.enable; gc.freeze = lambda: None; "
-    "import sardeenz.store.db as db; db._migrate = db.upgrade_head; " + RUN_CLI
+    "import sardeenz.store.db as db; db._migrate = db.upgrade_head; "
+    # and each HTTP client built its own TLS context
+    "import httpx, sardeenz.tls as tls; "
+    "tls.client_tls = lambda trust_env=True: httpx.create_ssl_context(trust_env=trust_env); "
+    + RUN_CLI
 )
 
 
