@@ -1,6 +1,8 @@
-"""What tenant limits cost the proxy per request: CPU with and without tenants, one run.
+"""What tenant limits cost the proxy per request, and what fair sharing does for a quiet tenant.
 
-Run: ``.venv/bin/python benchmarks/tenancy.py`` (about a minute).
+Run: ``.venv/bin/python benchmarks/tenancy.py`` (about a minute): the cost, below.
+``.venv/bin/python benchmarks/tenancy.py --fairness`` (about a minute and a half): the
+fairness claim, see ``fairness`` further down.
 
 One real ``sardeenz serve`` (fast lane, express path) with inference API keys
 and one simulated model at zero latency, driven at ``--concurrency`` (64)
@@ -39,6 +41,10 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sardeenz.asgi import header
+from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.proxy.fairgate import PRIORITY_HEADER, FairGate
+from sardeenz.proxy.routing import RoutingTable
 from sardeenz.tenancy.admission import Admission, Ticket
 from sardeenz.tenancy.spec import Tenant, TenantBody
 from testkit.servers import ServerProcess, kill_engines, load_active
@@ -121,12 +127,55 @@ def admission_alone(n: int) -> tuple[float, float]:
     return timings[0], timings[1]
 
 
+def gate_alone(n: int) -> float:
+    """In-process: what the express path adds with a slot limit and room (``FairGate.room``,
+    the look for ``X-Sardeenz-Priority``, ``take``, ``release``), us, best of 3."""
+    table = RoutingTable()
+    table.apply(
+        ModelInstance(
+            id="bench",
+            model_path="/m",
+            served_model_name=MODEL,
+            display_name=MODEL,
+            engine=EngineKind.SIM,
+            status=InstanceStatus.ACTIVE,
+            port=9999,
+        )
+    )
+    gate = FairGate(table, 64)
+    headers = [
+        (b"host", b"127.0.0.1:3000"),
+        (b"authorization", b"Bearer sk-x"),
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(BODY)),
+    ]
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.process_time()
+        for _ in range(n):
+            room = gate.room(MODEL)
+            assert room is not None
+            header(headers, PRIORITY_HEADER)
+            gate.take(room)
+            gate.release(room)
+        best = min(best, (time.process_time() - t0) / n * 1e6)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4000, help="per batch")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--fairness", action="store_true", help="measure the quiet tenant's TTFT instead"
+    )
+    parser.add_argument("--quiet-rps", type=float, default=8.0, help="--fairness: quiet rate")
+    parser.add_argument("--quiet-requests", type=int, default=120, help="--fairness: per phase")
     args = parser.parse_args()
+    if args.fairness:
+        fairness(args.quiet_rps, args.quiet_requests)
+        return
 
     with tempfile.TemporaryDirectory(prefix="sardeenz-bench-tenancy-") as tmp:
         data = Path(tmp)
@@ -196,6 +245,154 @@ def main() -> None:
     print(f"  tenant, all limits, admit + settle: {with_tenant:.2f} us")
     print(f"  key of no tenant, admit:            {no_tenant:.2f} us")
     print("  no tenants at all: the proxy does not call it (one attribute test)")
+    slot = gate_alone(100_000)
+    print(f"  slot limit on, a request that finds room (express path): {slot:.2f} us")
+    print("  no slot limit: the proxy does not call it (one attribute test)")
+
+
+# ---------------------------------------------------------------------------- fairness
+FAIR_SLOTS = 16
+"""Slots per instance: the engine runs 16 requests at once, more wait in the proxy."""
+FAIR_TTFT_MS = 200
+FAIR_ITL_MS = 5
+FAIR_TOKENS = 4
+NOISY_FACTOR = 10
+FAIR_TENANTS = {"quiet": {"api_keys": ["quiet"]}, "noisy": {"api_keys": ["noisy"]}}
+FAIR_KEYS = {"quiet": "sk-bench-quiet-0123456789", "noisy": "sk-bench-noisy-0123456789"}
+
+
+def fair_body(stream: bool) -> bytes:
+    return orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hello there"}],
+            "max_tokens": FAIR_TOKENS,
+            "stream": stream,
+        }
+    )
+
+
+async def quiet_and_noisy(url: str, rps: float, count: int, noisy: int) -> list[float]:
+    """The quiet tenant's TTFTs (s): ``count`` streamed requests at ``rps``, on a fixed
+    schedule (open loop: a slow answer does not slow the next request), while ``noisy``
+    requests of the noisy tenant are kept in flight (closed loop; 0: the quiet one alone)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    quiet_h = {"Authorization": f"Bearer {FAIR_KEYS['quiet']}", "content-type": "application/json"}
+    noisy_h = {"Authorization": f"Bearer {FAIR_KEYS['noisy']}", "content-type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def noisy_worker() -> None:
+            body = fair_body(False)
+            while not stop.is_set():
+                async with session.post(
+                    f"{url}/v1/chat/completions", data=body, headers=noisy_h
+                ) as resp:
+                    await resp.read()  # 503s past the queue's bounds are the noisy one's
+
+        async def quiet_one(at: float) -> float:
+            await asyncio.sleep(max(0.0, at - loop.time()))
+            t0 = time.perf_counter()
+            async with session.post(
+                f"{url}/v1/chat/completions", data=fair_body(True), headers=quiet_h
+            ) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"quiet: {resp.status}: {await resp.text()}")
+                while True:
+                    chunk = await resp.content.readany()
+                    if not chunk or b'"content"' in chunk:
+                        break
+                ttft = time.perf_counter() - t0
+                await resp.read()
+                return ttft
+
+        workers = [asyncio.create_task(noisy_worker()) for _ in range(noisy)]
+        if noisy:
+            await asyncio.sleep(2.0)  # the noisy backlog builds up first
+        start = loop.time() + 0.1
+        ttfts = await asyncio.gather(*(quiet_one(start + i / rps) for i in range(count)))
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*workers), 60)
+    return list(ttfts)
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[98]
+
+
+def fairness(rps: float, count: int) -> None:
+    """A quiet tenant at a steady low rate beside a noisy one at 10x its fair share.
+
+    One model, ``FAIR_SLOTS`` slots (its capacity: about FAIR_SLOTS / 0.2 s of
+    requests per second); the two tenants weigh the same, so each one's fair share
+    is half the slots. The noisy tenant keeps 10x its share in flight (closed loop:
+    80 requests for 8 slots); the quiet one sends ``rps`` requests per second, far
+    below its share. The quiet tenant's TTFT p99 is measured alone and beside the
+    noisy one, in the same run on the same server, with fair sharing on, then again
+    on a server with ``SARDEENZ_FAIR_SHARING=false`` (first come, first served).
+    Target: the ratio with fairness within 1.3x.
+    """
+    noisy = NOISY_FACTOR * FAIR_SLOTS // 2
+    rows: list[tuple[str, float, float, float, float]] = []
+    for fair in (True, False):
+        with tempfile.TemporaryDirectory(prefix="sardeenz-bench-fair-") as tmp:
+            data = Path(tmp)
+            keys = data / "keys.txt"
+            keys.write_text(
+                "".join(
+                    f"{hashlib.sha256(v.encode()).hexdigest()} {k}\n" for k, v in FAIR_KEYS.items()
+                )
+            )
+            server = ServerProcess(
+                data / "node",
+                extra_env={
+                    "SARDEENZ_API_KEYS_FILE": str(keys),
+                    "SARDEENZ_LOG_LEVEL": "warning",
+                    "SARDEENZ_TENANTS": orjson.dumps(FAIR_TENANTS).decode(),
+                    "SARDEENZ_FAIR_SLOTS_PER_INSTANCE": str(FAIR_SLOTS),
+                    "SARDEENZ_FAIR_SHARING": "true" if fair else "false",
+                    "SARDEENZ_FAIR_QUEUE_MAX": "10000",
+                    "SARDEENZ_FAIR_QUEUE_WAIT_SECONDS": "120",
+                },
+            )
+            try:
+                server.start()
+                api = httpx.Client(base_url=server.url, timeout=60)
+                load_active(
+                    api,
+                    MODEL,
+                    "--ttft-ms",
+                    str(FAIR_TTFT_MS),
+                    "--itl-ms",
+                    str(FAIR_ITL_MS),
+                )
+                asyncio.run(quiet_and_noisy(server.url, rps, 10, 0))  # warm up
+                alone = asyncio.run(quiet_and_noisy(server.url, rps, count, 0))
+                beside = asyncio.run(quiet_and_noisy(server.url, rps, count, noisy))
+            finally:
+                server.stop()
+                kill_engines(server.data_dir)
+        name = "fair sharing" if fair else "first come, first served"
+        rows.append(
+            (name, p99(alone), p99(beside), statistics.median(alone), statistics.median(beside))
+        )
+        print(f"{name}: done", flush=True)
+    print(
+        f"\nquiet tenant TTFT ({count} requests at {rps:g}/s; engine TTFT {FAIR_TTFT_MS} ms; "
+        f"{FAIR_SLOTS} slots; noisy tenant: {noisy} in flight = {NOISY_FACTOR}x its share):"
+    )
+    print(
+        f"  {'':26} {'p99 alone':>10} {'p99 beside':>11} {'ratio':>6}"
+        f"   {'p50 alone':>9} {'p50 beside':>10}"
+    )
+    for name, a, b, ma, mb in rows:
+        print(
+            f"  {name:26} {a * 1e3:8.0f} ms {b * 1e3:8.0f} ms {b / a:6.2f}x"
+            f"   {ma * 1e3:6.0f} ms {mb * 1e3:7.0f} ms"
+        )
+    print("  target: p99 ratio with fair sharing <= 1.30x")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,14 @@
-"""PEFT-style LoRA adapter folders for tests: what vLLM (and the simulated engine) read."""
+"""PEFT-style LoRA adapter folders for tests: what vLLM (and the simulated engine) read;
+and the two probes adapter tests share (a metric's value, waiting for a state)."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import httpx
 
 
 def make_adapter(folder: Path, *, rank: int = 8, bias: str = "none", weights: bool = True) -> Path:
@@ -27,3 +32,22 @@ def make_adapter(folder: Path, *, rank: int = 8, bias: str = "none", weights: bo
         size = len(header).to_bytes(8, "little")
         (folder / "adapter_model.safetensors").write_bytes(size + header)
     return folder
+
+
+def metric_value(base_url: str, line_start: str) -> float:
+    """The first sample on the server's ``/metrics`` whose line starts with
+    ``line_start`` (e.g. ``sardeenz_adapter_hits_total{model="sql"}``); 0 when none."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
+    return values[0] if values else 0.0
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Poll ``check`` (every 50 ms) until it holds; AssertionError naming ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s: {what}")

@@ -157,6 +157,39 @@ class Cluster:
             time.sleep(0.1)
         raise AssertionError(f"instance {iid} on {pod} not {status} in {timeout}s")
 
+    def rejoin(self, name: str, timeout: float = 60.0) -> None:
+        """Start ``name`` again (stopped or killed; same data dir, so it re-adopts the
+        engines that outlived it) and wait until every pod sees every pod healthy under
+        one leader: the cluster as it was before the stop."""
+        self.pods[name].start(timeout)
+
+        def whole(st: dict[str, dict[str, Any]]) -> bool:
+            healthy = all(
+                len(s["pods"]) == len(self.pods) and all(p["state"] == "healthy" for p in s["pods"])
+                for s in st.values()
+            )
+            return len(st) == len(self.pods) and healthy and agreed_leader(st)
+
+        self.wait(whole, timeout, f"{name} back: every pod healthy in every view, one leader")
+
+    def leftovers(self) -> list[str]:
+        """What a module left on the cluster: instances on any pod, presets, catalog
+        entries (the state a module sharing the cluster must clean up), named."""
+        left = [
+            f"instance {i['servedModelName']} on {pod}"
+            for pod in self.names
+            for i in self.instances(pod)
+        ]
+        leader = self.leader_url()
+        for what, path, key in (
+            ("preset", "/api/cluster/presets", "name"),
+            ("catalog entry", "/api/v1/catalog", "name"),
+        ):
+            resp = httpx.get(f"{leader}{path}", timeout=10)
+            assert resp.status_code == 200, f"GET {path}: {resp.text}"
+            left += [f"{what} {item[key]}" for item in resp.json()]
+        return left
+
     def close(self) -> None:
         for pod in self.pods.values():
             pod.stop(signal.SIGKILL)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -27,6 +28,20 @@ class Stream:
 @dataclass
 class Load:
     streams: list[Stream] = field(default_factory=list)
+    flowing: set[int] = field(default_factory=set)
+    """The clients (by index) that have had a first token: their traffic is under way."""
+
+    async def until_flowing(self, clients: int, within: float) -> None:
+        """Until each of ``clients`` clients has had a first token (not a fixed sleep:
+        on a busy machine the staggered starts take longer)."""
+        deadline = time.monotonic() + within
+        while len(self.flowing) < clients:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{len(self.flowing)} of {clients} clients had a stream under way "
+                    f"within {within}s (a first token)"
+                )
+            await asyncio.sleep(0.02)
 
     @property
     def ok(self) -> list[Stream]:
@@ -49,7 +64,13 @@ class Load:
         return [t - t0 for t0, t in firsts if start <= t <= end]
 
 
-async def _one(session: aiohttp.ClientSession, url: str, model: str, tokens: int) -> Stream:
+async def _one(
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    tokens: int,
+    on_first_token: Callable[[], None] | None = None,
+) -> Stream:
     stream = Stream(started=time.monotonic())
     body = {
         "model": model,
@@ -78,6 +99,8 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, tokens: int
                 choice = (chunk.get("choices") or [{}])[0]
                 if choice.get("delta", {}).get("content"):
                     stream.chunks.append(time.monotonic())
+                    if on_first_token is not None and len(stream.chunks) == 1:
+                        on_first_token()
                 if choice.get("finish_reason"):
                     finished = True
             if not (done and finished and len(stream.chunks) == tokens):
@@ -110,7 +133,9 @@ async def run_clients(
             await asyncio.sleep(stagger * i / clients)
             length = max(1, tokens + (i % 11 - 5) * tokens // 20)
             while not stop.is_set():
-                load.streams.append(await _one(session, url, model, length))
+                load.streams.append(
+                    await _one(session, url, model, length, lambda: load.flowing.add(i))
+                )
 
         await asyncio.gather(*(client(i) for i in range(clients)))
 

@@ -1,10 +1,11 @@
 """Longest test files first: how `make test`'s xdist workers share the suite.
 
 ``--dist loadfile`` keeps each file on one worker, so a module's shared server,
-cluster or vLLM instance starts once. xdist then hands the files out in order, and
-its default order is by number of tests: the real-vLLM module (8 tests, ~5 min)
-and the image build (6 tests, ~2 min) came last, and the worker that drew them
-finished minutes after the others. This scheduler hands out the longest file
+cluster or vLLM instance starts once; a folder of ``SHARED_FOLDERS`` goes to one worker
+as a whole, so the cluster its files share starts once. xdist then hands the files
+out in order, and its default order is by number of tests: the real-vLLM module (8
+tests, ~5 min) and the image build (6 tests, ~2 min) came last, and the worker that
+drew them finished minutes after the others. This scheduler hands out the longest file
 still waiting whenever a worker needs work (longest-processing-time first, the
 classic rule for this), so the long files start at once, side by side, and the
 short ones fill the gaps at the end.
@@ -51,8 +52,21 @@ SECONDS_PER_TEST = {
 """A file missing from both tables: its tier's rough cost per test."""
 
 
+SHARED_FOLDERS = ("tests/cluster/shared/", "tests/browser/", "tests/kube/")
+"""Folders handed to one worker as one unit, their files one after another: they share
+processes that package-scoped fixtures start once for the folder and stop after its
+last file (tests/cluster/shared/conftest.py: one 3-pod cluster; tests/browser/conftest.py:
+Playwright, Chromium and a server; tests/kube/conftest.py: kube-apiserver and etcd)."""
+
+
 def file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
+
+
+def unit_of(nodeid: str) -> str:
+    """The work unit of a test: its file, or the shared folder holding that file."""
+    path = file_of(nodeid)
+    return next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
 
 
 def known_seconds(config: pytest.Config) -> dict[str, float]:
@@ -71,9 +85,16 @@ class LongestFileFirst(LoadFileScheduling):  # type: ignore[misc]  # xdist ships
         super().__init__(config, log)
         self.known = known_seconds(config)
 
+    def _split_scope(self, nodeid: str) -> str:
+        return unit_of(nodeid)
+
     def cost(self, scope: str, tests: int) -> float:
         if scope in self.known:
             return self.known[scope]
+        if scope.endswith("/"):  # a shared folder: the sum of its files
+            files = [s for name, s in self.known.items() if name.startswith(scope)]
+            if files:
+                return sum(files)
         tier = "/".join(Path(scope).parts[:2])
         return tests * SECONDS_PER_TEST.get(tier, 2.0)
 

@@ -24,6 +24,7 @@ const AboutPage = lazy(() => import('./pages/AboutPage'));
 const ClusterPage = lazy(() => import('./pages/ClusterPage'));
 const PresetsPage = lazy(() => import('./pages/PresetsPage'));
 const CatalogPage = lazy(() => import('./pages/CatalogPage'));
+const TenantsPage = lazy(() => import('./pages/TenantsPage'));
 
 function PageSpinner() {
   return (
@@ -73,6 +74,7 @@ export function App() {
           <Route path="/presets" element={<PresetsPage />} />
           <Route path="/about" element={<AboutPage />} />
           <Route path="/catalog" element={<CatalogPage />} />
+          <Route path="/tenants" element={<TenantsPage />} />
           <Route path="*" element={<NotFound />} />
         </Routes>
       </Suspense>

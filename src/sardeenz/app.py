@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from sardeenz import __version__
 from sardeenz.api import (
+    adapters,
     auth,
     benchmarks,
     catalog,
@@ -29,6 +30,7 @@ from sardeenz.api import (
     presets,
     requests,
     tenants,
+    usage,
 )
 from sardeenz.api.docs_ui import install_docs
 from sardeenz.api.errors import document_error_shapes, install_error_handlers
@@ -40,6 +42,7 @@ from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.room import RoomMaker
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.catalog_sync import ReplicatedEntries, bind_catalog
 from sardeenz.cluster.handover import Pods, PodSide
 from sardeenz.cluster.loads import Loads
@@ -52,7 +55,10 @@ from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.stewards import Stewards
+from sardeenz.cluster.tenant_shares import TenantShares
+from sardeenz.cluster.tenant_sync import ReplicatedTenants, bind_tenants
 from sardeenz.cluster.transport.routes import HOP_HEADER
+from sardeenz.cluster.usage_fanout import UsageFanout, usage_routes
 from sardeenz.cluster.wiring import control_state, gateway_hooks, proxy_remote_headers
 from sardeenz.config import Settings
 from sardeenz.dashboard import WEB_DIR, mount_dashboard
@@ -78,6 +84,7 @@ from sardeenz.proxy.routing import InstanceView, RoutingTable, RoutingUpdater, W
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator
+from sardeenz.security.callers import BearerCallers
 from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.services import Services
 from sardeenz.store.audit import AuditRepository
@@ -90,10 +97,13 @@ from sardeenz.store.presets import PresetRepository
 from sardeenz.store.profiles import ProfileRepository
 from sardeenz.store.requests import RequestRepository
 from sardeenz.store.tenants import TenantRepository
+from sardeenz.store.usage import UsageRepository
 from sardeenz.telemetry import node as node_metrics
 from sardeenz.telemetry.measure import ResourceMeter
 from sardeenz.tenancy.admission import Admission
+from sardeenz.tenancy.meter import UsageMeter
 from sardeenz.tenancy.service import TenantService
+from sardeenz.tenancy.usage import UsageService
 
 log = logging.getLogger("sardeenz")
 
@@ -161,7 +171,21 @@ def build_services(settings: Settings) -> Services:
         cluster=starts if cluster.active else None,
         external=external,
     )
-    admission = Admission(default_completion=settings.tenancy_default_completion_tokens)
+    # What this pod's instances hold: its heartbeats carry it, and a move (between pods
+    # or between GPUs of this one) reads the source's there.
+    cluster.local.adapters = ondemand.adapters.snapshot
+    if cluster.active:  # adapters routed across pods
+        ondemand.adapters.peers = cluster.remote_routes
+        ondemand.adapters.pod_id = members.identity.pod_id
+        ondemand.adapters.on_change = members.beat_soon
+    usage_meter = UsageMeter()
+    admission = Admission(
+        default_completion=settings.tenancy_default_completion_tokens, meter=usage_meter
+    )
+    if settings.v1_bearer_auth:  # /v1 also takes the tokens /api takes (security/callers.py)
+        callers = BearerCallers(authenticator, settings)
+        callers.member_of = admission.member_of_principal
+        api_keys.tokens = callers
     proxy = InferenceProxy(
         settings,
         table,
@@ -172,13 +196,39 @@ def build_services(settings: Settings) -> Services:
         pod=members.identity.pod_id,
         admission=admission,
     )
-    tenant_service = TenantService(settings, admission, TenantRepository(db), api_keys.ids)
+    tenant_repository = TenantRepository(db)
+    tenant_shares = TenantShares(
+        members,
+        control,
+        admission,
+        settings.cluster_tenancy_sync_seconds,
+        settings.tenancy_flush_seconds,
+    )
+    tenant_service = TenantService(
+        settings,
+        admission,
+        tenant_repository,
+        api_keys.ids,
+        # in a cluster: the API's tenants and the counters are the cluster's
+        definitions=ReplicatedTenants(control) if cluster.active else None,
+        counters=tenant_shares.counters if cluster.active else None,
+    )
+    if cluster.active:
+        bind_tenants(control, tenant_service, tenant_repository)
+    usage_service = UsageService(
+        settings,
+        usage_meter,
+        UsageRepository(db),
+        own_pod=members.identity.pod_id if cluster.active else None,
+        fanout=UsageFanout(members) if cluster.active else None,
+    )
     retention = (
         RequestRepository(db, settings.request_log_max_rows)
         if settings.request_log_retention
         else None
     )
     pod_side = PodSide(cluster.local, members)
+    pod_side.adapters = ondemand  # a move's target takes its source's adapters
     moves = MoveService(Pods(members, pod_side, orders, settings), settings, control)
     requests = RequestHistory(proxy.requests, retention)
     own_pod = proxy.requests.pod
@@ -241,6 +291,7 @@ def build_services(settings: Settings) -> Services:
         benchmarks=BenchmarkRunner(settings, locator, BenchmarkRepository(db), api_keys),
         catalog=catalog,
         ondemand=ondemand,
+        adapter_orders=AdapterOrders(members, ondemand, settings.ondemand_max_wait_seconds),
         reaper=reaper,
         warmup=warmup,
         cluster=cluster,
@@ -267,6 +318,8 @@ def build_services(settings: Settings) -> Services:
         ),
         external=external,
         tenants=tenant_service,
+        tenant_shares=tenant_shares,
+        usage=usage_service,
     )
 
 
@@ -327,6 +380,7 @@ def create_app(settings: Settings) -> Gateway:
         await services.presets.load()  # the names the proxy answers 503 for, not 404
         await services.catalog.start()
         await services.tenants.start()
+        await services.usage.start()
         if services.external is not None:
             services.external.start()
         await services.ondemand.preload()
@@ -338,6 +392,7 @@ def create_app(settings: Settings) -> Gateway:
         services.control.start()  # cluster only: adoption, replication, catch-up
         services.profile_sync.start()  # cluster only: the leader's profile reconciliation
         services.presets.start()  # reconciles the applied preset (on the leader)
+        services.tenant_shares.start()  # cluster only: each pod's share of the tenants' limits
         services.started = True
         if settings.demo:
             await load_demo_models(services)
@@ -355,6 +410,7 @@ def create_app(settings: Settings) -> Gateway:
             await services.moves.stop()
             await services.profile_sync.stop()
             await services.presets.stop()
+            await services.tenant_shares.stop()
             await services.collector.stop()
             await services.control.stop()
             await services.cluster.stop()
@@ -366,7 +422,9 @@ def create_app(settings: Settings) -> Gateway:
             await services.routing_updater.stop()
             await services.proxy.close()
             await services.tenants.stop()
+            await services.usage.stop()
             await services.audit.close()
+            await services.auth.close()
             removed = await services.segments.cleanup(services.kvctl)
             if removed:
                 log.info("deleted kvcached segments: %s", ", ".join(removed))
@@ -393,11 +451,13 @@ def create_app(settings: Settings) -> Gateway:
     app.include_router(memory.router)
     app.include_router(benchmarks.router)
     app.include_router(catalog.router)
+    app.include_router(adapters.router)
     app.include_router(cluster.router)
     app.include_router(moves.router)
     app.include_router(presets.router)
     app.include_router(requests.router)
     app.include_router(tenants.router)
+    app.include_router(usage.router)
     app.include_router(metrics_history_router)
     install_docs(app)
 
@@ -412,8 +472,13 @@ def create_app(settings: Settings) -> Gateway:
         services.starts,
         services.collector,
         services.locator,
+        services.tenant_shares,
         unverified,
         settings.proxy_max_body_bytes,
+        extra_routes=[
+            *usage_routes(services.usage.local),
+            *services.adapter_orders.internal_routes(),
+        ],
     )
     gateway = Gateway(
         app,

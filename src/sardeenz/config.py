@@ -341,6 +341,66 @@ class Settings(BaseSettings):
         validation_alias=_env("SARDEENZ_TENANCY_FLUSH_SECONDS", "tenancy_flush_seconds"),
     )
     """How often the tokens counted against budgets are written to the database."""
+    usage_flush_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_USAGE_FLUSH_SECONDS", "usage_flush_seconds"),
+    )
+    """How often the billable usage gathered in memory (per tenant, key, model and
+    minute) is written to the database (docs/tenancy.md#usage)."""
+    usage_minute_retention_hours: float = Field(
+        48.0,
+        ge=1,
+        le=24 * 90,
+        validation_alias=_env(
+            "SARDEENZ_USAGE_MINUTE_RETENTION_HOURS", "usage_minute_retention_hours"
+        ),
+    )
+    """How long usage is kept per minute; older minutes are rolled up into hours."""
+    usage_retention_days: float = Field(
+        400.0,
+        ge=1,
+        le=3660,
+        validation_alias=_env("SARDEENZ_USAGE_RETENTION_DAYS", "usage_retention_days"),
+    )
+    """How long hourly usage is kept; older hours are deleted."""
+    fair_slots_per_instance: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        validation_alias=_env("SARDEENZ_FAIR_SLOTS_PER_INSTANCE", "fair_slots_per_instance"),
+    )
+    """Requests this pod sends to one instance at once; more wait in the proxy and are let in
+    by tenant weight and priority (docs/tenancy.md, "Fair sharing"). 0: no limit (the engine
+    queues them itself, first come, first served)."""
+    fair_headroom_percent: int = Field(
+        25,
+        ge=0,
+        le=100,
+        validation_alias=_env("SARDEENZ_FAIR_HEADROOM_PERCENT", "fair_headroom_percent"),
+    )
+    """Slots beyond ``SARDEENZ_FAIR_SLOTS_PER_INSTANCE`` (this percentage of them, rounded up)
+    that only an ``interactive`` request of a tenant with nothing waiting may use: a quiet
+    tenant's request goes at once instead of waiting for a slot to free (0: none)."""
+    fair_sharing: bool = Field(True, validation_alias=_env("SARDEENZ_FAIR_SHARING", "fair_sharing"))
+    """Weighted fair queuing across tenants while a model is saturated; off: first come,
+    first served (priority classes still apply)."""
+    fair_queue_max: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        validation_alias=_env("SARDEENZ_FAIR_QUEUE_MAX", "fair_queue_max"),
+    )
+    """Requests that may wait for one saturated model; one more gets 503 ``queue_full``."""
+    fair_queue_wait_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_FAIR_QUEUE_WAIT_SECONDS", "fair_queue_wait_seconds"),
+    )
+    """How long a request waits for a slot of a saturated model before 503 ``queue_timeout``
+    (counted once the model is routable: a wait for a start or a wake has its own bound)."""
     ondemand_queue_max: int = Field(
         100, ge=1, validation_alias=_env("SARDEENZ_ONDEMAND_QUEUE_MAX", "ondemand_queue_max")
     )
@@ -375,6 +435,24 @@ class Settings(BaseSettings):
     )
     """After a failed on-demand start, requests get its cause at once for this long
     instead of each starting (and failing) the engine again."""
+    adapter_idle_ttl_seconds: float = Field(
+        1800.0,
+        ge=0,
+        validation_alias=_env("SARDEENZ_ADAPTER_IDLE_TTL_SECONDS", "adapter_idle_ttl_seconds"),
+    )
+    """A LoRA adapter with no request for this long is unloaded from its instance (0:
+    never; a full instance still unloads its least recently used one for another)."""
+    adapter_saturation_inflight: int = Field(
+        8,
+        ge=1,
+        le=100000,
+        validation_alias=_env(
+            "SARDEENZ_ADAPTER_SATURATION_INFLIGHT", "adapter_saturation_inflight"
+        ),
+    )
+    """Requests in flight for one LoRA adapter on one instance at which that instance
+    counts as saturated: once every instance holding it is, the adapter is loaded into
+    one more instance of its base (on any pod)."""
     external_check_seconds: float = Field(
         5.0,
         gt=0,
@@ -484,6 +562,17 @@ class Settings(BaseSettings):
         "counters and in-flight counts (the cluster-wide Requests page, usage and charts)",
         validation_alias=_env(
             "SARDEENZ_CLUSTER_COLLECT_INTERVAL_SECONDS", "cluster_collect_interval_seconds"
+        ),
+    )
+    cluster_tenancy_sync_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="How often each pod reports its tenants' demand and budget counts to the "
+        "leader and takes back its share of every limit (cluster-wide limits; a pod without "
+        "an answer for 3 of these splits each limit by the number of pods)",
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_TENANCY_SYNC_SECONDS", "cluster_tenancy_sync_seconds"
         ),
     )
     preset_reconcile_seconds: float = Field(
@@ -610,6 +699,124 @@ class Settings(BaseSettings):
         le=600,
         validation_alias=_env("SARDEENZ_JWT_LEEWAY_SECONDS", "jwt_leeway_seconds"),
     )
+    jwt_groups_claim: str = Field(
+        "groups", validation_alias=_env("SARDEENZ_JWT_GROUPS_CLAIM", "jwt_groups_claim")
+    )
+    """Claim holding a JWT caller's groups (a dotted path, as the roles claim): what maps a
+    caller to its tenant by group (docs/tenancy.md)."""
+    v1_bearer_auth: bool = Field(
+        False, validation_alias=_env("SARDEENZ_V1_BEARER_AUTH", "v1_bearer_auth")
+    )
+    """``/v1`` also accepts the bearer tokens ``/api`` accepts (JWTs of the configured
+    issuers; with ``SARDEENZ_TOKEN_REVIEW``, Kubernetes/OpenShift tokens), beside the API
+    keys; the caller is limited by the tenant of its subject or group (docs/security.md)."""
+    v1_role: str | None = Field(None, validation_alias=_env("SARDEENZ_V1_ROLE", "v1_role"))
+    """The role a bearer token needs on ``/v1`` (``admin`` always passes); unset: any token
+    the issuer signed (or the API server accepts) may call ``/v1``."""
+    jwt_models_claim: str | None = Field(
+        None, validation_alias=_env("SARDEENZ_JWT_MODELS_CLAIM", "jwt_models_claim")
+    )
+    """Claim listing the served models a bearer token may use on ``/v1`` (a list, or names
+    separated by spaces or commas; ``*``: all), like a scoped API key. Unset, or the claim
+    absent: every model."""
+    v1_token_cache_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_V1_TOKEN_CACHE_SECONDS", "v1_token_cache_seconds"),
+    )
+    """How long ``/v1`` remembers a verified bearer token (never past its ``exp``): a
+    remembered token is checked from memory, on the fast lane."""
+
+    # --- Kubernetes / OpenShift tokens (TokenReview) ------------------------
+    token_review: bool = Field(
+        False, validation_alias=_env("SARDEENZ_TOKEN_REVIEW", "token_review")
+    )
+    """Bearer tokens the JWT settings do not verify (an OpenShift OAuth access token, a
+    ServiceAccount token) are checked with the Kubernetes ``TokenReview`` API
+    (``SARDEENZ_KUBE_API_URL`` or the pod's API server, with the pod's ServiceAccount);
+    turns authentication on."""
+    token_review_audiences: list[str] = Field(
+        default_factory=list,
+        validation_alias=_env("SARDEENZ_TOKEN_REVIEW_AUDIENCES", "token_review_audiences"),
+    )
+    """``spec.audiences`` of each TokenReview (JSON list); empty: the API server's own."""
+    token_review_role_groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        validation_alias=_env("SARDEENZ_TOKEN_REVIEW_ROLE_GROUPS", "token_review_role_groups"),
+    )
+    """Role -> the Kubernetes groups that grant it (JSON), e.g.
+    ``{"admin": ["sardeenz-admins"], "admin-readonly": ["system:authenticated"]}``."""
+    token_review_role_access: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        validation_alias=_env("SARDEENZ_TOKEN_REVIEW_ROLE_ACCESS", "token_review_role_access"),
+    )
+    """Role -> the ``resourceAttributes`` of a ``SubjectAccessReview`` that grants it when
+    allowed (JSON), e.g. ``{"admin": {"verb": "update", "resource": "services", "name":
+    "sardeenz"}}`` (no ``namespace``: the pod's). Combined with the group mapping (either
+    grants)."""
+    token_review_cache_seconds: float = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        validation_alias=_env("SARDEENZ_TOKEN_REVIEW_CACHE_SECONDS", "token_review_cache_seconds"),
+    )
+    """How long an accepted token's review (user, groups, roles) is reused: a deleted
+    ServiceAccount's or a removed user's token works at most this long after."""
+    token_review_negative_cache_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=600,
+        validation_alias=_env(
+            "SARDEENZ_TOKEN_REVIEW_NEGATIVE_CACHE_SECONDS", "token_review_negative_cache_seconds"
+        ),
+    )
+    """How long a refused token stays refused without asking the API server again."""
+    token_review_cache_size: int = Field(
+        4096,
+        ge=1,
+        le=1_000_000,
+        validation_alias=_env("SARDEENZ_TOKEN_REVIEW_CACHE_SIZE", "token_review_cache_size"),
+    )
+    """Tokens remembered (accepted and refused together); the oldest go first."""
+    token_review_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        validation_alias=_env(
+            "SARDEENZ_TOKEN_REVIEW_TIMEOUT_SECONDS", "token_review_timeout_seconds"
+        ),
+    )
+    """The whole time one review (TokenReview and its SubjectAccessReviews, retries
+    included) may take; past it the caller gets 503 ``token_review_unavailable``."""
+
+    # --- OpenShift OAuth sign-in for the dashboard ---------------------------
+    openshift_oauth_url: str | None = Field(
+        None, validation_alias=_env("SARDEENZ_OPENSHIFT_OAUTH_URL", "openshift_oauth_url")
+    )
+    """The OpenShift OAuth server (``https://oauth-openshift.apps.<cluster>``): the
+    dashboard signs in with its ``/oauth/authorize`` and Sardeenz exchanges the code at its
+    ``/oauth/token``. Needs ``SARDEENZ_TOKEN_REVIEW`` (the access token is opaque)."""
+    openshift_oauth_client_id: str | None = Field(
+        None,
+        validation_alias=_env("SARDEENZ_OPENSHIFT_OAUTH_CLIENT_ID", "openshift_oauth_client_id"),
+    )
+    """The ``OAuthClient``'s name; its ``redirectURIs`` must hold the dashboard's
+    ``https://<host>/auth/callback``."""
+    openshift_oauth_client_secret: SecretStr | None = Field(
+        None,
+        validation_alias=_env(
+            "SARDEENZ_OPENSHIFT_OAUTH_CLIENT_SECRET", "openshift_oauth_client_secret"
+        ),
+    )
+    """The ``OAuthClient``'s secret (sent only to the OAuth server's token endpoint)."""
+    openshift_oauth_scope: str = Field(
+        "user:info user:check-access",
+        validation_alias=_env("SARDEENZ_OPENSHIFT_OAUTH_SCOPE", "openshift_oauth_scope"),
+    )
+    """Scopes asked for: ``user:info`` (TokenReview) and ``user:check-access``
+    (SubjectAccessReview of the user's own access)."""
+
     api_keys: SecretStr | None = Field(None, validation_alias=_env("SARDEENZ_API_KEYS", "api_keys"))
     api_keys_file: Path | None = Field(
         None, validation_alias=_env("SARDEENZ_API_KEYS_FILE", "api_keys_file")
@@ -627,6 +834,7 @@ class Settings(BaseSettings):
             (self.jwt_secret and self.jwt_secret.get_secret_value())
             or self.jwt_jwks_url
             or self.oidc_issuer
+            or self.token_review
         )
 
     @field_validator("jwt_secret")
@@ -646,7 +854,7 @@ class Settings(BaseSettings):
             )
         return v
 
-    @field_validator("jwt_jwks_url", "oidc_issuer")
+    @field_validator("jwt_jwks_url", "oidc_issuer", "openshift_oauth_url")
     @classmethod
     def _check_http_url(cls, v: str | None) -> str | None:
         # Checked here, not when the first token arrives: PyJWKClient refuses anything but
@@ -659,6 +867,22 @@ class Settings(BaseSettings):
                 "must be an http(s) URL with a host, e.g. https://sso.example.com/realms/x"
             )
         return v.strip()
+
+    @field_validator("token_review_role_access")
+    @classmethod
+    def _check_role_access(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        # A typo ("verbs", "resources") would make every review ask the wrong question and
+        # grant nobody the role, silently: refused at start-up, naming the role.
+        allowed = {"namespace", "verb", "group", "version", "resource", "subresource", "name"}
+        for role, attrs in v.items():
+            unknown = sorted(set(attrs) - allowed)
+            if unknown:
+                raise ValueError(
+                    f"{role}: unknown resourceAttributes {unknown} (use {sorted(allowed)})"
+                )
+            if not attrs.get("verb") or not attrs.get("resource"):
+                raise ValueError(f"{role}: a SubjectAccessReview needs a 'verb' and a 'resource'")
+        return v
 
     @field_validator("database_url")
     @classmethod

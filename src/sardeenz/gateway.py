@@ -1,7 +1,9 @@
 """The node's ASGI entry point: a path switch in front of FastAPI.
 
 ``/v1/*`` is the hot path: it goes straight to the inference proxy, checked
-only against the optional inference API keys; no middleware stack, no
+only against the optional inference API keys (and, with ``SARDEENZ_V1_BEARER_AUTH``,
+bearer tokens: remembered ones like keys, a new one verified here first,
+security/callers.py); no middleware stack, no
 dependency injection, no per-request logging. ``/api/direct/*`` goes to the
 same proxy after an admin check. ``/metrics`` is rendered here. Everything
 else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
@@ -9,7 +11,8 @@ else (admin API, docs, dashboard) goes to FastAPI, with a body-size limit on
 
 No body is read before its sender is authenticated: ``/v1`` keys and ``/api``
 tokens are checked from the headers first (the fast lane asks ``_admit_v1``
-before it buffers a body), a refusal closes the connection without reading
+before it buffers a body; the one public POST, the dashboard's OAuth code exchange,
+takes only a small declared body), a refusal closes the connection without reading
 the body, and the cluster's signed requests, which can only be verified with
 their body, are read under one node-wide budget (security/unverified.py).
 
@@ -38,12 +41,13 @@ from sardeenz.proxy.wire import (
     api_error,
     ascii_int,
     header,
+    openai_error,
     send_json,
 )
 from sardeenz.safetext import first_unsafe
 from sardeenz.security.audit import AuditTrail
 from sardeenz.security.auth import ApiKeys, Authenticator, Role
-from sardeenz.security.policy import WWW_AUTHENTICATE
+from sardeenz.security.policy import PUBLIC_POST_MAX_BODY, PUBLIC_POSTS, WWW_AUTHENTICATE
 from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.telemetry.admin import STATS as ADMIN_API
 
@@ -118,9 +122,17 @@ class Gateway:
         uvicorn's protocol, where ``trusted_forward`` reads it under the budget of
         unverified bytes.
         """
-        if not self._keys.enabled or self._keys.identify(header(headers, b"authorization")):
+        keys = self._keys
+        if not keys.enabled:
+            return None
+        authorization = header(headers, b"authorization")
+        if keys.identify(authorization):
             return None
         if self.trusted_forward is not None and header(headers, b"x-cluster-signature"):
+            return HAND_OVER
+        if keys.tokens is not None and authorization:
+            # A bearer token seen for the first time: verified (perhaps by the API server)
+            # in ``__call__``, before uvicorn's protocol reads more than its first 64 KiB.
             return HAND_OVER
         return Refusal(401, INVALID_API_KEY, ((b"www-authenticate", b"Bearer"),))
 
@@ -130,21 +142,27 @@ class Gateway:
             return
         path: str = scope["path"]
         if path.startswith("/v1/"):
-            key = (
-                self._keys.identify(header(scope["headers"], b"authorization"))
-                if self._keys.enabled
-                else None
-            )
+            keys = self._keys
+            authorization = header(scope["headers"], b"authorization") if keys.enabled else None
+            key = keys.identify(authorization) if keys.enabled else None
             if key is not None:
                 scope[API_KEY_SCOPE] = key  # the proxy applies its model scope
-            elif self._keys.enabled:
+            elif keys.enabled:
                 if self.trusted_forward is not None and header(
                     scope["headers"], b"x-cluster-signature"
                 ):
                     await self.trusted_forward(scope, receive, send, self._proxy.handle_v1)
                     return
-                await send_json(send, 401, INVALID_API_KEY, [_WWW_BEARER, _CLOSE])
-                return
+                tokens = keys.tokens
+                if tokens is None or not authorization or authorization[:7].lower() != b"bearer ":
+                    await send_json(send, 401, INVALID_API_KEY, [_WWW_BEARER, _CLOSE])
+                    return
+                try:
+                    key = await tokens.authenticate(authorization)
+                except SardeenzError as exc:
+                    await _v1_refusal(send, exc)
+                    return
+                scope[API_KEY_SCOPE] = key
             await self._proxy.handle_v1(scope, receive, send)
         elif (bad := first_unsafe(path)) is not None:
             # No route, file or name here has one, and a NUL reached the dashboard's file
@@ -203,7 +221,15 @@ class Gateway:
         try:
             principal = await self._auth.authenticate(auth.decode("latin-1") if auth else None)
         except SardeenzError as exc:
-            await _api_error(send, exc.status, exc.message, exc.code, close=True)
+            retry_after = getattr(exc, "retry_after", None)
+            await _api_error(
+                send,
+                exc.status,
+                exc.message,
+                exc.code,
+                close=True,
+                retry_after=retry_after if isinstance(retry_after, int) else None,
+            )
             return False
         scope.setdefault("state", {})["principal"] = principal  # for the audit trail
         if not principal.allows(role):
@@ -225,8 +251,15 @@ class Gateway:
         if length is not None and length > self._api_limit:
             await _api_error(send, 413, self._too_large_message(), "payload_too_large", close=True)
             return
-        has_body = bool(length) or header(headers, b"transfer-encoding") is not None
-        if has_body and not await self._authorize(scope, send, Role.READONLY):
+        chunked = header(headers, b"transfer-encoding") is not None
+        has_body = bool(length) or chunked
+        sign_in = (  # how one gets a token: a small declared body, read without one
+            scope["path"] in PUBLIC_POSTS
+            and not chunked
+            and length is not None
+            and length <= PUBLIC_POST_MAX_BODY
+        )
+        if has_body and not sign_in and not await self._authorize(scope, send, Role.READONLY):
             return
         seen = 0
         started = False
@@ -271,11 +304,31 @@ _CLOSE: Final = (b"connection", b"close")
 _WWW_BEARER: Final = (b"www-authenticate", b"Bearer")
 
 
+async def _v1_refusal(send: Send, exc: SardeenzError) -> None:
+    """A bearer token refused on ``/v1``, in OpenAI's shape; the body is left unread."""
+    extra = [_CLOSE]
+    if exc.status == 401:
+        extra.append(_WWW_BEARER)
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, int):
+        extra.append((b"retry-after", b"%d" % retry_after))
+    kind = "invalid_request_error" if exc.status < 500 else "api_error"
+    await send_json(send, exc.status, openai_error(exc.message, kind, exc.code), extra)
+
+
 async def _api_error(
-    send: Send, status: int, detail: str, code: str, *, close: bool = False
+    send: Send,
+    status: int,
+    detail: str,
+    code: str,
+    *,
+    close: bool = False,
+    retry_after: int | None = None,
 ) -> None:
     """``{detail, code}``; ``close`` when the request's body is left unread."""
     extra = [(b"www-authenticate", WWW_AUTHENTICATE.encode())] if status == 401 else []
+    if retry_after is not None:
+        extra.append((b"retry-after", b"%d" % retry_after))
     if close:
         extra.append(_CLOSE)
     await send_json(send, status, api_error(detail, code), extra)

@@ -17,6 +17,29 @@ import time
 import psutil
 
 
+async def communicate_within(
+    proc: asyncio.subprocess.Process, seconds: float
+) -> tuple[bytes, bytes] | None:
+    """``proc.communicate()`` bounded by ``seconds``; ``None`` when it ran out.
+
+    On a timeout, and on the caller's cancellation (a request or a shutdown giving
+    up), the child is killed and reaped before this returns or re-raises: a helper
+    process that hangs must never outlive the call that started it.
+    """
+    try:
+        return await asyncio.wait_for(proc.communicate(), seconds)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return None
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
+
+
 def create_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()

@@ -10,6 +10,7 @@ from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.reaper import IdleReaper
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.warmup import WarmUp
+from sardeenz.cluster.adapter_orders import AdapterOrders
 from sardeenz.cluster.control import ControlState
 from sardeenz.cluster.handover import PodSide
 from sardeenz.cluster.loads import Loads
@@ -22,6 +23,7 @@ from sardeenz.cluster.placement import ClusterPlacement
 from sardeenz.cluster.preset_service import PresetService
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.stewards import Stewards
+from sardeenz.cluster.tenant_shares import TenantShares
 from sardeenz.cluster.view import ClusterView
 from sardeenz.config import Settings
 from sardeenz.engines.availability import EngineAvailability
@@ -44,6 +46,7 @@ from sardeenz.store.db import Database
 from sardeenz.telemetry.measure import ResourceMeter
 from sardeenz.telemetry.node import NodeSampler
 from sardeenz.tenancy.service import TenantService
+from sardeenz.tenancy.usage import UsageService
 
 
 @dataclass
@@ -74,6 +77,7 @@ class Services:
     benchmarks: BenchmarkRunner
     catalog: Catalog
     ondemand: OnDemand
+    adapter_orders: AdapterOrders
     reaper: IdleReaper
     warmup: WarmUp
     cluster: ClusterManager
@@ -113,6 +117,10 @@ class Services:
     """Cluster mode: pulls every other pod's request log and usage (cluster/observe.py)."""
     tenants: TenantService
     """Tenants and their limits; the proxy asks its ``Admission`` (tenancy/)."""
+    tenant_shares: TenantShares
+    """In a cluster: this pod's share of every tenant limit, synced with the leader."""
+    usage: UsageService
+    """Billable usage per tenant, key, model and minute (tenancy/usage.py)."""
     started: bool = False
     stopping: bool = False
     external: ExternalServers | None = None

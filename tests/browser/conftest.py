@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,24 +49,35 @@ CHROMIUM_ARGS = [
 ]
 
 
-# Module, not session: Playwright's sync API keeps an event loop running on the main
-# thread while it is open, and every async test that a worker runs after a browser
-# module would then fail with "cannot be called from a running event loop".
-@pytest.fixture(scope="module")
+# Package, not session: Playwright's sync API keeps an event loop running on the main
+# thread while it is open, and every async test that a worker runs after it would then
+# fail with "cannot be called from a running event loop". tests/scheduling.py hands this
+# folder to one xdist worker as one unit, so its last test closes Playwright before the
+# worker runs anything else, and Playwright and Chromium start once for the whole tier.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed: run `make browser-deps`")
     if not WEB_INDEX.exists():
         pytest.skip("the dashboard is not built: run `make web`")
-    with host_network(changes=False), sync_playwright() as pw:
+    with sync_playwright() as pw:
         yield pw
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     b = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
     yield b
     b.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def steady_host_network() -> Iterator[None]:
+    """Each module holds the host-network lock shared (tests/hostnet.py): no test that
+    changes the host's network runs while its pages load. Per module, not for the whole
+    folder, so such a test on the other worker waits for one module at most."""
+    with host_network(changes=False):
+        yield
 
 
 def start_server(data_dir: Path, *, env: dict[str, str] | None = None) -> ServerProcess:
@@ -78,15 +90,64 @@ def stop_server(srv: ServerProcess) -> None:
     kill_engines(srv.data_dir)
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A real server with two simulated GPUs (an Ampere L4 and a pre-Ampere T4).
-
-    Shared by the modules (a start costs seconds); each test unloads what it loaded.
-    """
+@pytest.fixture(scope="package")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The processes behind ``server``; take ``server``, not this."""
     srv = start_server(tmp_path_factory.mktemp("dash"))
     yield srv
     stop_server(srv)
+
+
+def leftovers(srv: ServerProcess) -> list[str]:
+    """What a module left on the shared server: instances, catalog entries, benchmark runs."""
+    with srv.client() as api:
+        left = [
+            f"instance {i['servedModelName']} ({i['status']})"
+            for i in api.get("/api/v1/models").json()
+        ]
+        left += [f"catalog entry {c['name']}" for c in api.get("/api/v1/catalog").json()]
+        left += [f"benchmark run {r['id']}" for r in api.get("/api/benchmarks").json()]
+    return left
+
+
+def settled_leftovers(srv: ServerProcess, timeout: float = 30.0) -> list[str]:
+    """``leftovers`` once it is empty, or after ``timeout`` s (an unload answers before the
+    instance is gone): what is still there then."""
+    deadline = time.monotonic() + timeout
+    while (left := leftovers(srv)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def clean_up(srv: ServerProcess) -> None:
+    """Remove what a module left: its catalog entries, instances and benchmark runs."""
+    with srv.client() as api:
+        for entry in api.get("/api/v1/catalog").json():
+            api.delete(f"/api/v1/catalog/{entry['name']}")
+        for inst in api.get("/api/v1/models").json():
+            api.post(f"/api/v1/models/{inst['id']}/unload")
+        for run in api.get("/api/benchmarks").json():
+            api.delete(f"/api/benchmarks/{run['id']}")
+
+
+@pytest.fixture(scope="module")
+def server(shared_server: ServerProcess) -> Iterator[ServerProcess]:
+    """A real server with two simulated GPUs (an Ampere L4 and a pre-Ampere T4), shared
+    by the folder's modules (a start costs seconds of CPU).
+
+    A module may use it only if it leaves it as it found it: each test unloads what it
+    loaded, deletes its catalog entries and benchmark runs. Checked before and after
+    each module: a module that leaves something fails at its teardown, naming what, and
+    what it left is removed so the next module still starts clean.
+    """
+    before = settled_leftovers(shared_server)
+    assert before == [], f"the shared server is not empty before the module: {before}"
+    yield shared_server
+    left = settled_leftovers(shared_server)
+    if left:
+        clean_up(shared_server)
+        assert settled_leftovers(shared_server) == [], "the shared server could not be cleaned"
+        raise AssertionError(f"the module left this on the shared server: {left}")
 
 
 def has_route(srv: ServerProcess, path: str) -> bool:

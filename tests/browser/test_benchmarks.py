@@ -18,6 +18,20 @@ pytestmark = pytest.mark.browser
 SCENARIO = {"inputTokens": 16, "outputTokens": 8, "concurrency": 2, "warmupRequests": 1}
 
 
+@pytest.fixture(autouse=True)
+def new_runs_deleted(server: ServerProcess) -> Iterator[None]:
+    """The runs a test makes are deleted after it: the folder's modules share the server,
+    and each starts with no runs (tests/browser/conftest.py's ``server`` checks it)."""
+    with server.client() as api:
+        before = {r["id"] for r in api.get("/api/benchmarks").json()}
+    yield
+    with server.client() as api:
+        for run in api.get("/api/benchmarks").json():
+            if run["id"] not in before:
+                resp = api.delete(f"/api/benchmarks/{run['id']}")
+                assert resp.status_code in (200, 204), resp.text
+
+
 @pytest.fixture
 def bench_instance(server: ServerProcess) -> Iterator[str]:
     if not has_route(server, "/api/benchmarks"):

@@ -37,6 +37,7 @@ PAGES = [
     ("/catalog", "Catalog"),
     ("/profiles", "Memory profiles"),
     ("/requests", "Requests"),
+    ("/tenants", "Tenants"),
     ("/audit", "Audit log"),
     ("/cluster", "Cluster"),
     ("/presets", "Presets"),

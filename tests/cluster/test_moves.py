@@ -86,8 +86,8 @@ def _under_load(
     async def main() -> Any:
         stop = asyncio.Event()
         runner = asyncio.create_task(run_clients(entry, model, clients, stop, tokens, load))
-        await asyncio.sleep(1.0)  # every client has a stream going
         try:
+            await load.until_flowing(clients, 30)
             result = await action()
             await asyncio.sleep(0.5)  # and some more after the switch
         finally:

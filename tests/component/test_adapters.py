@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from testkit.adapters import make_adapter
+from testkit.adapters import make_adapter, metric_value
 from testkit.servers import ServerPool, ServerProcess
 
 SIM_ARGS = '[--load-seconds, "0.3", --lora-load-ms, "300", --ttft-ms, "5", --itl-ms, "20"]'
@@ -117,10 +117,7 @@ def engine_state(srv: ServerProcess, base: str) -> dict[str, Any]:
 
 
 def metric(srv: ServerProcess, line_start: str) -> float:
-    with srv.client() as c:
-        text = c.get("/metrics").text
-    values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
-    return values[0] if values else 0.0
+    return metric_value(srv.url, line_start)
 
 
 def test_bad_adapters_are_listed_invalid_with_their_reason(srv: ServerProcess) -> None:

@@ -17,7 +17,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from sardeenz.app import create_app
 from sardeenz.config import load_settings
-from sardeenz.security.policy import QUERY_POSTS, is_mutation, iter_api_routes, policy_of
+from sardeenz.security.policy import (
+    PUBLIC_POSTS,
+    QUERY_POSTS,
+    is_mutation,
+    iter_api_routes,
+    policy_of,
+)
 from testkit.ports import free_port
 from testkit.servers import ServerProcess, sim_load, wait_for_status
 
@@ -65,6 +71,8 @@ def test_every_api_route_has_a_policy_and_mutations_need_admin(tmp_path: Path) -
             assert policies == ["admin"], f"{route.methods} {route.path} admits {policies}"
         elif route.path in QUERY_POSTS:
             assert policies == ["admin-readonly"], f"{route.path} is a question: {policies}"
+        elif route.path in PUBLIC_POSTS:  # how one signs in: the OAuth code exchange
+            assert policies == ["public"], f"{route.path} is a sign-in: {policies}"
         checked += 1
     assert checked >= 12
 
@@ -84,7 +92,9 @@ def _routes(srv: ServerProcess) -> list[tuple[str, str, bool]]:
             start, end = concrete.index("{"), concrete.index("}")
             concrete = concrete[:start] + "nope" + concrete[end + 1 :]
         for method in ops:
-            public = path.startswith("/api/health") or path == "/api/auth/config"
+            public = (
+                path.startswith("/api/health") or path == "/api/auth/config" or path in PUBLIC_POSTS
+            )
             out.append((method.upper(), concrete, public))
     # Routes served by the gateway itself, outside FastAPI:
     out.append(("GET", "/api/v1/metrics", False))

@@ -99,8 +99,14 @@ def test_declared_model_without_instances_answers_503_and_others_404(
         assert error["type"] == "service_unavailable_error"
         assert "preset" in error["message"]
         assert 1 <= int(resp.headers["retry-after"]) <= 30
+        # A client that checks the model's card first gets the same answer, not 404.
+        card = c.get("/v1/models/kept")
+        assert card.status_code == 503, card.text
+        assert card.json()["error"]["code"] == "model_not_ready"
+        assert 1 <= int(card.headers["retry-after"]) <= 30
 
         _assert_unknown(_chat(c, "nobody"), "nobody")  # nobody serves it
+        _assert_unknown(c.get("/v1/models/nobody"), "nobody")
         _assert_unknown(_chat(c, "zero"), "zero")  # declared with 0 replicas
         _assert_unknown(_chat(c, "draft"), "draft")  # in a preset that is not applied
 
@@ -115,3 +121,4 @@ def test_declared_model_without_instances_answers_503_and_others_404(
             gone = c.delete("/api/cluster/presets/p")
         assert gone.status_code == 200, gone.text
         _assert_unknown(_chat(c, "kept"), "kept")
+        _assert_unknown(c.get("/v1/models/kept"), "kept")

@@ -1,18 +1,24 @@
-"""The deploy tier shares the Kubernetes tier's real kube-apiserver fixture, and drives it
-with a kubectl of the same version."""
+"""The deploy tier runs the Kubernetes tier's real kube-apiserver (one per module: the
+manifests' tests register a CRD, cluster-wide), and drives it with a kubectl of the same
+version."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
 from tests.deploy.kubectl import Kubectl, admin_kubectl
 from tests.deploy.manifests import KustomizeMissing, kustomize_kubectl
-from tests.kube.apiserver import KUBECTL_ENV, KubeApiServer
-from tests.kube.conftest import kube
+from tests.kube.apiserver import KUBECTL_ENV, KubeApiServer, running_apiserver
 
-__all__ = ["kube", "kubectl", "kubectl_bin"]
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
+    """A ready API server for the module; both processes are killed at teardown."""
+    with running_apiserver(tmp_path_factory.mktemp("kube")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,11 @@ GRANTED: dict[tuple[str, str], set[str]] = {
 }
 """What Sardeenz's Kubernetes mode does in its namespace: the leader Lease, peer pods and
 the control state's ConfigMaps."""
+AUTH_DELEGATION = {
+    ("authentication.k8s.io", "tokenreviews", ("create",)),
+    ("authorization.k8s.io", "subjectaccessreviews", ("create",)),
+}
+"""The OpenShift overlay's ClusterRole: the token and access reviews of its sign-in."""
 ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 UVICORN_SHUTDOWN_SECONDS = 5
 """cli.py's ``timeout_graceful_shutdown``: before the engines are stopped."""
@@ -103,7 +108,10 @@ def test_every_object_carries_the_app_label_and_selectors_use_it(
     _, objs = overlay
     for obj in objs:
         assert obj["metadata"]["labels"] == APP_LABEL, obj["kind"]
-        assert obj["metadata"]["namespace"] == "sardeenz", obj["kind"]
+        if obj["kind"] in CLUSTER_SCOPED:  # the OpenShift overlay's review ClusterRole
+            assert "namespace" not in obj["metadata"], obj["kind"]
+        else:
+            assert obj["metadata"]["namespace"] == "sardeenz", obj["kind"]
     sts = one(objs, "StatefulSet")
     assert sts["spec"]["selector"] == {"matchLabels": APP_LABEL}
     assert sts["spec"]["template"]["metadata"]["labels"] == APP_LABEL
@@ -177,9 +185,31 @@ def test_pod_gets_identity_secrets_gpu_volume_and_drain_time(
 def test_rbac_is_namespaced_and_exactly_what_kubernetes_mode_uses(
     kube_mode_overlay: tuple[str, list[dict[str, Any]]],
 ) -> None:
-    _, objs = kube_mode_overlay
+    name, objs = kube_mode_overlay
     kinds = {o["kind"] for o in objs}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    if name == "openshift":
+        # Token and access reviews are cluster-scoped: a ClusterRole, of exactly those.
+        cluster_role = one(objs, "ClusterRole")
+        assert {
+            (rule["apiGroups"][0], rule["resources"][0], tuple(rule["verbs"]))
+            for rule in cluster_role["rules"]
+        } == AUTH_DELEGATION
+        crb = one(objs, "ClusterRoleBinding")
+        assert crb["roleRef"]["name"] == cluster_role["metadata"]["name"]
+        assert crb["subjects"] == [
+            {"kind": "ServiceAccount", "name": "sardeenz", "namespace": "sardeenz"}
+        ]
+        env = {e["name"]: e for e in container(objs)["env"]}
+        assert env["SARDEENZ_TOKEN_REVIEW"]["value"] == "true"
+        with pytest.MonkeyPatch.context() as mp:  # read as the pod reads it: from its env
+            mp.setenv(
+                "SARDEENZ_TOKEN_REVIEW_ROLE_ACCESS",
+                env["SARDEENZ_TOKEN_REVIEW_ROLE_ACCESS"]["value"],
+            )
+            settings = load_settings()
+        assert set(settings.token_review_role_access) == {"admin", "admin-readonly"}
+    else:
+        assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
     rules = one(objs, "Role")["rules"]
     granted = {
         (group, resource): set(rule["verbs"])
@@ -415,7 +445,12 @@ def api_path(obj: dict[str, Any], namespace: str) -> str:
         "ServiceAccount": "serviceaccounts",
         "Route": "routes",
     }
+    if obj["kind"] in CLUSTER_SCOPED:
+        return f"{prefix}/{CLUSTER_SCOPED[obj['kind']]}/{obj['metadata']['name']}"
     return f"{prefix}/namespaces/{namespace}/{plural[obj['kind']]}/{obj['metadata']['name']}"
+
+
+CLUSTER_SCOPED = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
 
 
 @pytest.mark.parametrize("name", OVERLAYS)
@@ -428,8 +463,9 @@ def test_overlay_applies_dry_run_then_for_real(
     namespace = kube.create_namespace()
     rendered = render(name, namespace=namespace, workdir=tmp_path / "ns")
     objs = objects(rendered)
-    assert {o["metadata"]["namespace"] for o in objs} == {namespace}
-    for binding in (o for o in objs if o["kind"] == "RoleBinding"):
+    namespaced = [o for o in objs if o["kind"] not in CLUSTER_SCOPED]
+    assert {o["metadata"]["namespace"] for o in namespaced} == {namespace}
+    for binding in (o for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         assert binding["subjects"][0]["namespace"] == namespace
     # Client-side validation against the server's OpenAPI schema, then the server's own
     # admission and validation, with nothing stored.
@@ -624,3 +660,66 @@ def test_removing_any_one_verb_makes_that_call_403(
             put_role(kube, namespace, role)
             restored = wait_status(probe, resource, verb, lambda s: s in (200, 201))
             assert restored in (200, 201), (resource, verb, restored)
+
+
+# --- RBAC: the OpenShift overlay's ClusterRole (sign-in) -----------------------------------
+
+
+def review_status(kube: KubeApiServer, token: str, resource: str) -> int:
+    """One real review as the ServiceAccount: a TokenReview (of its own token) or a
+    SubjectAccessReview (may it get pods), as Sardeenz's sign-in makes them."""
+    if resource == "tokenreviews":
+        path = "/apis/authentication.k8s.io/v1/tokenreviews"
+        body: dict[str, Any] = {"kind": "TokenReview", "spec": {"token": token}}
+    else:
+        path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        attributes = {"namespace": "default", "verb": "get", "resource": "pods"}
+        body = {
+            "kind": "SubjectAccessReview",
+            "spec": {"user": "someone", "resourceAttributes": attributes},
+        }
+    body["apiVersion"] = path.split("/")[2] + "/v1"
+    with kube.client(token=token) as api:
+        return api.post(path, json=body).status_code
+
+
+def test_removing_either_review_rule_of_the_openshift_overlay_makes_that_review_403(
+    kube: KubeApiServer, cluster: Kubectl, tmp_path: Path
+) -> None:
+    namespace, objs = deploy_to(kube, "openshift", tmp_path, cluster)
+    role = one(objs, "ClusterRole")
+    path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}"
+    token = kube.service_account_token(namespace, "sardeenz")
+
+    def put(rules: list[dict[str, Any]]) -> None:
+        with kube.client() as admin:
+            live = admin.get(path).json()
+            live["rules"] = rules
+            assert admin.put(path, json=live).status_code == 200
+
+    def wait(resource: str, wanted: int) -> int:
+        deadline = time.monotonic() + RBAC_PROPAGATION_SECONDS
+        while (status := review_status(kube, token, resource)) != wanted:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return status
+
+    try:
+        for resource in ("tokenreviews", "subjectaccessreviews"):
+            assert review_status(kube, token, resource) == 201, resource
+        for rule in role["rules"]:
+            (resource,) = rule["resources"]
+            (other,) = {"tokenreviews", "subjectaccessreviews"} - {resource}
+            put([r for r in role["rules"] if r is not rule])
+            assert wait(resource, 403) == 403, resource
+            assert review_status(kube, token, other) == 201, (resource, other)  # only that one
+            put(role["rules"])
+            assert wait(resource, 201) == 201, resource
+    finally:
+        with kube.client() as admin:  # cluster-scoped: nothing of this test may stay
+            admin.delete(path)
+            admin.delete(
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/"
+                + one(objs, "ClusterRoleBinding")["metadata"]["name"]
+            )

@@ -26,12 +26,13 @@ import signal
 import ssl
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -87,6 +88,33 @@ def find_binaries() -> tuple[Path, Path]:
             raise FileNotFoundError(f"{var}={value} is not an executable (run `make kube-env`)")
         found.append(path)
     return found[0], found[1]
+
+
+@contextlib.contextmanager
+def running_apiserver(root: Path) -> Iterator[KubeApiServer]:
+    """A ready API server from the environment's binaries, stopped (processes killed,
+    folder removed) afterwards. Called from a fixture: the tier skips when the binaries
+    are not configured and fails when they are configured but missing."""
+    try:
+        apiserver, etcd = find_binaries()
+    except KubeBinariesMissing as exc:
+        pytest.skip(str(exc))
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+    server = KubeApiServer(root, apiserver, etcd)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+CLUSTER_SCOPED = (
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+)
+"""What a test could create outside its own namespace (besides the namespace itself)."""
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -268,6 +296,19 @@ class KubeApiServer:
             raise RuntimeError(f"POST {path}: {resp.status_code} {resp.text}")
         data: dict[str, Any] = resp.json()
         return data
+
+    def cluster_scoped(self) -> set[str]:
+        """Every object of ``CLUSTER_SCOPED`` by kind and name: what modules sharing the
+        server must leave as they found it (each works in namespaces of its own)."""
+        found: set[str] = set()
+        with self.client() as api:
+            for path in CLUSTER_SCOPED:
+                resp = api.get(path)
+                if resp.status_code != 200:
+                    raise RuntimeError(f"GET {path}: {resp.status_code} {resp.text}")
+                kind = path.rsplit("/", 1)[1]
+                found |= {f"{kind}/{o['metadata']['name']}" for o in resp.json()["items"]}
+        return found
 
     def create_namespace(self, name: str | None = None) -> str:
         name = name or f"t-{secrets.token_hex(4)}"

@@ -244,7 +244,7 @@ def test_a_move_in_flight_when_the_leader_dies_is_finished_by_the_next(
         stop = asyncio.Event()
         runner = asyncio.create_task(run_clients(entry, "mv", 50, stop, 40, load))
         try:
-            await asyncio.sleep(1.0)  # every client has a stream going
+            await load.until_flowing(50, 30)
             url = pods.pods[leader].url
             body = {"instanceId": src["id"], "targetPodId": target_pod, "drainSeconds": 5}
             resp = await asyncio.to_thread(

@@ -41,6 +41,16 @@ def pods(kube: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         cluster.close()
 
 
+def _start_side_by_side(pods: KubePods, *names: str) -> None:
+    """Start ``names`` at once (a start is mostly the app's import), each marked Ready as
+    soon as it answers its probe."""
+    for name in names:
+        pods.pods[name].spawn()
+    for name in names:
+        pods.pods[name].wait_ready(60)
+        pods.mark_ready(name)
+
+
 def _listed(pods: KubePods, leader: str, name: str) -> dict[str, Any]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -67,9 +77,7 @@ def _load(url: str, pod: str, out: dict[str, Any]) -> None:
 def test_load_on_a_pod_just_listed_waits_for_its_first_heartbeat(pods: KubePods) -> None:
     for name in pods.names:
         pods.create_pod(name)
-    for name in ("pod-a", "pod-b"):
-        pods.pods[name].start(60)
-        pods.mark_ready(name)
+    _start_side_by_side(pods, "pod-a", "pod-b")
     leader, _ = pods.wait_one_leader(30)
     url = pods.pods[leader].url
     c = pods.pods["pod-c"].start(60)
@@ -93,9 +101,7 @@ def test_load_on_a_pod_just_listed_waits_for_its_first_heartbeat(pods: KubePods)
 def test_a_member_that_stays_silent_is_refused_not_waited_for_ever(pods: KubePods) -> None:
     for name in pods.names:
         pods.create_pod(name)
-    for name in ("pod-a", "pod-b"):
-        pods.pods[name].start(60)
-        pods.mark_ready(name)
+    _start_side_by_side(pods, "pod-a", "pod-b")
     leader, _ = pods.wait_one_leader(30)
     c = pods.pods["pod-c"].start(60)
     assert c.proc is not None

@@ -3,7 +3,7 @@
 Three real `sardeenz serve` pods against a real kube-apiserver (tests/kube/pods.py plays
 the kubelet). A model runs on pod-b; requests enter through every pod; each pod's
 ``/api/v1/requests`` and ``/api/v1/usage`` show each request once, with the pod that ran
-it and the pod it entered, as in static mode (tests/cluster/test_observability.py).
+it and the pod it entered, as in static mode (tests/cluster/shared/test_observability.py).
 """
 
 from __future__ import annotations

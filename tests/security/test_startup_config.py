@@ -101,6 +101,11 @@ BAD_SETTINGS = [
     ({"SARDEENZ_JWT_JWKS_URL": "not a url"}, "SARDEENZ_JWT_JWKS_URL", "http(s) URL"),
     ({"SARDEENZ_OIDC_ISSUER": "ftp://sso"}, "SARDEENZ_OIDC_ISSUER", "http(s) URL"),
     ({"SARDEENZ_API_KEYS": " , "}, "SARDEENZ_API_KEYS", "holds no key"),
+    (
+        {"SARDEENZ_TOKEN_REVIEW_ROLE_ACCESS": '{"admin": {"verbs": "get", "resource": "x"}}'},
+        "SARDEENZ_TOKEN_REVIEW_ROLE_ACCESS",
+        "unknown resourceAttributes",
+    ),
 ]
 
 
@@ -153,3 +158,33 @@ def test_a_port_in_use_is_its_own_exit_code_and_touches_nothing(tmp_path: Path) 
     assert f"cannot listen on 127.0.0.1:{port}" in line
     assert f"pid {os.getpid()}" in line  # who holds it
     assert not (tmp_path / "data" / "sardeenz.db").exists()  # no migration, no re-adoption
+
+
+# Sign-in settings checked when the services are built: the server has already logged how
+# it authenticates and where it listens (INFO), then refuses with the one line.
+SIGN_IN_SETTINGS = [
+    ({"SARDEENZ_TOKEN_REVIEW": "true"}, "SARDEENZ_TOKEN_REVIEW", "needs the Kubernetes API"),
+    ({"SARDEENZ_V1_BEARER_AUTH": "true"}, "SARDEENZ_V1_BEARER_AUTH", "needs a token source"),
+    (
+        {
+            "SARDEENZ_OPENSHIFT_OAUTH_URL": "https://oauth.example",
+            "SARDEENZ_TOKEN_REVIEW": "true",
+            "SARDEENZ_KUBE_API_URL": "https://127.0.0.1:1",
+        },
+        "SARDEENZ_OPENSHIFT_OAUTH_CLIENT_ID",
+        "OAuthClient",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "setting", "why"), SIGN_IN_SETTINGS, ids=lambda v: str(v)[:40])
+def test_a_sign_in_setting_that_cannot_work_is_a_clear_exit_2(
+    tmp_path: Path, env: dict[str, str], setting: str, why: str
+) -> None:
+    done = _serve(tmp_path, **env)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("sardeenz: invalid configuration: "), done.stderr
+    assert setting in last
+    assert why in last

@@ -91,6 +91,19 @@ class SlotMachine(RuleBasedStateMachine):
         self.requests[(iid, adapter)] -= 1
         self.book.release(iid, adapter, self.tick())
 
+    @rule(ttl=st.floats(0, 6), among=st.sets(st.sampled_from(INSTANCES)))
+    def idle_ttl(self, ttl: float, among: set[str]) -> None:
+        """The idle TTL's pass: what it takes was loaded, idle and unused for ``ttl``."""
+        before = {iid: self.book.held(iid) for iid in self.book.instance_ids()}
+        now = self.tick()
+        for iid, adapter in self.book.expire(now, ttl, sorted(among)):
+            assert iid in among
+            assert before[iid][adapter] is SlotState.LOADED
+            assert self.requests.get((iid, adapter), 0) == 0
+            assert self.book.held(iid)[adapter] is SlotState.EVICTING
+            assert not self.book.acquire(iid, adapter, now)  # no request can take it now
+            self.book.forget(iid, adapter)  # the engine unloaded it
+
     @rule(iid=st.sampled_from(INSTANCES))
     def instance_gone(self, iid: str) -> None:
         self.book.drop_instance(iid)
@@ -148,3 +161,19 @@ def test_free_slot_goes_to_the_emptier_instance_and_drop_loses_adapters() -> Non
     assert book.drop_instance("b") == ["x"]
     assert book.holders("x") == []
     assert not book.acquire("b", "x", 3.0)
+
+
+def test_idle_ttl_takes_only_adapters_unused_for_the_ttl() -> None:
+    book = SlotBook()
+    book.add_instance("i1", 3)
+    for name, at in (("old", 0.0), ("busy", 0.0), ("new", 8.0)):
+        r = book.reserve(name, ["i1"], at)
+        assert r is not None
+        assert book.loaded("i1", name, at)
+    assert book.acquire("i1", "busy", 1.0)  # in flight since t=1: never taken
+    assert book.expire(10.0, 5.0, ["i1", "nowhere"]) == [("i1", "old")]
+    assert book.snapshot() == {"i1": {"busy": 1, "new": 0}}  # evicting: not advertised
+    assert book.expire(100.0, 5.0, []) == []  # only the instances asked about
+    book.touch("i1", 20.0)  # woke at t=20: its sleep was not idle time
+    assert book.expire(22.0, 5.0, ["i1"]) == []
+    assert book.expire(25.0, 5.0, ["i1"]) == [("i1", "new")]

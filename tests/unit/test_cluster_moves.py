@@ -66,6 +66,9 @@ class FakePods:
         """Pods whose table never changes (a pod that stopped applying heartbeats)."""
         self.record: list[str] = []
         self.control = RecordedControl()
+        self.adapters: dict[tuple[str, str], list[str]] = {}
+        """(pod, instance) -> the LoRA adapters it holds."""
+        self.carry_refusals: dict[str, str] = {}
 
     def recorded_state(self) -> str:
         body = self.control.body("moves", [])
@@ -132,6 +135,15 @@ class FakePods:
         self.calls.append(f"restore {pod}/{iid}")
         self._route(f"{pod}/{iid}", True)
 
+    def adapters_on(self, pod: str, iid: str) -> list[str]:
+        return list(self.adapters.get((pod, iid), []))
+
+    async def carry(self, pod: str, iid: str, names: list[str]) -> dict[str, Any]:
+        self.calls.append(f"carry {pod}/{iid} {','.join(names)}")
+        done = {n: self.carry_refusals.get(n) for n in names}
+        self.adapters[(pod, iid)] = [n for n, why in done.items() if why is None]
+        return done
+
     async def drain(self, pod: str, iid: str, seconds: float) -> tuple[int, int]:
         self.calls.append(f"drain {pod}/{iid}")
         self.record.append(f"(drain: record says {self.recorded_state()})")
@@ -190,6 +202,29 @@ async def test_a_move_touches_the_source_only_once_the_target_is_routed_everywhe
     assert all(t == {"pod-b/tgt"} for t in pods.routes_of.values())
     assert move.duration_seconds is not None
     assert move.finished_at is not None
+
+
+async def test_a_move_loads_the_sources_adapters_on_the_target_before_the_switch(
+    tmp_path: Path,
+) -> None:
+    pods = FakePods()
+    pods.adapters[("pod-a", "src")] = ["poem", "sql", "tiny"]
+    pods.carry_refusals["tiny"] = "no free or idle slot"
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert move.state == "done"
+    carry = pods.calls.index("carry pod-b/tgt poem,sql,tiny")
+    assert pods.calls.index("restore pod-b/tgt") < carry < pods.calls.index("withdraw pod-a/src")
+    assert pods.adapters[("pod-b", "tgt")] == ["poem", "sql"]
+    (step,) = [s for s in move.steps if s.name == "adapters-carried"]
+    assert step.detail == "loaded on the target: poem, sql; not: tiny (no free or idle slot)"
+
+
+async def test_a_move_without_adapters_asks_the_target_for_none(tmp_path: Path) -> None:
+    pods = FakePods()
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert move.state == "done"
+    assert not [c for c in pods.calls if c.startswith("carry")]
+    assert "adapters-carried" not in [s.name for s in move.steps]
 
 
 async def test_a_target_that_fails_is_removed_and_the_source_untouched(tmp_path: Path) -> None:

@@ -10,7 +10,11 @@ from sardeenz.config import Settings
 from sardeenz.tools.gendocs import _env_names
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "benchmarks" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 FENCE = re.compile(r"```.*?```", re.S)
 NAME = re.compile(r"\bSARDEENZ_[A-Z0-9_]*[A-Z0-9]\b")
 

@@ -335,6 +335,34 @@ async def test_a_refused_wake_still_routes_to_an_instance_that_came_up() -> None
     assert ep.instance_id == "b"
 
 
+async def test_a_waiter_takes_a_peer_route_that_appears_while_the_wake_is_stuck() -> None:
+    """A wake that hangs (its memory held by a victim with requests in flight) must not
+    hold a waiter whose model became routable on a peer meanwhile; the wake goes on."""
+    table = RoutingTable()
+    table.apply(inst("a", status=SLEEPING))
+    release = asyncio.Event()
+    woken: list[str] = []
+
+    async def waker(name: str, sleeping: Sequence[InstanceView]) -> None:
+        await release.wait()
+        woken.append(name)
+
+    table.set_waker(waker)
+    waiter = asyncio.create_task(table.wait_until_routable("m", 30))
+    await asyncio.sleep(0.05)
+    assert not waiter.done(), "the waiter returned before any route existed"
+    table.set_remote("pod-b", [remote("pod-b/x")])
+    ep = await asyncio.wait_for(waiter, 2)
+    assert ep is not None
+    assert ep.instance_id == "pod-b/x"
+    release.set()  # the wake was not cancelled by the waiter leaving: it completes
+    for _ in range(100):
+        if woken:
+            break
+        await asyncio.sleep(0.01)
+    assert woken == ["m"]
+
+
 async def test_updater_follows_status_and_removed_events() -> None:
     bus = EventBus()
     table = RoutingTable()

@@ -185,21 +185,6 @@ def load_until_active(
     return settled
 
 
-@pytest.fixture(scope="module")
-def pair(vllm_server: ServerProcess, tiny_model: Path) -> dict[str, dict[str, Any]]:
-    """Two instances of the tiny model started together: ``tiny-a`` (shared by most tests)
-    and ``tiny-b`` (sleep mode requested, unloaded by the side-by-side test)."""
-    with vllm_server.client() as api:
-        return load_until_active(
-            api, tiny_model, {"tiny-a": {}, "tiny-b": {"enableSleepMode": True}}
-        )
-
-
-@pytest.fixture(scope="module")
-def tiny_a(pair: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return pair["tiny-a"]
-
-
 @contextlib.contextmanager
 def timed(label: str) -> Iterator[None]:
     started = time.monotonic()

@@ -1,10 +1,12 @@
 """Real vLLM (the CPU build) under a real `sardeenz serve`: no mocks, no simulated engine.
 
-One server and one loaded instance (``tiny-a``) are shared by the module, because each real
-instance costs ~30 s and ~1.9 GB on a 2-core machine. Tests run in file order; the last one
-kills and restarts the server, so it must stay last. The starts that need no running
-instance (on first request, failures) are in test_real_vllm_starts.py, with a server of
-their own, so the two modules run side by side on two workers. Teardown kills every process of the
+One server and two real instances are shared by the module, because each real instance
+costs ~30 s of two cores and ~1.9 GB: ``tiny-a``, a catalog model started by its first
+request (the on-demand start, checked by the first test, then the instance most tests
+use), and ``tiny-b`` (sleep mode requested), loaded through the API at the same time.
+Tests run in file order; the last one kills and restarts the server, so it must stay
+last. The failed starts are in test_real_vllm_starts.py, with a server of their own, so
+the two modules run side by side on two workers. Teardown kills every process of the
 data dir even when a test fails (``testkit.servers.kill_engines``).
 """
 
@@ -12,17 +14,23 @@ from __future__ import annotations
 
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 from openai import OpenAI
+from openai.types.chat import ChatCompletion
 
 from testkit.servers import ServerProcess, engine_processes, wait_for_status
 from tests.vllm.conftest import (
+    ENGINE_ARGS,
+    READY_TIMEOUT_SECONDS,
     STOP_GRACE_SECONDS,
     TIMINGS,
+    load_until_active,
     timed,
 )
 
@@ -61,15 +69,87 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
     return left
 
 
-def openai_client(server: ServerProcess) -> OpenAI:
-    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=60, max_retries=0)
+def openai_client(server: ServerProcess, timeout: float = 60) -> OpenAI:
+    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=timeout, max_retries=0)
 
 
 def instance_tmp(server: ServerProcess, instance_id: str) -> Path:
     return server.data_dir / "instances" / instance_id / "tmp"
 
 
-# --- load ---------------------------------------------------------------------------------
+@dataclass
+class Started:
+    """What the module's fixture saw while it started both instances."""
+
+    state_before: str
+    """``tiny-a``'s catalog state in ``/v1/models`` before its first request."""
+    first_chat: ChatCompletion
+    """The answer to that first request (it waited for the engine's start)."""
+    listed_after: list[str]
+    """The statuses of ``tiny-a``'s instances listed right after that answer."""
+    instances: dict[str, dict[str, Any]]
+    """Served name -> the instance once active."""
+
+
+def first_request(server: ServerProcess) -> ChatCompletion:
+    """The first chat request to the catalog model ``tiny-a``: it starts the real engine."""
+    client = openai_client(server, timeout=READY_TIMEOUT_SECONDS + 60)
+    with timed("first request to an unloaded catalog model (real vLLM start)"):
+        return client.chat.completions.create(
+            model="tiny-a",
+            messages=[{"role": "user", "content": "Hello"}],
+            max_tokens=4,
+            extra_body={"min_tokens": 4, "ignore_eos": True},
+        )
+
+
+@pytest.fixture(scope="module")
+def started(vllm_server: ServerProcess, tiny_model: Path) -> Started:
+    """``tiny-a`` started on demand by its first request and ``tiny-b`` loaded through the
+    API, at the same time: a vLLM start is mostly single-threaded imports, so two starts on
+    two cores take about as long as one."""
+    with vllm_server.client() as api:
+        entry = {"modelPath": str(tiny_model), "engine": "vllm", "extraArgs": ENGINE_ARGS}
+        resp = api.put("/api/v1/catalog/tiny-a", json=entry)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["state"] == "unloaded"
+        listed = {m.id: m for m in openai_client(vllm_server).models.list().data}
+        state_before = (listed["tiny-a"].model_extra or {})["state"]
+        with ThreadPoolExecutor(1) as pool:
+            chat = pool.submit(first_request, vllm_server)
+            loaded = load_until_active(api, tiny_model, {"tiny-b": {"enableSleepMode": True}})
+            first_chat = chat.result()
+        insts = [i for i in api.get("/api/v1/models").json() if i["servedModelName"] == "tiny-a"]
+        listed_after = [i["status"] for i in insts]
+        assert insts, "tiny-a answered but no instance of it is listed"
+        tiny_a = api.get(f"/api/v1/models/{insts[0]['id']}").json()
+    return Started(state_before, first_chat, listed_after, {"tiny-a": tiny_a, **loaded})
+
+
+@pytest.fixture(scope="module")
+def pair(started: Started) -> dict[str, dict[str, Any]]:
+    return started.instances
+
+
+@pytest.fixture(scope="module")
+def tiny_a(started: Started) -> dict[str, Any]:
+    return started.instances["tiny-a"]
+
+
+# --- load on first request, load --------------------------------------------------------
+
+
+def test_first_request_to_a_catalog_model_starts_the_real_engine(
+    vllm_server: ServerProcess, started: Started
+) -> None:
+    assert started.state_before == "unloaded"
+    chat = started.first_chat
+    assert chat.model == "tiny-a"
+    assert chat.usage is not None
+    assert chat.usage.completion_tokens == 4
+    assert started.listed_after == ["active"]
+    with vllm_server.client() as api:
+        assert api.get("/api/v1/catalog/tiny-a").json()["state"] == "active"
 
 
 def test_load_reaches_active_with_what_the_cpu_log_reports(

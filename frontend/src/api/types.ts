@@ -319,6 +319,10 @@ export interface OidcConfig {
   clientId: string | null;
   authorizationEndpoint: string | null;
   tokenEndpoint: string | null;
+  /** The scopes to ask for; absent: `openid profile`. OpenShift's are `user:info user:check-access`. */
+  scope?: string | null;
+  /** `openshift`: OpenShift's OAuth server; Sardeenz exchanges the code (tokenEndpoint is its own). */
+  provider?: 'oidc' | 'openshift';
 }
 
 export interface AuthConfig {

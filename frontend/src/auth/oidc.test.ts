@@ -33,4 +33,17 @@ describe('PKCE', () => {
       code_challenge_method: 'S256',
     });
   });
+
+  it("asks for the provider's scopes when it names them (OpenShift's OAuth server)", () => {
+    const url = new URL(
+      authorizeUrl('https://oauth-openshift.apps.example/oauth/authorize', {
+        clientId: 'sardeenz',
+        redirectUri: 'https://node:3000/auth/callback',
+        state: 'st',
+        challenge: 'ch',
+        scope: 'user:info user:check-access',
+      }),
+    );
+    expect(url.searchParams.get('scope')).toBe('user:info user:check-access');
+  });
 });

@@ -50,13 +50,13 @@ async function endpoints(oidc: OidcConfig): Promise<Endpoints> {
 
 export function authorizeUrl(
   authorizationEndpoint: string,
-  params: { clientId: string; redirectUri: string; state: string; challenge: string },
+  params: { clientId: string; redirectUri: string; state: string; challenge: string; scope?: string | null },
 ): string {
   const url = new URL(authorizationEndpoint);
   url.searchParams.set('response_type', 'code');
   url.searchParams.set('client_id', params.clientId);
   url.searchParams.set('redirect_uri', params.redirectUri);
-  url.searchParams.set('scope', 'openid profile');
+  url.searchParams.set('scope', params.scope || 'openid profile');
   url.searchParams.set('state', params.state);
   url.searchParams.set('code_challenge', params.challenge);
   url.searchParams.set('code_challenge_method', 'S256');
@@ -82,6 +82,7 @@ export async function startLogin(oidc: OidcConfig, returnTo: string): Promise<vo
       redirectUri: pending.redirectUri,
       state: pending.state,
       challenge: await codeChallenge(pending.verifier),
+      scope: oidc.scope,
     }),
   );
 }

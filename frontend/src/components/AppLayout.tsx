@@ -39,6 +39,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/benchmarks', 'Benchmarks'],
   ['/profiles', 'Memory profiles'],
   ['/requests', 'Requests'],
+  ['/tenants', 'Tenants'],
   ['/audit', 'Audit log'],
   ['/cluster', 'Cluster'],
   ['/presets', 'Presets'],

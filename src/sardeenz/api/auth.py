@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
 
 from sardeenz.api.deps import ServicesDep
 from sardeenz.domain import CamelModel
+from sardeenz.errors import InvalidRequest, NotFound
 from sardeenz.security.auth import Principal
 from sardeenz.security.policy import PUBLIC, READONLY
 from sardeenz.store.audit import AuditEntry
@@ -21,6 +24,11 @@ class OidcConfig(CamelModel):
     client_id: str | None
     authorization_endpoint: str | None
     token_endpoint: str | None
+    scope: str | None = None
+    """The scopes to ask for; None: ``openid profile``."""
+    provider: str = "oidc"
+    """``oidc``, or ``openshift``: OpenShift's OAuth server, whose code Sardeenz exchanges
+    (``tokenEndpoint`` is then Sardeenz's ``/api/auth/openshift/token``)."""
 
 
 class AuthConfig(CamelModel):
@@ -42,7 +50,17 @@ async def auth_config(services: ServicesDep) -> AuthConfig:
     s = services.settings
     auth = services.auth
     oidc = None
-    if s.oidc_issuer:
+    if auth.openshift is not None:
+        oauth = auth.openshift
+        oidc = OidcConfig(
+            issuer=oauth.url,
+            client_id=oauth.client_id,
+            authorization_endpoint=oauth.authorization_endpoint,
+            token_endpoint="/api/auth/openshift/token",
+            scope=oauth.scope,
+            provider="openshift",
+        )
+    elif s.oidc_issuer:
         oidc = OidcConfig(
             issuer=s.oidc_issuer,
             client_id=s.oidc_client_id,
@@ -50,6 +68,30 @@ async def auth_config(services: ServicesDep) -> AuthConfig:
             token_endpoint=auth.token_endpoint,
         )
     return AuthConfig(auth_enabled=auth.enabled, oidc=oidc, roles_claim=s.jwt_roles_claim)
+
+
+class TokenAnswer(BaseModel):
+    """OAuth 2.0's token response (RFC 6749 5.1), as the dashboard reads it."""
+
+    access_token: str
+    token_type: str
+    expires_in: int | None = None
+
+
+@router.post("/auth/openshift/token", response_model=TokenAnswer, dependencies=[PUBLIC])
+async def openshift_token(request: Request, services: ServicesDep) -> TokenAnswer:
+    """The dashboard's OpenShift sign-in: its authorization code (a form, as OAuth 2.0
+    sends it) exchanged at OpenShift's OAuth server with the OAuthClient's secret."""
+    oauth = services.auth.openshift
+    if oauth is None:
+        raise NotFound("OpenShift sign-in is not configured", code="openshift_oauth_off")
+    try:
+        form = dict(parse_qsl((await request.body()).decode(), max_num_fields=10))
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidRequest(
+            "expected an application/x-www-form-urlencoded body", code="oauth_bad_request"
+        ) from None
+    return TokenAnswer.model_validate(await oauth.exchange(form))
 
 
 @router.get("/auth/me", response_model=Me, dependencies=[READONLY])

@@ -46,7 +46,10 @@ def _location(loc: tuple[Any, ...]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SardeenzError)
     async def _sardeenz_error(_: Request, exc: SardeenzError) -> JSONResponse:
-        headers = {"WWW-Authenticate": 'Bearer realm="sardeenz"'} if exc.status == 401 else None
+        headers = {"WWW-Authenticate": 'Bearer realm="sardeenz"'} if exc.status == 401 else {}
+        retry_after = getattr(exc, "retry_after", None)  # e.g. a token review unavailable
+        if isinstance(retry_after, int):
+            headers["Retry-After"] = str(retry_after)
         return JSONResponse(
             error_body(exc.message, exc.code, **exc.extra),
             status_code=exc.status,

@@ -1,4 +1,4 @@
-"""The inference request log and usage per API key and model."""
+"""The inference request log (usage over time: api/usage.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from sardeenz.api.deps import ServicesDep
 from sardeenz.errors import InvalidRequest
-from sardeenz.proxy.history import RequestLogInfo, UsageReport
+from sardeenz.proxy.history import RequestLogInfo
 from sardeenz.security.policy import READONLY
 from sardeenz.store.db import SQL_INT_MAX
 from sardeenz.store.requests import RequestEntry, RequestQuery, valid_status
@@ -60,15 +60,3 @@ async def list_requests(
 async def request_log_info(services: ServicesDep) -> RequestLogInfo:
     """How much of the log is kept: the ring's size, and retention in the database."""
     return services.requests.info()
-
-
-@router.get("/usage", response_model=UsageReport, dependencies=[READONLY])
-async def usage(
-    services: ServicesDep,
-    pod: Annotated[
-        str | None, Query(max_length=253, description="only the requests that entered this pod")
-    ] = None,
-) -> UsageReport:
-    """Requests and tokens (the engines' ``usage``) per API key id and model, since start.
-    In a cluster: every pod's counters (each request counted on the pod it entered)."""
-    return services.requests.usage(pod)

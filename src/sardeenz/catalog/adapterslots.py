@@ -95,6 +95,14 @@ class SlotBook:
     def slots(self, instance_id: str) -> int:
         return self._instances[instance_id].slots
 
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """Instance id -> {adapter loaded there: its requests in flight} (what a heartbeat
+        tells the other pods; adapters being loaded or unloaded are left out)."""
+        return {
+            iid: {a: s.inflight for a, s in inst.held.items() if s.state is SlotState.LOADED}
+            for iid, inst in self._instances.items()
+        }
+
     def least_busy_holder(self, adapter: str, among: Iterable[str]) -> str | None:
         """Of the ``among`` instances holding ``adapter`` loaded, the one with the fewest
         of its requests in flight (ties: the first id)."""
@@ -185,6 +193,51 @@ class SlotBook:
         inst = self._instances.get(instance_id)
         if inst is not None:
             inst.held.pop(adapter, None)
+
+    def expire(self, now: float, ttl: float, among: Iterable[str]) -> list[tuple[str, str]]:
+        """Adapters of the ``among`` instances idle for ``ttl`` seconds or more (loaded,
+        nothing in flight, last used at ``now - ttl`` or before), marked for eviction at
+        once (no request can take them any more); the caller unloads each, then
+        ``forget``s it. Never one with requests in flight."""
+        out: list[tuple[str, str]] = []
+        for iid in among:
+            inst = self._instances.get(iid)
+            if inst is None:
+                continue
+            for name, slot in sorted(inst.held.items()):
+                if (
+                    slot.state is SlotState.LOADED
+                    and slot.inflight == 0
+                    and now - slot.last_used >= ttl
+                ):
+                    slot.state = SlotState.EVICTING
+                    out.append((iid, name))
+        return out
+
+    def take_idle(self, adapter: str, among: Iterable[str]) -> tuple[list[str], list[str]]:
+        """An operator's unload of ``adapter`` from the ``among`` instances: (the ones where
+        it was loaded and idle, now marked for eviction; the ones where it serves
+        requests, left alone). The caller unloads each taken one, then ``forget``s it."""
+        taken: list[str] = []
+        busy: list[str] = []
+        for iid in sorted(among):
+            inst = self._instances.get(iid)
+            slot = inst.held.get(adapter) if inst is not None else None
+            if slot is None or slot.state is not SlotState.LOADED:
+                continue
+            if slot.inflight:
+                busy.append(iid)
+            else:
+                slot.state = SlotState.EVICTING
+                taken.append(iid)
+        return taken, busy
+
+    def touch(self, instance_id: str, now: float) -> None:
+        """Count every adapter of the instance as used at ``now`` (it woke up: the idle
+        TTL counts time awake, so a long sleep does not unload them all at the wake)."""
+        inst = self._instances.get(instance_id)
+        for slot in inst.held.values() if inst is not None else ():
+            slot.last_used = max(slot.last_used, now)
 
     # -- requests ----------------------------------------------------------------------
     def acquire(self, instance_id: str, adapter: str, now: float) -> bool:

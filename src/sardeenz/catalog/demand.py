@@ -23,21 +23,23 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from sardeenz.catalog.adapters import AdapterLoader
 from sardeenz.catalog.eviction import MEMORY_REFUSALS
 from sardeenz.catalog.external import ExternalServers
 from sardeenz.catalog.metrics import STATS
+from sardeenz.catalog.models import AdapterPlacement, AdapterView
 from sardeenz.catalog.registry import Catalog
 from sardeenz.catalog.replies import not_ready
 from sardeenz.catalog.room import Evictor, RoomMaker
 from sardeenz.catalog.validation import is_external, load_request
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
-from sardeenz.errors import SardeenzError
+from sardeenz.errors import NotFound, SardeenzError
 from sardeenz.proxy.routing import Endpoint, RoutingTable, WakeFailed
 from sardeenz.proxy.wire import ErrorReply
+from sardeenz.store.records import CatalogEntry
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,14 @@ class ClusterStarter(Protocol):
 REMOTE_POLL_SECONDS = 0.1
 """How often waiters for a model started on another pod look for its route (it comes
 with that pod's heartbeat)."""
+
+
+class AdapterRefused(SardeenzError):
+    """An operator's adapter load refused: the status and code its first request gets."""
+
+    def __init__(self, status: int, message: str, *, code: str) -> None:
+        super().__init__(message, code=code)
+        self.status = status
 
 
 class StartFailed(Exception):
@@ -157,10 +167,10 @@ class OnDemand:
         """Requests waiting for ``name`` now (queue depth)."""
         return self._waiting.get(name, 0)
 
-    async def wait(self, name: str) -> Endpoint | ErrorReply:
+    async def wait(self, name: str, *, local_only: bool = False) -> Endpoint | ErrorReply:
         entry = self._catalog.entry(name)
         if entry is not None and entry.adapter_of is not None:
-            return await self.adapters.wait(name, entry)
+            return await self.adapters.wait(name, entry, local_only=local_only)
         external = self.external
         if external is not None and external.manages(name):
             return await external.wait(name)  # nothing to start: up or not
@@ -220,7 +230,7 @@ class OnDemand:
                 )
             if not pending:
                 try:
-                    ep = await self._unless_routable(name, self._start_once(name), remaining)
+                    ep = await self._table.unless_routable(name, self._start_once(name), remaining)
                 except TimeoutError:
                     return self._timed_out(name)
                 except StartFailed as exc:
@@ -234,7 +244,7 @@ class OnDemand:
                 # Wake it here rather than through the table's waker: a wake refused
                 # for memory can then make room like a start does.
                 try:
-                    ep = await self._unless_routable(
+                    ep = await self._table.unless_routable(
                         name, self._wake_once(name, pending[0].instance_id), remaining
                     )
                 except TimeoutError:
@@ -251,34 +261,6 @@ class OnDemand:
                 return self._wake_failed(name, str(exc))
             if ep is not None:
                 return ep
-
-    async def _unless_routable(
-        self, name: str, work: asyncio.Task[Any], within: float
-    ) -> Endpoint | None:
-        """Wait for ``work`` (the model's shared start or wake) unless the routing table
-        gets an endpoint of ``name`` first: then that endpoint.
-
-        A start or a wake can take long for reasons that do not concern a waiter whose
-        model has become routable meanwhile: the leader's placement order to a pod that
-        went silent (30 s), making room while the only victim still has requests in
-        flight, a pod cut off from its peers starting its own copy while the peers' route
-        comes back. The waiter takes the route; the work goes on for its other waiters
-        (never cancelled here, as under ``shield``). None when ``work`` ended (its error
-        is raised); ``TimeoutError`` when neither came ``within`` seconds.
-        """
-        route = asyncio.ensure_future(self._table.next_route(name))
-        try:
-            done, _ = await asyncio.wait(
-                (work, route), timeout=within, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            route.cancel()
-        if route in done:
-            return route.result()
-        if work in done:
-            work.result()  # its failure, if any, for the caller
-            return None
-        raise TimeoutError
 
     async def start(self, name: str) -> None:
         """Start ``name`` unless something of it is running or coming (preload)."""
@@ -306,6 +288,74 @@ class OnDemand:
     def release(self, name: str, ep: Endpoint) -> None:
         """A request ``wait`` answered with ``ep`` ended (adapters count theirs in flight)."""
         self.adapters.release(name, ep)
+
+    def adapter_views(self) -> list[AdapterView]:
+        """Every valid adapter entry, its state and the instances holding it (``GET
+        /api/v1/adapters``; an invalid one is in the catalog's list with its error)."""
+        out = []
+        for name, entry in sorted(self._catalog.entries().items()):
+            if entry.adapter_of is None:
+                continue
+            out.append(
+                AdapterView(
+                    name=name,
+                    base=entry.adapter_of,
+                    adapter_path=entry.adapter_path or "",
+                    aliases=list(entry.aliases),
+                    state=self.adapters.state(name, entry.adapter_of),
+                    loaded_on=[
+                        AdapterPlacement(
+                            pod_id=p.pod_id,
+                            instance_id=p.instance_id,
+                            in_flight=p.inflight,
+                            sleeping=p.asleep,
+                        )
+                        for p in self.adapters.placements(name)
+                    ],
+                )
+            )
+        return out
+
+    def _adapter_entry(self, name: str) -> CatalogEntry:
+        entry = self._catalog.entry(name)
+        if entry is None or entry.adapter_of is None:
+            raise NotFound(f"no LoRA adapter entry named {name!r}", code="adapter_not_found")
+        return entry
+
+    async def load_adapter(self, name: str, *, local_only: bool = False) -> str | None:
+        """Load adapter ``name`` as its first request would (an operator's load): None
+        when it is loaded (here or on another pod), else the pod that is to load it (the
+        caller asks that pod, cluster/adapter_orders.py). The load's refusal is raised."""
+        entry = self._adapter_entry(name)
+        got = await self.adapters.wait(name, entry, local_only=local_only)
+        if isinstance(got, ErrorReply):
+            raise AdapterRefused(got.status, got.message, code=got.code)
+        self.adapters.release(name, got)
+        if got.local or any(p.pod_id == got.pod_id for p in self.adapters.placements(name)):
+            return None
+        return got.pod_id
+
+    async def unload_adapter(self, name: str) -> list[str]:
+        """Unload adapter ``name`` from this pod's active instances (``adapter_in_use`` while
+        it serves requests here): the instances it left."""
+        self._adapter_entry(name)
+        return await self.adapters.upkeep.unload_here(name)
+
+    def adapter_view(self, name: str) -> AdapterView:
+        self._adapter_entry(name)
+        return next(v for v in self.adapter_views() if v.name == name)
+
+    async def carry_adapters(self, instance_id: str, names: list[str]) -> dict[str, str | None]:
+        """Load the adapters ``names`` into this pod's instance ``instance_id`` (a move's
+        target takes what its source held): each name -> None (loaded) or why not."""
+        out: dict[str, str | None] = {}
+        for name in names:
+            entry = self._catalog.entry(name)
+            if entry is None or entry.adapter_of is None:
+                out[name] = "not an adapter entry of the catalog"
+                continue
+            out[name] = await self.adapters.upkeep.load_into(instance_id, name, entry)
+        return out
 
     async def close(self) -> None:
         await self.adapters.close()

@@ -161,8 +161,9 @@ class _Collector(Collector):
             yield family
         unloads = CounterMetricFamily(
             "sardeenz_adapter_unloads",
-            "LoRA adapters unloaded: reason lru (a slot was needed for another adapter) or "
-            "base_gone (their base instance was unloaded, failed or moved).",
+            "LoRA adapters unloaded: reason lru (a slot was needed for another adapter), "
+            "idle (unused for SARDEENZ_ADAPTER_IDLE_TTL_SECONDS), operator (the API's "
+            "unload) or base_gone (their base instance was unloaded, failed or moved).",
             labels=["model", "reason"],
         )
         for (model, reason), n in sorted(s.adapter_unloads.items()):

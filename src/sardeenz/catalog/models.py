@@ -47,3 +47,29 @@ class CatalogView(CatalogModel):
         description="seconds since its instances last had a request (the clock idleSleepSeconds "
         "and idleUnloadSeconds count, sampled every ondemand tick); null with no instance",
     )
+
+
+AdapterState = Literal["active", "sleeping", "unloaded"]
+
+
+class AdapterPlacement(CamelModel):
+    """One instance of the base holding the adapter."""
+
+    pod_id: str | None = Field(description="the pod (null on a single node)")
+    instance_id: str
+    in_flight: int = Field(description="the adapter's requests running there now")
+    sleeping: bool = Field(description="the base instance sleeps (it keeps its adapters)")
+
+
+class AdapterView(CamelModel):
+    """``GET /api/v1/adapters``: a LoRA adapter entry, its state and where it is loaded."""
+
+    name: str
+    base: str = Field(description="the base entry (adapterOf)")
+    adapter_path: str
+    aliases: list[str] = Field(default_factory=list)
+    state: AdapterState = Field(
+        description="active: an active instance of the base (on any pod) holds it; "
+        "sleeping: only sleeping ones keep it; unloaded: none"
+    )
+    loaded_on: list[AdapterPlacement] = Field(default_factory=list)

@@ -1,7 +1,8 @@
 """The ``sardeenz`` command: serve, sim-engine, and operator commands against a server.
 
 One module per command group: ``server`` (serve, sim-engine, version), ``models``,
-``bench``, ``profiles``, ``cluster``, ``catalog``, ``presets``, ``moves``; ``client``
+``bench``, ``profiles``, ``cluster``, ``catalog``, ``adapters``, ``presets``, ``moves``,
+``tenants`` (and ``usage``); ``client``
 (URL, calls, errors), ``output`` (table, plain, JSON), ``resolve`` (ids by prefix or
 name) and ``control_input`` (a JSON or YAML document) are shared by the operator groups.
 Entry points: ``sardeenz.cli:main`` (the ``sardeenz`` script) and ``python -m
@@ -17,6 +18,7 @@ import typer
 import typer.core
 
 from sardeenz.cli import (
+    adapters,
     bench,
     catalog,
     cluster,
@@ -26,6 +28,7 @@ from sardeenz.cli import (
     profiles,
     quickparams,
     server,
+    tenants,
 )
 from sardeenz.cli.bench import results_table as _results_table
 from sardeenz.cli.server import _configure_logging, config_error_line, demo_settings
@@ -56,8 +59,11 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(profiles.app, name="profiles")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(catalog.app, name="catalog")
+app.add_typer(adapters.app, name="adapters")
 app.add_typer(presets.app, name="presets")
 app.add_typer(moves.app, name="moves")
+app.add_typer(tenants.app, name="tenants")
+app.command("usage")(tenants.usage)
 
 
 def _flag_type(self: typer.core.TyperOption, ctx: Any) -> str | None:

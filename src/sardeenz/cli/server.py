@@ -132,7 +132,8 @@ def _prepare(
     if not _is_loopback(settings.host) and not settings.auth_enabled and not settings.insecure:
         refuse(
             f"refusing to bind {settings.host}: no authentication is configured. Set "
-            "SARDEENZ_JWT_SECRET, SARDEENZ_JWT_JWKS_URL or SARDEENZ_OIDC_ISSUER, bind "
+            "SARDEENZ_JWT_SECRET, SARDEENZ_JWT_JWKS_URL, SARDEENZ_OIDC_ISSUER or "
+            "SARDEENZ_TOKEN_REVIEW, bind "
             "127.0.0.1, or pass --insecure to accept the risk",
             EXIT_CONFIG,
         )

@@ -23,7 +23,7 @@ that dies mid-move cannot leave an instance unadvertised for ever.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -41,6 +41,13 @@ from sardeenz.runtime.drain import drain_for_unload
 # ------------------------------------------------------------------ pod side
 
 
+class AdapterHands(Protocol):
+    """What a move needs of the pod's LoRA adapter loader (catalog/demand.py)."""
+
+    async def carry_adapters(self, instance_id: str, names: list[str]) -> dict[str, str | None]:
+        """Load ``names`` into ``instance_id``: each -> None (loaded) or why not."""
+
+
 class PodSide:
     """What a pod does to one of its own instances for a move (``LocalPod``'s withdrawals,
     its routing table and supervisor; membership only to send the next heartbeat now)."""
@@ -48,6 +55,8 @@ class PodSide:
     def __init__(self, local: LocalPod, membership: Membership) -> None:
         self.local = local
         self._membership = membership
+        self.adapters: AdapterHands | None = None
+        """The pod's adapter loader (set by the app's wiring; None: no adapters)."""
 
     def routes_here(self) -> dict[str, Any]:
         """This pod's routing table as ``{name: ["pod/instance", ...]}`` (locals named too)."""
@@ -103,6 +112,16 @@ class PodSide:
         cut = await drain_for_unload(traffic, instance_id, seconds)
         return {"instanceId": instance_id, "inFlight": in_flight, "cut": cut}
 
+    async def carry_here(self, instance_id: str, names: list[str]) -> dict[str, Any]:
+        """Load the LoRA adapters ``names`` into ``instance_id`` (a move's target: what
+        its source held before the switch). Each adapter's outcome, never an error for
+        one of them: the move goes on without an adapter that cannot come along."""
+        self._serving(instance_id)
+        if self.adapters is None or not names:
+            return {"instanceId": instance_id, "adapters": {}}
+        done = await self.adapters.carry_adapters(instance_id, names)
+        return {"instanceId": instance_id, "adapters": done}
+
     def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
         """The pod side over ``/internal`` (the orders are fenced by the route table)."""
 
@@ -112,8 +131,13 @@ class PodSide:
         async def drain(r: InternalRequest) -> dict[str, Any]:
             return await self.drain_here(r.params["instance_id"], seconds(r))
 
+        async def carry(r: InternalRequest) -> dict[str, Any]:
+            names = r.parse(_CarryOrder).adapters
+            return await self.carry_here(r.params["instance_id"], names)
+
         return [
             (routes.ROUTES, lambda _: self.routes_here()),
+            (routes.ADAPTERS_CARRY, carry),
             (routes.WITHDRAW, lambda r: self.withdraw_here(r.params["instance_id"], seconds(r))),
             (routes.RESTORE, lambda r: self.restore_here(r.params["instance_id"])),
             (routes.DRAIN, drain),
@@ -122,6 +146,10 @@ class PodSide:
 
 class _HandoverOrder(BaseModel):
     seconds: float = Field(30.0, ge=0, le=86400)
+
+
+class _CarryOrder(BaseModel):
+    adapters: list[str] = Field(default_factory=list, max_length=4096)
 
 
 # --------------------------------------------------------------- leader side
@@ -239,6 +267,31 @@ class Pods:
         else:
             client = self._m.client_for(pod_id)
             await client.call(pod_id, routes.RESTORE, instance_id=instance_id)
+
+    def adapters_on(self, pod_id: str, instance_id: str) -> list[str]:
+        """The LoRA adapters ``instance_id`` on ``pod_id`` holds (a peer's: as of its last
+        heartbeat)."""
+        if pod_id == self.me:
+            held = self._local.adapters() if self._local.adapters is not None else {}
+            return sorted(held.get(instance_id, {}))
+        peer = self._m.peers.get(pod_id)
+        hb = peer.heartbeat if peer is not None else None
+        return sorted(hb.adapters.get(instance_id, {})) if hb is not None else []
+
+    async def carry(self, pod_id: str, instance_id: str, names: list[str]) -> dict[str, Any]:
+        """Load ``names`` into ``instance_id`` on ``pod_id``: each name -> None or why not."""
+        if pod_id == self.me:
+            data = await self._here.carry_here(instance_id, names)
+        else:
+            data = await self._m.client_for(pod_id).call(
+                pod_id,
+                routes.ADAPTERS_CARRY,
+                {"adapters": names},
+                timeout=self._settings.ondemand_max_wait_seconds * max(1, len(names)) + 30,
+                instance_id=instance_id,
+            )
+        done = data.get("adapters")
+        return done if isinstance(done, dict) else {}
 
     async def drain(self, pod_id: str, instance_id: str, seconds: float) -> tuple[int, int]:
         """Hold and drain: (requests in flight when it began, how many had to be cut)."""

@@ -4,8 +4,9 @@ Membership sends the heartbeat; what goes in it comes from here: this pod's
 supervisor's instances, its GPU figures (with the memory ledger's promised
 bytes), the routing table's version, the memory profiles' version and the
 instances it serves but no longer advertises (a move's source on its way out,
-cluster/handover.py). Membership stamps the term and the leader flag it owns,
-so this module needs nothing of membership (no cycle between the two).
+cluster/handover.py) and the LoRA adapters each instance holds. Membership
+stamps the term and the leader flag it owns, so this module needs nothing of
+membership (no cycle between the two).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from sardeenz.proxy.routing import RoutingTable
 from sardeenz.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+AdaptersHeld = Callable[[], dict[str, dict[str, int]]]
+"""Instance id -> {LoRA adapter loaded: requests in flight} (catalog/adapters.py)."""
 
 PromisedBytes = Callable[[list[GpuInfo]], Awaitable[dict[int, int]]]
 """The memory ledger's promised bytes per GPU of a snapshot."""
@@ -44,6 +48,9 @@ class LocalPod:
         self._promised_bytes = promised_bytes
         self._profiles_version = profiles_version
         self._gpus: list[GpuFigures] = []
+        self.adapters: AdaptersHeld | None = None
+        """The LoRA adapters this pod's instances hold (set by the app's wiring: the
+        loader is built after the cluster core)."""
         self.withdrawn: dict[str, float] = {}
         """Instance id -> monotonic expiry: served here, not advertised to peers (a move's
         source on its way out, cluster/handover.py). Expiry so that a leader dying mid-move
@@ -83,6 +90,7 @@ class LocalPod:
             instances=instances,
             gpus=self._gpus,
             unrouted=self._unrouted({i.id for i in instances}),
+            adapters=self.adapters() if self.adapters is not None else {},
             profiles_version=self._profiles_version() if self._profiles_version else None,
         )
 

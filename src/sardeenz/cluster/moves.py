@@ -8,6 +8,8 @@ every pod's routing table holds at least one route to the model:
    out of other pods' tables (withdrawn, cluster/handover.py, so that a
    target the move gives up was never routed); wait until it is ``active``,
    then let its pod advertise it.
+   The LoRA adapters the source holds are then loaded into the target (best effort:
+   one that cannot come along is loaded again on its next request).
 2. ``switching``: wait until every live pod's table routes to the target
    (read through ``/internal/routes``); withdraw the source (its pod stops
    advertising it but keeps serving it, cluster/handover.py says why); wait
@@ -243,6 +245,7 @@ class MoveService(MoveSteps):
         src_pod = move.source_pod_id
         try:
             target = await self._start_target(move, source)
+            await self._carry_adapters(move, source, target)
             await self._mark(move, MoveState.SWITCHING)
             try:
                 await self._wait_routes(move.target_pod_id, target.id, present=True)
@@ -350,6 +353,29 @@ class MoveService(MoveSteps):
             move.duration_seconds = round(time.monotonic() - t0, 3)
             await self._journal_end(move)
 
+    async def _carry_adapters(
+        self, move: Move, source: ModelInstance, target: ModelInstance
+    ) -> None:
+        """Load into the target the LoRA adapters the source holds now, before the switch,
+        so their requests find them loaded on the target. Best effort: an adapter that
+        cannot come along (no slot, refused) is loaded again on its next request."""
+        names = self._pods.adapters_on(move.source_pod_id, source.id)
+        if not names:
+            return
+        try:
+            done = await self._call(
+                self._pods.carry(move.target_pod_id, target.id, names), "adapters_carry"
+            )
+        except MoveFailed as exc:
+            self._step(move, "adapters-not-carried", exc.reason)
+            return
+        loaded = sorted(n for n, why in done.items() if why is None)
+        left = {n: why for n, why in done.items() if why is not None}
+        detail = f"loaded on the target: {', '.join(loaded) or 'none'}"
+        if left:
+            detail += "; not: " + "; ".join(f"{n} ({why})" for n, why in sorted(left.items()))
+        self._step(move, "adapters-carried", detail)
+
     async def _start_target(self, move: Move, source: ModelInstance) -> ModelInstance:
         await self._mark(move, MoveState.STARTING_TARGET)
         req = LoadRequest(
@@ -370,7 +396,7 @@ class MoveService(MoveSteps):
         await self._mark(move, MoveState.STARTING_TARGET)  # with the target's id
         # Not advertised to other pods before it is active: a target rolled back was never
         # routed. No pause after that: its first streams are served as fast as its later
-        # ones (tests/cluster/test_first_streams.py).
+        # ones (tests/cluster/shared/test_first_streams.py).
         hold = self._settings.ready_timeout_seconds + self.route_timeout * 2 + 60
         try:
             held = self._pods.withdraw(move.target_pod_id, target.id, hold)

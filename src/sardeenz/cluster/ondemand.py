@@ -54,7 +54,12 @@ class ClusterStarts:
         self._m = membership
         self._view = view
         self._placement = placement
-        self._lock = asyncio.Lock()
+        self._locks: dict[str, asyncio.Lock] = {}
+        """One placement at a time per served name (unnamed requests share ``""``)."""
+        self._lock_wait = membership.settings.cluster_request_timeout_seconds
+        """How long an ask waits for the placement of the same model already under way:
+        an asking pod gives up after this (the call's timeout) and starts the model on
+        itself, so waiting longer would only hold the leader's handler."""
         self._recent: dict[str, tuple[str, ModelInstance, float]] = {}
         """Served name -> (pod, instance, monotonic time) of the leader's last on-demand
         placement: until the chosen pod's heartbeat lists it, only the leader knows."""
@@ -102,10 +107,23 @@ class ClusterStarts:
         Idempotent per served name: first requests for one model entering through
         several pods (each before its pod heard of the others' start) get the one
         instance already starting or running, not one each. One placement at a time, so
-        two asks that arrive together cannot both miss it.
+        two asks that arrive together cannot both miss it; placements of other models
+        are not held up by a slow one, and an ask waits for the placement under way at
+        most as long as the asking pod waits for the answer.
         """
-        async with self._lock:
-            name = req.served_model_name
+        name = req.served_model_name
+        lock = self._locks.setdefault(name or "", asyncio.Lock())
+        try:
+            async with asyncio.timeout(self._lock_wait):
+                await lock.acquire()
+        except TimeoutError:
+            return {
+                "placed": False,
+                "reason": f"a placement of {name!r} has been under way for more than "
+                f"{self._lock_wait:g} s",
+                "code": "placement_busy",
+            }
+        try:
             found = self._existing(name) if name is not None else None
             if found is not None:
                 pod, instance = found
@@ -121,6 +139,8 @@ class ClusterStarts:
             if name is not None:
                 self._recent[name] = (pod, made, time.monotonic())
             return _placed(pod, made)
+        finally:
+            lock.release()
 
     def _existing(self, name: str) -> tuple[str, ModelInstance] | None:
         """A live instance of ``name`` anywhere in the cluster: one a heartbeat lists, or

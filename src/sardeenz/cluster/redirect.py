@@ -27,6 +27,7 @@ LOCAL_PREFIXES: Final = (
     "/api/health",
     "/api/cluster/",
     "/api/auth/config",
+    "/api/auth/openshift/token",  # the sign-in's code exchange: any pod can make it
     # every pod collects the whole cluster's request log (cluster/observe.py): its
     # answer is the leader's, a few seconds apart at most
     "/api/v1/requests",

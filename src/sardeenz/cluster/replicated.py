@@ -1,14 +1,14 @@
 """The replicated register's pure rules: what a document is, which copy wins, when a
 write counts, and what a pod does with a copy it is sent.
 
-The cluster's control state (presets, the catalog's API entries, moves in
-flight) is a handful of documents, each written whole by the leader (a
-register, not a log: there is nothing to replay, only the newest copy to keep).
-Every copy carries the term of the leader that wrote it and a revision that
-grows with every write of that key. Copies are ordered term first, then
-revision: a new leader re-writes what it adopted under its own term, so its
-copy beats any copy a deposed leader managed to leave on a minority (even one
-with a higher revision), and that unacknowledged write is dropped everywhere.
+The cluster's control state (presets, the catalog's API entries, moves in flight,
+the API's tenants and their budget counts) is a handful of documents, each written
+whole by the leader (a register, not a log: there is nothing to replay, only the
+newest copy to keep). Every copy carries the term of the leader that wrote it and a
+revision that grows with every write of that key. Copies are ordered term first,
+then revision: a new leader re-writes what it adopted under its own term, so its
+copy beats any copy a deposed leader managed to leave on a minority (even one with a
+higher revision), and that unacknowledged write is dropped everywhere.
 
 * A write is acknowledged once :func:`quorum` pods (the election's majority of
   the cluster size) stored it durably.
@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-KEYS = ("presets", "catalog", "moves")
-"""The documents the cluster replicates."""
+KEYS = ("presets", "catalog", "moves", "tenants", "tenant-usage")
+"""The documents the cluster replicates (the tenants of the admin API and their budget
+counts per pod: cluster/tenant_sync.py, cluster/tenant_shares.py)."""
 
 
 @dataclass(frozen=True, slots=True)

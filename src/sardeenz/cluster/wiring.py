@@ -5,13 +5,14 @@ The ``/internal`` router is built here from every part that serves internal
 routes: membership (ping, heartbeat, state, votes), the leader's orders on
 instances, a move's steps, profile sync, the replicated control state
 (presets, catalog, moves), on-demand placement, the request collector
-(cluster/observe.py) and the locator's reads of this pod's instances.
+(cluster/observe.py), the locator's reads of this pod's instances and the
+tenants' limit shares (cluster/tenant_shares.py).
 A feature with routes of its own adds its ``internal_routes()`` here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from sardeenz.asgi import ASGIApp, Receive, Scope, Send
@@ -29,7 +30,9 @@ from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.cluster.orders import InstanceOrders
 from sardeenz.cluster.profile_sync import ProfileSync
 from sardeenz.cluster.redirect import Redirect, leader_redirect
-from sardeenz.cluster.transport.server import InternalRouter
+from sardeenz.cluster.tenant_shares import TenantShares
+from sardeenz.cluster.transport.routes import InternalRoute
+from sardeenz.cluster.transport.server import Handler, InternalRouter
 from sardeenz.proxy.remote import RemoteHeaders
 from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.store.control import ControlRepository
@@ -61,6 +64,8 @@ def internal_router(
     unverified: UnverifiedBodies,
     collector: RequestCollector,
     locator: InstanceLocator,
+    shares: TenantShares,
+    extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> InternalRouter:
     """Every ``/internal/*`` route of this pod, bound to its handler."""
     membership = manager.membership
@@ -74,6 +79,8 @@ def internal_router(
     router.include(starts.internal_routes())
     router.include(collector.internal_routes())
     router.include(InstanceRoutes(locator).internal_routes())
+    router.include(shares.internal_routes())
+    router.include(extra_routes)  # features outside cluster/ (the usage query)
     return router
 
 
@@ -97,15 +104,26 @@ def gateway_hooks(
     starts: ClusterStarts,
     collector: RequestCollector,
     locator: InstanceLocator,
+    shares: TenantShares,
     unverified: UnverifiedBodies,
     max_body_bytes: int,
+    extra_routes: Sequence[tuple[InternalRoute, Handler]] = (),
 ) -> GatewayHooks:
     membership = manager.membership
     if not manager.active or membership.verifier is None:
         return GatewayHooks()
     return GatewayHooks(
         internal=internal_router(
-            manager, pod_side, profile_sync, control, starts, unverified, collector, locator
+            manager,
+            pod_side,
+            profile_sync,
+            control,
+            starts,
+            unverified,
+            collector,
+            locator,
+            shares,
+            extra_routes,
         ),
         trusted_forward=trusted_forward(membership.verifier, unverified, max_body_bytes),
         redirect=leader_redirect(membership),

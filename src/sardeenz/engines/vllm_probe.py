@@ -19,7 +19,6 @@ every few seconds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import re
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sardeenz.errors import Conflict
+from sardeenz.proctree import communicate_within
 
 log = logging.getLogger(__name__)
 
@@ -172,13 +172,10 @@ async def probe_vllm(
         )
     except OSError as exc:
         return _unknown(python, override, f"cannot run {python}: {exc.strerror or exc}")
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), wait_seconds)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
+    answer = await communicate_within(proc, wait_seconds)
+    if answer is None:
         return _unknown(python, override, f"{python} did not answer within {wait_seconds:g} s")
+    out, err = answer
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         return _unknown(python, override, f"{python} exited {proc.returncode}: {tail[0]}")

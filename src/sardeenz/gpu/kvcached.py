@@ -24,7 +24,6 @@ leftover) it picks ``<name>_vLLM_<pgid>`` (or ``_SGLang_``/``_proc_``, plus
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -35,6 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sardeenz.proctree import communicate_within
 
 if TYPE_CHECKING:
     from sardeenz.config import Settings
@@ -271,18 +272,10 @@ class Kvctl:
             )
         except OSError as exc:
             raise KvctlError(f"cannot run {exe}: {exc}") from exc
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise KvctlError(f"kvctl {' '.join(args)} timed out after {self.timeout:g} s") from None
-        except asyncio.CancelledError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await asyncio.shield(proc.wait())
-            raise
+        answer = await communicate_within(proc, self.timeout)
+        if answer is None:
+            raise KvctlError(f"kvctl {' '.join(args)} timed out after {self.timeout:g} s")
+        out, err = answer
         return (
             proc.returncode if proc.returncode is not None else -1,
             out.decode(errors="replace"),

@@ -31,6 +31,7 @@ from typing import Any, Final
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.config import Settings
 from sardeenz.proxy.demand import Demand
+from sardeenz.proxy.fairgate import FairGate, Waiter
 from sardeenz.proxy.inflight import Inflight
 from sardeenz.proxy.metrics import ModelMetrics
 from sardeenz.proxy.relay import (
@@ -61,7 +62,13 @@ from sardeenz.proxy.reqlog import TAIL_BYTES, RequestLog
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import ConnectFailed, Response, UpstreamClient, UpstreamClosed
 from sardeenz.proxy.waiting import wait_for
-from sardeenz.proxy.wire import API_KEY_SCOPE, TICKET_SCOPE, ErrorReply, response_headers
+from sardeenz.proxy.wire import (
+    API_KEY_SCOPE,
+    GATE_SCOPE,
+    TICKET_SCOPE,
+    ErrorReply,
+    response_headers,
+)
 from sardeenz.security.auth import ApiKey
 from sardeenz.tenancy.admission import Admission, Ticket
 
@@ -154,6 +161,15 @@ class AsgiRelay:
         record stamped with ``pod``, this pod's id."""
         self.admission = admission if admission is not None else Admission()
         """Tenants' limits (tenancy/): both relay paths ask it for requests with a key."""
+        self.gate = FairGate(
+            table,
+            settings.fair_slots_per_instance,
+            fair=settings.fair_sharing,
+            headroom_percent=settings.fair_headroom_percent,
+            max_queue=settings.fair_queue_max,
+            max_wait=settings.fair_queue_wait_seconds,
+        )
+        """Slots per instance and the fair queue of a saturated model (both relay paths)."""
         self._last_warning: dict[str, float] = {}
         self.remote_headers = remote_headers
         """Cluster mode (cluster/forwarding.py): the header lines that send a request to
@@ -234,6 +250,9 @@ class AsgiRelay:
             timer.cancel()
             if state.watcher is not None:
                 state.watcher.cancel()
+            waiter: Waiter | None = scope.get(GATE_SCOPE)
+            if waiter is not None:
+                self.gate.leave(waiter)  # its slot to the next, or its place in the queue
             latency = finished(mm, t0, status)
             ticket: Ticket | None = scope.get(TICKET_SCOPE)
             if ticket is not None:
@@ -279,7 +298,9 @@ class AsgiRelay:
             return await self._forward(
                 scope, send, t0, mm, waited, model, url_path, body, headers, state, openai, flight
             )
-        answer = await demand.wait(model)
+        answer = await demand.wait(
+            model, local_only=not entered_here(self.hop_header, scope["headers"])
+        )
         if isinstance(answer, ErrorReply):
             return await answer.send(send, openai)
         try:
@@ -313,6 +334,15 @@ class AsgiRelay:
         if client is None:
             raise RuntimeError("InferenceProxy.start() was not awaited")
         table = self._table
+        waiter: Waiter | None = scope.get(GATE_SCOPE)
+        if waiter is not None and waiter.future is not None:
+            # The model is saturated (or was not routable when the request came): wait
+            # for a slot, in the place the request took when it came.
+            refusal = await self.gate.wait(waiter)
+            if refusal is not None:
+                return await refusal.send(send, openai)
+            if model is not None:
+                ep = table.pick(model) or ep  # the routes may have changed meanwhile
         inflight = self.inflight
         inflight.add(ep.instance_id, state)
         flight.append(ep.instance_id)
@@ -327,6 +357,12 @@ class AsgiRelay:
             sent = outgoing(
                 ep, self.remote_headers, scope["headers"], method, target, headers, body
             )
+            if sent is not None and not ep.local and ep.external is None:
+                # to another pod, which admits it (remote.py ``to_another_pod``): a request
+                # admitted here while it waited for a start that landed there is undone
+                ticket = scope.pop(TICKET_SCOPE, None)
+                if ticket is not None:
+                    ticket.cancel()
             if sent is None:  # another pod's, and this request made its hop already
                 local = table.pick_local(model) if model is not None else None
                 if local is None:

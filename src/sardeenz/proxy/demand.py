@@ -43,8 +43,11 @@ class Demand(Protocol):
     def parent(self, name: str) -> str | None:
         """The base model of a LoRA adapter entry; None for any other name."""
 
-    async def wait(self, name: str) -> Endpoint | ErrorReply:
-        """Start ``name`` if nothing of it is running or coming, and wait for it (bounded)."""
+    async def wait(self, name: str, *, local_only: bool = False) -> Endpoint | ErrorReply:
+        """Start ``name`` if nothing of it is running or coming, and wait for it (bounded).
+
+        ``local_only``: another pod forwarded the request (its one hop is made), so a
+        LoRA adapter is served by this pod's instances only."""
 
     def release(self, name: str, ep: Endpoint) -> None:
         """The request ``wait`` answered with ``ep`` ended (a LoRA adapter's in-flight

@@ -39,6 +39,7 @@ from typing import Final
 import orjson
 
 from sardeenz.proxy import metrics
+from sardeenz.proxy.fairgate import PRIORITY_HEADER, ModelGate
 from sardeenz.proxy.fastlane import Active, FastLaneProtocol
 from sardeenz.proxy.forwarder import InferenceProxy
 from sardeenz.proxy.metrics import LANE, ModelMetrics
@@ -65,6 +66,7 @@ from sardeenz.proxy.upstream import ConnectFailed, Connection, UpstreamClient, U
 from sardeenz.proxy.wire import JSON_CT, header, request_header_block, response_headers
 from sardeenz.security.auth import ApiKeys
 from sardeenz.tenancy.admission import Ticket
+from sardeenz.tenancy.fairqueue import priority_index
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ class ExpressRelay:
         self._table = proxy.table
         self._keys = api_keys
         self._admission = proxy.admission
+        self._gate = proxy.gate
         self.inflight = proxy.inflight
         self.finished = proxy.requests.finished
         self.hop = proxy.hop_header
@@ -128,15 +131,27 @@ class ExpressRelay:
         )
         if sent is None:
             return None  # already forwarded once: the handler serves it locally
+        fair = self._gate
+        gate = None
+        if fair.on:
+            gate = fair.room(model)
+            if gate is None:
+                return None  # saturated, or others wait: the handler queues it
+            asked = header(headers, PRIORITY_HEADER)
+            if asked is not None and priority_index(asked.decode("latin-1")) is None:
+                return None  # the handler answers the 400
         ticket = None
-        if key is not None:
+        # (to another pod: that pod admits it, remote.py ``to_another_pod``)
+        if key is not None and (ep.local or ep.external is not None):
             admission = self._admission
             if admission.active:
-                verdict = admission.admit(key.id, model, payload, len(body))
+                verdict = admission.admit(key.member, model, payload, len(body))
                 if verdict is not None:
                     if not isinstance(verdict, Ticket):
                         return None  # over a limit: the handler answers the 429
-                    ticket = verdict
+                    ticket = verdict  # (billed here: the pod that serves it)
+        if gate is not None:
+            fair.take(gate)
         data = client.encode(ep.host, ep.port, b"POST", *sent)
         exchange = _Exchange(
             lane,
@@ -148,6 +163,7 @@ class ExpressRelay:
             key.id if key is not None else None,
             entered_here(self.hop, headers),
             ticket,
+            gate,
         )
         exchange.request = (url, headers, body)
         conn = client.idle_connection(ep.host, ep.port)
@@ -163,6 +179,9 @@ class ExpressRelay:
     def warn(self, ep: Endpoint, message: str) -> None:
         self._proxy.warn(ep, message)
 
+    def release(self, gate: ModelGate) -> None:
+        self._gate.release(gate)
+
 
 class _Exchange:
     """One express request: the lane's ``Active`` and the engine connection's ``Sink``."""
@@ -176,6 +195,7 @@ class _Exchange:
         "_error_headers",
         "_event_stream",
         "_first",
+        "_gate",
         "_head",
         "_key",
         "_lane",
@@ -210,9 +230,11 @@ class _Exchange:
         key: str | None,
         logged: bool,
         ticket: Ticket | None,
+        gate: ModelGate | None,
     ) -> None:
         self._t0 = _perf()
         self._ticket = ticket
+        self._gate = gate
         self._t1 = 0.0
         self._lane = lane
         self._relay = relay
@@ -418,6 +440,8 @@ class _Exchange:
         ticket = self._ticket
         if ticket is not None:
             ticket.settle(status, self._last, self._prev)
+        if self._gate is not None:
+            self._relay.release(self._gate)
         if self._logged:
             self._relay.finished(
                 self._model,
@@ -441,5 +465,7 @@ class _Exchange:
         withdrawn(self._mm)
         if self._ticket is not None:
             self._ticket.cancel()  # the handler admits it again
+        if self._gate is not None:
+            self._relay.release(self._gate)  # the handler queues it again
         url, headers, body = self.request
         self._lane.run_app(b"POST", url, headers, body, self.keep_alive)

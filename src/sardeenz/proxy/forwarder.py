@@ -48,21 +48,24 @@ from sardeenz.domain import InstanceStatus
 from sardeenz.proxy import metrics
 from sardeenz.proxy.asgirelay import AsgiRelay
 from sardeenz.proxy.demand import Demand
+from sardeenz.proxy.fairgate import PRIORITY_HEADER, requested_priority
 from sardeenz.proxy.inflight import Inflight
 from sardeenz.proxy.intake import Disconnected, RequestReader, parse_json, with_model
 from sardeenz.proxy.listing import ModelListing, unknown_model
 from sardeenz.proxy.metrics import DIRECT_MODEL, UNKNOWN_MODEL
 from sardeenz.proxy.remote import RemoteHeaders as RemoteHeaders  # its old home, re-exported
-from sardeenz.proxy.remote import entered_here
+from sardeenz.proxy.remote import entered_here, to_another_pod
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.upstream import UpstreamClient
 from sardeenz.proxy.usage import allowed, note_refused, rate_limited
 from sardeenz.proxy.waiting import between_replicas
 from sardeenz.proxy.wire import (
     API_KEY_SCOPE,
+    GATE_SCOPE,
     TICKET_SCOPE,
     ErrorReply,
     api_error,
+    header,
     openai_error,
     send_json,
     without_credentials,
@@ -122,6 +125,14 @@ class InferenceProxy(AsgiRelay):
         for inst in table.instances():
             metrics.observe_instance(None, inst)
 
+    def _between_replicas(self, model: str) -> ErrorReply | None:
+        """The 503 for a model nothing serves that the applied preset declares; None for
+        a model the cluster does not mean to serve (a 404)."""
+        desired = self.desired
+        if desired is not None and desired(model):
+            return between_replicas(model, self._ready_wait)
+        return None
+
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         """Create the pooled upstream client (must run on the serving loop)."""
@@ -149,7 +160,12 @@ class InferenceProxy(AsgiRelay):
             await self._inference(scope, receive, send, t0)
         elif is_models and method in ("GET", "HEAD"):
             await self._listing.answer(
-                path, send, method == "HEAD", scope.get(API_KEY_SCOPE), self.demand
+                path,
+                send,
+                method == "HEAD",
+                scope.get(API_KEY_SCOPE),
+                self.demand,
+                self._between_replicas,
             )
         else:
             allow = b"GET" if is_models else b"POST"
@@ -197,16 +213,41 @@ class InferenceProxy(AsgiRelay):
                     model, body = served, with_model(payload, served)  # the served name
                     ep = table.pick(model)
                 elif served is None and not table.is_known(model):
-                    desired = self.desired
-                    if desired is not None and desired(model):
-                        raise between_replicas(model, self._ready_wait)
-                    raise unknown_model(table, demand, model, key)
-            if key is not None and self.admission.active:
-                verdict = self.admission.admit(key.id, model, payload, body_bytes)
+                    raise self._between_replicas(model) or unknown_model(table, demand, model, key)
+            gate = self.gate
+            share = None
+            priority: int | None = None
+            if gate.on:
+                share = self.admission.share_of(key.member) if key is not None else None
+                wanted = header(scope["headers"], PRIORITY_HEADER)
+                found = requested_priority(wanted, share[2] if share else "interactive")
+                if isinstance(found, ErrorReply):
+                    raise found
+                priority = found
+            verdict = None
+            if (
+                key is not None
+                and self.admission.active
+                and (ep is None or not to_another_pod(ep, self.hop_header, scope["headers"]))
+            ):
+                # (admitted, and billed, once: by the pod that serves it)
+                verdict = self.admission.admit(key.member, model, payload, body_bytes)
                 if isinstance(verdict, Rejection):
+                    self.admission.metered(verdict)
                     raise rate_limited(verdict)
                 if verdict is not None:
                     scope[TICKET_SCOPE] = verdict  # settled when the request ends
+            if priority is not None:
+                # A LoRA adapter takes the slots of its base model's instances.
+                base = demand.parent(model) if (demand := self.demand) is not None else None
+                place = gate.join(
+                    base or model, share[0] if share else None, share[1] if share else 1, priority
+                )
+                if isinstance(place, ErrorReply):
+                    if verdict is not None:
+                        scope.pop(TICKET_SCOPE).cancel()  # refused: costs the tenant nothing
+                    raise place
+                scope[GATE_SCOPE] = place  # left when the request ends
         except ErrorReply as r:
             status = await r.send(send, True)
             metrics.for_model(UNKNOWN_MODEL).count(status)

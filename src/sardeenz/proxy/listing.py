@@ -10,6 +10,7 @@ for a key scoped to some models, which sees only those.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
@@ -55,11 +56,20 @@ class ModelListing:
         self._cache: tuple[tuple[int, int], bytes] = ((-1, -1), b"")
 
     async def answer(
-        self, path: str, send: Send, head: bool, key: ApiKey | None, demand: Demand | None
+        self,
+        path: str,
+        send: Send,
+        head: bool,
+        key: ApiKey | None,
+        demand: Demand | None,
+        between: Callable[[str], ErrorReply | None] | None = None,
     ) -> None:
         """``GET /v1/models`` (and ``/v1/models/{id}``) from the routing table and catalog.
 
         A key scoped to some models sees those only (never from the shared cache).
+        ``between``: the answer for a model that nothing serves right now but the
+        cluster means to serve (between two replicas): the 503 an inference request for
+        it gets, so a client checking the model first does not drop it as unknown.
         """
         table = self._table
         on_demand = set(demand.names()) if demand is not None else set()
@@ -84,10 +94,10 @@ class ModelListing:
             await send_json(send, 200, b"" if head else body, content_length=len(body))
             return
         name = path[len("/v1/models/") :]
-        if name not in self._listed_names(on_demand, only=name) or (
-            key is not None and not key.allows(name)
-        ):
-            await unknown_model(table, demand, name, key).send(send, True)
+        allowed = key is None or key.allows(name)
+        if name not in self._listed_names(on_demand, only=name) or not allowed:
+            reply = between(name) if between is not None and allowed else None
+            await (reply or unknown_model(table, demand, name, key)).send(send, True)
             return
         body = orjson.dumps(self._card(name, on_demand, demand))
         await send_json(send, 200, b"" if head else body, content_length=len(body))

@@ -121,6 +121,15 @@ def outgoing(
     return target, block + extra, body
 
 
+def to_another_pod(
+    ep: Endpoint, hop: bytes | None, client_headers: list[tuple[bytes, bytes]]
+) -> bool:
+    """Will this request be sent to another pod's proxy? That pod admits its tenant
+    (tenancy/admission.py: the request carries the client's key there), so this one
+    does not: a request is admitted once, by the pod that serves it."""
+    return not ep.local and ep.external is None and entered_here(hop, client_headers)
+
+
 def entered_here(hop: bytes | None, client_headers: list[tuple[bytes, bytes]]) -> bool:
     """Did the client send this request to this pod (not another pod, forwarding it)?
 

@@ -28,6 +28,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
+from typing import Any
 
 from sardeenz.domain import InstanceStatus, ModelInstance
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent, Subscription
@@ -248,6 +249,10 @@ class RoutingTable:
         route = self._routes.get(name)
         return route.endpoints if route is not None else ()
 
+    def local_endpoints(self) -> list[Endpoint]:
+        """Every routable endpoint of this node's own engines, whatever its name."""
+        return [e for route in self._routes.values() for e in route.endpoints if e.local]
+
     def names(self) -> list[str]:
         """Routable served names, sorted."""
         return sorted(self._routes)
@@ -332,8 +337,10 @@ class RoutingTable:
                 sleeping = [i for i in pending if i.status is InstanceStatus.SLEEPING]
                 if sleeping and not any(i.status is InstanceStatus.STARTING for i in pending):
                     woke = True
+                    wake = asyncio.ensure_future(waker(name, sleeping))
+                    wake.add_done_callback(_log_wake_failure(name))
                     try:
-                        await asyncio.wait_for(waker(name, sleeping), remaining)
+                        ep = await self.unless_routable(name, wake, remaining)
                     except TimeoutError:
                         return self.pick(name)
                     except WakeFailed:
@@ -342,7 +349,9 @@ class RoutingTable:
                             return ep
                         raise
                     except Exception:
-                        log.exception("waking %r failed", name)
+                        ep = None  # logged by the callback; wait for a change below
+                    if ep is not None:
+                        return ep
                     continue
             try:
                 await asyncio.wait_for(event.wait(), remaining)
@@ -351,6 +360,34 @@ class RoutingTable:
             # Something changed: a model that is (again) asleep needs another wake-up,
             # e.g. one that was falling asleep when the first call found it awake.
             woke = False
+
+    async def unless_routable(
+        self, name: str, work: asyncio.Future[Any], within: float
+    ) -> Endpoint | None:
+        """Wait for ``work`` (a model's shared start or wake) unless ``name`` gets an
+        endpoint first: then that endpoint.
+
+        A start or a wake can take long for reasons that do not concern a waiter whose
+        model has become routable meanwhile: the leader's placement order to a pod that
+        went silent, making room while the only victim still has requests in flight, a
+        peer's route coming back after a partition, another instance of the model
+        turning active. The waiter takes the route; ``work`` goes on for its other
+        waiters (never cancelled here). None when ``work`` ended (its error is raised);
+        ``TimeoutError`` when neither came ``within`` seconds.
+        """
+        route = asyncio.ensure_future(self.next_route(name))
+        try:
+            done, _ = await asyncio.wait(
+                (work, route), timeout=within, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            route.cancel()
+        if route in done:
+            return route.result()
+        if work in done:
+            work.result()  # its failure, if any, for the caller
+            return None
+        raise TimeoutError
 
     async def next_route(self, name: str) -> Endpoint:
         """Wait until ``name`` is routable (a local instance turned active, or a peer's
@@ -586,3 +623,17 @@ class RoutingUpdater:
                     log.exception("routing table update failed for %r", event)
         finally:
             sub.close()
+
+
+def _log_wake_failure(name: str) -> Callable[[asyncio.Future[None]], None]:
+    """A wake the waiter stopped waiting for (a route came first) still ends somewhere:
+    its unexpected failure is logged, and its exception retrieved."""
+
+    def done(wake: asyncio.Future[None]) -> None:
+        if wake.cancelled():
+            return
+        exc = wake.exception()
+        if exc is not None and not isinstance(exc, WakeFailed):
+            log.error("waking %r failed", name, exc_info=exc)
+
+    return done

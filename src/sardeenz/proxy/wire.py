@@ -28,6 +28,8 @@ API_KEY_SCOPE: Final = "sardeenz.api_key"
 """Where the gateway leaves the inference key (``ApiKey``) a ``/v1`` request presented."""
 TICKET_SCOPE: Final = "sardeenz.tenant_ticket"
 """Where the handler keeps the tenant admission (tenancy ``Ticket``) a request holds."""
+GATE_SCOPE: Final = "sardeenz.fair_waiter"
+"""Where the handler keeps its place in the fair queue, then its slot (proxy/fairgate.py)."""
 
 _HOP_BY_HOP: Final = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade"}

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import jwt
@@ -28,6 +28,10 @@ from jwt import PyJWKClient
 
 from sardeenz.config import ConfigError, Settings
 from sardeenz.errors import SardeenzError
+
+if TYPE_CHECKING:
+    from sardeenz.security.openshift_oauth import OpenShiftOAuth
+    from sardeenz.security.tokenreview import TokenReviewer
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,12 @@ class Principal:
     subject: str
     roles: frozenset[str]
     authenticated: bool
+    groups: frozenset[str] = frozenset()
+    """What maps a caller to its tenant by group (the groups claim, or the token review's)."""
+    expires: float | None = None
+    """The token's ``exp`` (epoch seconds), when it has one: no cache keeps it longer."""
+    models: frozenset[str] | None = None
+    """The served models its token may use on ``/v1`` (a models claim); None: all."""
 
     def allows(self, needed: Role) -> bool:
         if Role.ADMIN in self.roles:
@@ -119,11 +129,25 @@ class Authenticator:
         self._jwks_url = settings.jwt_jwks_url
         self._issuer = settings.jwt_issuer or settings.oidc_issuer
         self._jwks: PyJWKClient | None = None
+        self.reviewer: TokenReviewer | None = None
+        """Kubernetes TokenReview for the tokens no JWT setting verifies (tokenreview.py)."""
+        if settings.token_review:
+            from sardeenz.security.tokenreview import TokenReviewer
+
+            self.reviewer = TokenReviewer(settings)
         self.authorization_endpoint: str | None = None
         self.token_endpoint: str | None = None
+        self.openshift: OpenShiftOAuth | None = None
+        """The dashboard's sign-in through OpenShift's OAuth server (openshift_oauth.py)."""
+        if settings.openshift_oauth_url:
+            from sardeenz.security.openshift_oauth import OpenShiftOAuth
+
+            self.openshift = OpenShiftOAuth(settings)
 
     async def start(self) -> None:
         """Resolve the OIDC discovery document (jwks_uri, endpoints for the dashboard)."""
+        if self.reviewer is not None:
+            await self.reviewer.start()
         if self.settings.oidc_issuer:
             url = self.settings.oidc_issuer.rstrip("/") + "/.well-known/openid-configuration"
             try:
@@ -149,10 +173,62 @@ class Authenticator:
         token = bearer_token(authorization)
         if token is None:
             raise AuthError("a bearer token is required", code="missing_token")
+        if self.reviewer is not None and not self._verifies(token):
+            return await self.reviewer.review(token)
         claims = await self._verify(token)
         subject = str(claims.get("preferred_username") or claims.get("sub") or "unknown")
         roles = roles_from(claim_at(claims, self.settings.jwt_roles_claim))
-        return Principal(subject=subject, roles=roles, authenticated=True)
+        groups = roles_from(claim_at(claims, self.settings.jwt_groups_claim))
+        exp = claims.get("exp")
+        return Principal(
+            subject=subject,
+            roles=roles,
+            authenticated=True,
+            groups=groups,
+            expires=float(exp) if isinstance(exp, int | float) else None,
+            models=self._models(claims),
+        )
+
+    async def close(self) -> None:
+        if self.reviewer is not None:
+            await self.reviewer.close()
+
+    def _models(self, claims: dict[str, Any]) -> frozenset[str] | None:
+        """The models the token may use on ``/v1`` (``SARDEENZ_JWT_MODELS_CLAIM``); None:
+        all (no such setting, no such claim, or ``*``)."""
+        name = self.settings.jwt_models_claim
+        if not name:
+            return None
+        value = claim_at(claims, name)
+        if value is None:
+            return None
+        models = roles_from(value)
+        return None if "*" in models else models
+
+    def _verifies(self, token: str) -> bool:
+        """Is ``token`` one of the configured issuers' to verify here (else: a token review)?
+
+        Decided from the unverified header and ``iss``: an HS256 token with a secret set,
+        or an asymmetric one of the configured issuer (any issuer when none is set) with a
+        JWKS. Anything else (an opaque OpenShift token, a ServiceAccount JWT signed by the
+        API server) goes to the API server, which is the only one that can check it.
+        """
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            return False
+        alg = header.get("alg")
+        if alg == "HS256":
+            return self._secret is not None
+        if alg not in ASYMMETRIC_ALGORITHMS or self._jwks is None:
+            return False
+        if self._issuer is None:
+            return True
+        try:
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            return False
+        return bool(claims.get("iss") == self._issuer)
 
     async def _verify(self, token: str) -> dict[str, Any]:
         options = {"require": ["exp"], "verify_aud": self.settings.jwt_audience is not None}
@@ -212,6 +288,13 @@ class ApiKey:
 
     id: str
     models: frozenset[str] | None = None
+    member: str = ""
+    """The tenant member it is admitted as (tenancy/admission.py): the key's id, or for a
+    bearer token's caller ``sub:<subject>`` / ``group:<group>``. Defaults to ``id``."""
+
+    def __post_init__(self) -> None:
+        if not self.member:
+            object.__setattr__(self, "member", self.id)
 
     def allows(self, model: str) -> bool:
         models = self.models
@@ -221,11 +304,25 @@ class ApiKey:
 _KEY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-@")
 
 
+class CachedCallers(Protocol):
+    """Bearer-token callers of ``/v1`` verified recently (security/callers.py)."""
+
+    def cached(self, authorization: bytes) -> ApiKey | None: ...
+
+    async def authenticate(self, authorization: bytes) -> ApiKey: ...
+
+
 class ApiKeys:
-    """Inference API keys. Stored and compared as SHA-256 digests, in constant time."""
+    """Inference API keys. Stored and compared as SHA-256 digests, in constant time.
+
+    ``tokens``: with ``SARDEENZ_V1_BEARER_AUTH``, a presented value that is no key may be
+    a bearer token verified recently (a memory lookup): the fast lane and the express
+    path ask ``identify`` alone, and a key is found exactly as before.
+    """
 
     def __init__(self, keys: list[tuple[bytes, ApiKey]]) -> None:
         self._keys = keys
+        self.tokens: CachedCallers | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ApiKeys:
@@ -262,7 +359,8 @@ class ApiKeys:
 
     @property
     def enabled(self) -> bool:
-        return bool(self._keys)
+        """``/v1`` asks for a credential (keys, or bearer tokens)."""
+        return bool(self._keys) or self.tokens is not None
 
     @property
     def ids(self) -> list[str]:
@@ -277,6 +375,8 @@ class ApiKeys:
         for digest, key in self._keys:  # no early exit: the time does not depend on which key
             if hmac.compare_digest(presented, digest):
                 found = key
+        if found is None and self.tokens is not None:
+            return self.tokens.cached(authorization)
         return found
 
     def check(self, authorization: bytes | None) -> bool:

@@ -63,8 +63,15 @@ asks as the operator types): read-only callers may ask them, and the audit trail
 them."""
 
 
+PUBLIC_POSTS = frozenset({"/api/auth/openshift/token"})
+"""POSTs open to anyone because they are how one signs in (the dashboard's OAuth code
+exchange): they change nothing here, so the audit trail skips them, and their small
+declared body is read without a token (``PUBLIC_POST_MAX_BODY``)."""
+PUBLIC_POST_MAX_BODY = 8192
+
+
 def is_mutation(method: str, path: str) -> bool:
-    return method in MUTATING_METHODS and path not in QUERY_POSTS
+    return method in MUTATING_METHODS and path not in QUERY_POSTS and path not in PUBLIC_POSTS
 
 
 def policy_of(dependency: DependsParam) -> str | None:

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from sardeenz.store.schema import metadata
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 """The newest migration (``migrations/versions``); tests/unit/test_db_revision.py checks it
 against Alembic's own head, so a new migration cannot be skipped by a stale value here."""
 SQL_INT_MAX = 2**63 - 1

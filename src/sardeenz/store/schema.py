@@ -205,3 +205,21 @@ tenant_usage = sa.Table(
     sa.Column("tokens", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+# --- billable usage per tenant, key, model and time bucket (tenancy/usage.py) ---
+usage_buckets = sa.Table(
+    "usage_buckets",
+    metadata,
+    sa.Column("step", sa.Integer, primary_key=True),  # 60: a minute; 3600: rolled up
+    sa.Column("start", sa.BigInteger, primary_key=True),  # unix seconds
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("key_id", sa.String(64), primary_key=True),
+    sa.Column("model", sa.String(512), primary_key=True),
+    sa.Column("reason", sa.String(64), primary_key=True),  # "": admitted; else the limit
+    sa.Column("requests", sa.BigInteger, nullable=False),
+    sa.Column("failed", sa.BigInteger, nullable=False),
+    sa.Column("prompt_tokens", sa.BigInteger, nullable=False),
+    sa.Column("completion_tokens", sa.BigInteger, nullable=False),
+    sa.Column("estimated", sa.BigInteger, nullable=False),
+    sa.Index("ix_usage_buckets_start", "start"),
+)

@@ -40,6 +40,7 @@ from sardeenz.tenancy.counters import (
     RateCounter,
     retry_after,
 )
+from sardeenz.tenancy.meter import UsageMeter
 from sardeenz.tenancy.spec import Limits, Tenant
 
 _mono = time.monotonic
@@ -47,6 +48,10 @@ _wall = time.time
 
 ALL_MODELS: Final = "*"
 """The scope of a tenant's whole traffic (a model scope is named by the served name)."""
+SUBJECT_MEMBER: Final = "sub:"
+GROUP_MEMBER: Final = "group:"
+"""Prefixes of the members a bearer-token caller of ``/v1`` is admitted as (``admit``'s
+``key_id``): a tenant's subjects and groups."""
 BYTES_PER_TOKEN: Final = 4
 """The up-front estimate of a prompt's tokens: its request body's bytes / 4 (an upper
 bound for English text in JSON; the engine's usage corrects it when the request ends)."""
@@ -78,6 +83,10 @@ class Rejection(NamedTuple):
     reason: str
     limit: int
     retry_after: int
+    key: str = ""
+    """The API key id the refused request came with (for the usage meter)."""
+    model: str = ""
+    """The served model it asked for."""
 
     @property
     def message(self) -> str:
@@ -98,7 +107,18 @@ def refused(rejection: Rejection) -> None:
 class Scope:
     """The counters of one tenant scope; kept across reconfigurations (see ``configure``)."""
 
-    __slots__ = ("concurrency", "day", "inflight", "month", "name", "rpm", "tenant", "tpm")
+    __slots__ = (
+        "busy_refusals",
+        "concurrency",
+        "day",
+        "inflight",
+        "month",
+        "name",
+        "rpm",
+        "slots",
+        "tenant",
+        "tpm",
+    )
 
     def __init__(self, tenant: str, name: str) -> None:
         self.tenant = tenant
@@ -106,7 +126,12 @@ class Scope:
         self.rpm: RateCounter | None = None
         self.tpm: RateCounter | None = None
         self.concurrency: int | None = None
+        """The tenant's limit (what a refusal names)."""
+        self.slots: int | None = None
+        """This pod's part of it: the limit on one node, a share in a cluster (shares.py)."""
         self.inflight = 0
+        self.busy_refusals = 0
+        """Refusals by the concurrency limit (the demand a cluster's share follows)."""
         self.day: BudgetCounter | None = None
         self.month: BudgetCounter | None = None
 
@@ -130,11 +155,12 @@ class Scope:
         if month is not None:
             month.reset_at(wall)
             full_month = month.used + month.held >= month.limit
-        busy = self.concurrency is not None and self.inflight >= self.concurrency
+        busy = self.slots is not None and self.inflight >= self.slots
         if not (wait_rpm or wait_tpm or full_day or full_month or busy):
             return None
         candidates: list[tuple[float, str, int]] = []
         if busy and self.concurrency is not None:
+            self.busy_refusals += 1
             candidates.append((CONCURRENCY_RETRY_AFTER, "concurrent_requests", self.concurrency))
         if wait_rpm and rpm is not None:
             candidates.append((wait_rpm, "requests_per_minute", int(rpm.capacity)))
@@ -159,15 +185,22 @@ class Scope:
             self.month.held += tokens
 
     def settle(self, estimate: int, actual: int, now: float, wall: float) -> None:
+        # Branches, not a loop over (day, month): this runs once per scope per request.
         self.inflight -= 1
-        if self.tpm is not None and actual != estimate:
-            self.tpm.give(estimate - actual, now)
-        for budget in (self.day, self.month):
-            if budget is not None:
-                # (never below 0: a budget added while this request was in flight)
-                budget.held = max(0, budget.held - estimate)
-                if actual:
-                    budget.add(actual, wall)
+        tpm, day, month = self.tpm, self.day, self.month
+        if tpm is not None and actual != estimate:
+            tpm.give(estimate - actual, now)
+        if day is not None:
+            # (never below 0: a budget added while this request was in flight)
+            held = day.held - estimate
+            day.held = held if held > 0 else 0
+            if actual:
+                day.add(actual, wall)
+        if month is not None:
+            held = month.held - estimate
+            month.held = held if held > 0 else 0
+            if actual:
+                month.add(actual, wall)
 
     def cancel(self, estimate: int, now: float) -> None:
         self.inflight -= 1
@@ -183,6 +216,10 @@ class Scope:
         """Take ``limits``, keeping what was consumed under the previous ones."""
         self.rpm = _rate(self, self.rpm, limits.requests_per_minute, "rpm", counters)
         self.tpm = _rate(self, self.tpm, limits.tokens_per_minute, "tpm", counters)
+        if limits.concurrent_requests is None:
+            self.slots = None
+        elif limits.concurrent_requests != self.concurrency or self.slots is None:
+            self.slots = counters.slots(self.tenant, self.name, limits.concurrent_requests)
         self.concurrency = limits.concurrent_requests
         self.day = _budget(self, self.day, limits.tokens_per_day, "day", counters, wall)
         self.month = _budget(self, self.month, limits.tokens_per_month, "month", counters, wall)
@@ -219,16 +256,33 @@ def _budget(
 class Ticket:
     """An admitted request's charge, settled (or cancelled) exactly once."""
 
-    __slots__ = ("_counts_tokens", "_open", "_scopes", "estimate", "tenant")
+    __slots__ = (
+        "_counts_tokens",
+        "_key",
+        "_meter",
+        "_model",
+        "_open",
+        "_prompt_estimate",
+        "_scopes",
+        "estimate",
+        "tenant",
+    )
 
     def __init__(
-        self, tenant: str, scopes: tuple[Scope, ...], estimate: int, counts_tokens: bool
+        self,
+        tenant: str,
+        scopes: tuple[Scope, ...],
+        estimate: int,
+        counts_tokens: bool,
+        usage: tuple[UsageMeter | None, str, str, int] = (None, "", "", 0),
     ) -> None:
         self.tenant = tenant
         self._scopes = scopes
         self.estimate = estimate
         self._counts_tokens = counts_tokens
         self._open = True
+        # (the usage meter, the key id, the model, the prompt's part of the estimate)
+        self._meter, self._key, self._model, self._prompt_estimate = usage
 
     def settle(self, status: int, last: bytes, prev: bytes) -> None:
         """The request ended with ``status``; ``last``/``prev``: the response's tail."""
@@ -247,6 +301,16 @@ class Ticket:
         now, wall = _mono(), _wall()
         for scope in self._scopes:
             scope.settle(estimate, actual, now, wall)
+        meter = self._meter
+        if meter is not None:  # the tail is read by the meter's drain, off this path
+            p_est, tenant, key, model = self._prompt_estimate, self.tenant, self._key, self._model
+            c_est = estimate - p_est  # the last field, "": an admitted request (meter.ADMITTED)
+            meter.note((wall, tenant, key, model, status, p_est, c_est, last, prev, ""))
+
+    def unmetered(self) -> None:
+        """Not for the usage meter: a request another pod forwarded here is billed by
+        the pod it entered (the request log's rule, proxy/remote.py ``entered_here``)."""
+        self._meter = None
 
     def cancel(self) -> None:
         """Undo the admission: the request was not sent (it will be admitted again)."""
@@ -259,10 +323,19 @@ class Ticket:
 
 
 class _TenantScopes:
-    __slots__ = ("all", "by_model", "counts_tokens", "name")
+    __slots__ = ("all", "by_model", "counts_tokens", "name", "priority", "weight")
 
-    def __init__(self, name: str, everything: Scope, by_model: dict[str, Scope]) -> None:
+    def __init__(
+        self,
+        name: str,
+        everything: Scope,
+        by_model: dict[str, Scope],
+        weight: int = 1,
+        priority: str = "interactive",
+    ) -> None:
         self.name = name
+        self.weight = weight
+        self.priority = priority
         self.all = (everything,)
         self.by_model = {m: (everything, s) for m, s in by_model.items()}
         self.counts_tokens = everything.counts_tokens or any(
@@ -286,9 +359,16 @@ class Admission:
     """The tenants' limits as the proxy asks them; see module doc."""
 
     def __init__(
-        self, counters: CounterFactory | None = None, *, default_completion: int = 256
+        self,
+        counters: CounterFactory | None = None,
+        *,
+        default_completion: int = 256,
+        meter: UsageMeter | None = None,
     ) -> None:
         self.counters: CounterFactory = counters or LocalCounters()
+        self.meter = meter
+        """Where settled tickets and answered refusals are counted for billing
+        (tenancy/meter.py); None: not counted."""
         self.default_completion = default_completion
         """Completion tokens assumed for a request that sets no ``max_tokens``."""
         self._by_key: dict[str, _TenantScopes] = {}
@@ -322,19 +402,33 @@ class Admission:
                 tenant.name,
                 scope(ALL_MODELS, tenant.limits),
                 {m: scope(m, limits) for m, limits in tenant.models.items()},
+                tenant.weight,
+                tenant.priority,
             )
             for key in tenant.api_keys:
                 by_key[key] = entry
+            # Bearer-token callers of /v1 are admitted as these members (security/callers.py);
+            # key ids cannot hold ':', so the names never meet a key's.
+            for subject in tenant.subjects:
+                by_key[SUBJECT_MEMBER + subject] = entry
+            for group in tenant.groups:
+                by_key[GROUP_MEMBER + group] = entry
             by_subject.update(dict.fromkeys(tenant.subjects, tenant.name))
             by_group.update(dict.fromkeys(tenant.groups, tenant.name))
         self._by_key, self._by_subject, self._by_group = by_key, by_subject, by_group
         self._scopes = scopes
         self.active = bool(by_key)
-        self.active = bool(by_key)
 
     def tenant_of_key(self, key_id: str) -> str | None:
         entry = self._by_key.get(key_id)
         return entry.name if entry is not None else None
+
+    def share_of(self, key_id: str) -> tuple[str, int, str] | None:
+        """The tenant of a key, its fair-queuing weight and priority class; None: no tenant.
+
+        Asked only for a request that waits for a saturated model (proxy/fairgate.py)."""
+        entry = self._by_key.get(key_id)
+        return (entry.name, entry.weight, entry.priority) if entry is not None else None
 
     def tenant_of_principal(self, subject: str, groups: Iterable[str]) -> str | None:
         """The tenant a JWT caller belongs to: by subject first, else its first mapped group."""
@@ -342,6 +436,14 @@ class Admission:
         if found is None:
             found = next((self._by_group[g] for g in sorted(groups) if g in self._by_group), None)
         return found
+
+    def member_of_principal(self, subject: str, groups: Iterable[str]) -> str | None:
+        """The member a bearer-token caller is admitted as: ``sub:<subject>`` when a tenant
+        lists its subject, else ``group:<g>`` for its first mapped group (sorted), else None."""
+        if subject in self._by_subject:
+            return SUBJECT_MEMBER + subject
+        group = next((g for g in sorted(groups) if g in self._by_group), None)
+        return GROUP_MEMBER + group if group is not None else None
 
     def admit(
         self, key_id: str, model: str, payload: dict[str, Any], body_bytes: int
@@ -360,7 +462,22 @@ class Admission:
             if found is not None and (refusal is None or found.retry_after > refusal.retry_after):
                 refusal = found
         if refusal is not None:
-            return refusal  # counted by whoever answers it (``refused``): once
+            # counted by whoever answers it (``refused``): once
+            return refusal._replace(key=key_id, model=model)
         for scope in scopes:
             scope.take(tokens, now)
-        return Ticket(entry.name, scopes, tokens, entry.counts_tokens)
+        return Ticket(
+            entry.name,
+            scopes,
+            tokens,
+            entry.counts_tokens,
+            (self.meter, key_id, model, -(-body_bytes // BYTES_PER_TOKEN)),
+        )
+
+    def metered(self, rejection: Rejection) -> None:
+        """Count a refusal that is answered in the usage meter (Prometheus counts it in
+        ``refused``, called by the answer)."""
+        if self.meter is not None:
+            self.meter.rejected(
+                _wall(), rejection.tenant, rejection.key, rejection.model, rejection.reason
+            )

@@ -76,6 +76,10 @@ class CounterFactory(Protocol):
         self, tenant: str, scope: str, period: str, limit: int, wall: float
     ) -> BudgetCounter: ...
 
+    def slots(self, tenant: str, scope: str, limit: int) -> int:
+        """Requests this pod may have in flight of ``limit`` for the whole scope."""
+        ...
+
 
 class TokenBucket:
     """A rate counter of this pod alone (see module doc)."""
@@ -168,6 +172,9 @@ class LocalCounters:
         counter = PeriodBudget(period, limit, wall)
         counter.used = self.stored.get((tenant, scope, counter.period_id), 0)
         return counter
+
+    def slots(self, tenant: str, scope: str, limit: int) -> int:
+        return limit
 
 
 def retry_after(seconds: float) -> int:

@@ -8,6 +8,10 @@ subject and group) before it is stored, and hands the result to the proxy's
 and month are loaded on start and written back every
 ``tenancy_flush_seconds`` and at shutdown, from a task it owns (never from a
 request). A crash loses at most the last interval's count.
+
+In a cluster the API tenants are the cluster's (``definitions``: the control
+state's ``tenants`` document, cluster/tenant_sync.py, reloaded on every pod when it
+changes) and the counters are shared (``counters``: cluster/tenant_shares.py).
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from sardeenz.config import ConfigError, Settings
 from sardeenz.errors import Conflict, NotFound
 from sardeenz.store.tenants import TenantRepository
 from sardeenz.tasks import stop_task
 from sardeenz.tenancy.admission import Admission
-from sardeenz.tenancy.counters import LocalCounters, period_bounds
+from sardeenz.tenancy.counters import CounterFactory, LocalCounters, period_bounds
 from sardeenz.tenancy.spec import Tenant, TenantBody, TenantConflict, check_set, from_config
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,16 @@ def config_tenants(settings: Settings, key_ids: list[str]) -> list[Tenant]:
     return tenants
 
 
+class TenantDefinitions(Protocol):
+    """Where the API's tenants are kept: this node's database, or the cluster's."""
+
+    async def list_all(self) -> dict[str, dict[str, Any]]: ...
+
+    async def put(self, name: str, body: dict[str, Any]) -> None: ...
+
+    async def delete(self, name: str) -> bool: ...
+
+
 class TenantService:
     def __init__(
         self,
@@ -45,9 +60,14 @@ class TenantService:
         admission: Admission,
         repository: TenantRepository,
         key_ids: list[str],
+        *,
+        definitions: TenantDefinitions | None = None,
+        counters: Callable[[], CounterFactory] | None = None,
     ) -> None:
         self._admission = admission
         self._repo = repository
+        self._definitions: TenantDefinitions = definitions or repository
+        self._counters = counters
         self._key_ids = key_ids
         self._flush_every = settings.tenancy_flush_seconds
         self._config = {t.name: t for t in config_tenants(settings, key_ids)}
@@ -56,22 +76,36 @@ class TenantService:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        wall = time.time()
-        periods = [period_bounds("day", wall)[0], period_bounds("month", wall)[0]]
-        self._admission.counters = LocalCounters(await self._repo.usage(periods))
-        for name, body in (await self._repo.list_all()).items():
-            try:
-                tenant = Tenant(name=name, source="api", **TenantBody.model_validate(body).__dict__)
-                check_set([*self._config.values(), *self._stored.values(), tenant], self._key_ids)
-            except (ValueError, TenantConflict) as exc:
-                # Kept in the database: fixing the keys file brings it back on restart.
-                log.error("tenant %r (stored) is not applied: %s", name, exc)
-                continue
-            self._stored[name] = tenant
+        if self._counters is not None:
+            self._admission.counters = self._counters()
+        else:
+            wall = time.time()
+            periods = [period_bounds("day", wall)[0], period_bounds("month", wall)[0]]
+            self._admission.counters = LocalCounters(await self._repo.usage(periods))
+        self._stored = await self._read_stored()
         self._apply()
         if self._config or self._stored:
             log.info("tenants: %s", ", ".join(sorted([*self._config, *self._stored])))
         self._task = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _read_stored(self) -> dict[str, Tenant]:
+        stored: dict[str, Tenant] = {}
+        for name, body in (await self._definitions.list_all()).items():
+            try:
+                tenant = Tenant(name=name, source="api", **TenantBody.model_validate(body).__dict__)
+                check_set([*self._config.values(), *stored.values(), tenant], self._key_ids)
+            except (ValueError, TenantConflict) as exc:
+                # Kept where it is: fixing the keys file brings it back on restart.
+                log.error("tenant %r (stored) is not applied: %s", name, exc)
+                continue
+            stored[name] = tenant
+        return stored
+
+    async def reload(self) -> None:
+        """The stored tenants changed elsewhere (another pod's write, in a cluster)."""
+        async with self._lock:
+            self._stored = await self._read_stored()
+            self._apply()
 
     async def stop(self) -> None:
         await stop_task(self._task)
@@ -133,7 +167,7 @@ class TenantService:
             tenant = Tenant(name=name, source="api", **body.__dict__)
             others = [t for n, t in self._stored.items() if n != name]
             check_set([*self._config.values(), *others, tenant], self._key_ids)
-            await self._repo.put(name, body.model_dump(mode="json"))
+            await self._definitions.put(name, body.model_dump(mode="json"))
             self._stored[name] = tenant
             self._apply()
         return self._view(tenant)
@@ -147,7 +181,7 @@ class TenantService:
                 )
             if name not in self._stored:
                 raise NotFound(f"no tenant is named {name!r}", code="tenant_not_found")
-            await self._repo.delete(name)
+            await self._definitions.delete(name)
             del self._stored[name]
             self._apply()
         return {"deleted": name}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
 
@@ -27,6 +27,9 @@ MAX_REQUESTS: Final = 10**7
 """Requests per minute or in flight: more than any node serves (a typo, not a limit)."""
 MAX_TOKENS: Final = 10**12
 """Tokens per minute, day or month: far above any GPU's throughput."""
+MAX_WEIGHT: Final = 1000
+"""A tenant's fair-queuing weight: a ratio of 1000 to 1 between two tenants is already
+one turn in a thousand."""
 
 KeyId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._@-]{1,64}$")]
 Subject = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -85,6 +88,16 @@ class TenantBody(BaseModel):
         default_factory=dict,
         max_length=1000,
         description="served model name -> limits that hold for that model in addition",
+    )
+    weight: Annotated[StrictInt, Field(ge=1, le=MAX_WEIGHT)] = Field(
+        1,
+        description="share of a saturated model's turns against other tenants' "
+        "(weighted fair queuing; a caller of no tenant weighs 1)",
+    )
+    priority: Literal["interactive", "batch"] = Field(
+        "interactive",
+        description="priority class of its requests (and the highest one the "
+        "X-Sardeenz-Priority header may ask for): interactive goes before batch",
     )
 
 

@@ -2,10 +2,11 @@
 
 A heartbeat carries the sender's identity, its term and whether it leads,
 its routing version, its instances (as ``GET /api/v1/models`` shows them)
-its GPU figures (with the memory its ledger promised) and the version of its
-memory profiles. The store keeps the newest heartbeat per pod and turns
-a pod's active instances into remote endpoints for the routing table
-(weight 1: local engines, weight 2, take two requests for every remote one).
+its GPU figures (with the memory its ledger promised), the LoRA adapters each
+instance holds and the version of its memory profiles. The store keeps the
+newest heartbeat per pod and turns a pod's active instances into remote
+endpoints for the routing table (weight 1: local engines, weight 2, take two
+requests for every remote one).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class Heartbeat(CamelModel):
     unrouted: list[str] = Field(default_factory=list, max_length=4096)
     """Instance ids the sender still serves but withdraws from other pods' routing
     (the source of a move, cluster/handover.py): peers route none of them."""
+    adapters: dict[str, dict[str, int]] = Field(default_factory=dict, max_length=4096)
+    """Instance id -> {LoRA adapter loaded there: its requests in flight}: where other
+    pods send an adapter's requests (catalog/adapters.py). Empty from older pods."""
     profiles_version: str | None = Field(None, max_length=128)
     """Changes whenever the pod's memory profiles change: the leader then collects
     them (cluster/profile_sync.py). None from pods without profile sync."""

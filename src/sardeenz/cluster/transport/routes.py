@@ -83,6 +83,7 @@ ROUTES = InternalRoute("GET", "/internal/routes")
 WITHDRAW = InternalRoute("POST", "/internal/models/{instance_id}/withdraw", fenced=True)
 RESTORE = InternalRoute("POST", "/internal/models/{instance_id}/restore", fenced=True)
 DRAIN = InternalRoute("POST", "/internal/models/{instance_id}/drain", fenced=True)
+ADAPTERS_CARRY = InternalRoute("POST", "/internal/models/{instance_id}/adapters", fenced=True)
 
 # --- memory profiles shared across the cluster (cluster/profile_sync.py)
 PROFILES = InternalRoute("GET", "/internal/memory-profiles")
@@ -95,8 +96,20 @@ CONTROL_READ = InternalRoute("POST", "/internal/control/read", fenced=True)
 # --- on-demand starts placed by the leader (cluster/ondemand.py)
 ONDEMAND_PLACE = InternalRoute("POST", "/internal/ondemand/place")
 
+# --- tenants' limits split between the pods, asked of the leader (cluster/tenant_shares.py):
+# not fenced (a pod asks whoever it believes leads; a follower answers 409 not_leader)
+TENANCY_SYNC = InternalRoute("POST", "/internal/tenancy/sync")
+
+# --- an operator's LoRA adapter load and unload on the pods concerned
+# (cluster/adapter_orders.py)
+ADAPTER_LOAD = InternalRoute("POST", "/internal/adapters/{name}/load")
+ADAPTER_UNLOAD = InternalRoute("POST", "/internal/adapters/{name}/unload")
+
 # --- the cluster-wide request log, pulled by every pod (cluster/observe.py)
 REQUESTS_PULL = InternalRoute("POST", "/internal/requests/pull")
+
+# --- billable usage of this pod, summed by the pod that answers the API (cluster/usage_fanout.py)
+USAGE_QUERY = InternalRoute("POST", "/internal/usage/query")
 
 # --- reads of this pod's instances by another pod's locator (cluster/instance_routes.py):
 # not fenced (they change nothing; asked also while no leader is known)

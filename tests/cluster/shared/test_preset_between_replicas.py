@@ -59,7 +59,15 @@ def applied(shared_cluster: Cluster) -> Iterator[str]:
     try:
         yield url
     finally:
-        httpx.delete(f"{url}/api/cluster/presets/between", timeout=30)
+        # A reconcile pass may still hold the presets (409 preset_apply_in_progress, "try
+        # again when it ends"): retry that answer only, for a bounded time.
+        deadline = time.monotonic() + 30
+        gone = httpx.delete(f"{url}/api/cluster/presets/between", timeout=30)
+        while gone.status_code == 409 and time.monotonic() < deadline:
+            assert gone.json()["code"] == "preset_apply_in_progress", gone.text
+            time.sleep(0.2)
+            gone = httpx.delete(f"{url}/api/cluster/presets/between", timeout=30)
+        assert gone.status_code == 200, gone.text
         for pod in shared_cluster.names:
             for inst in shared_cluster.instances(pod):
                 if inst["servedModelName"] in (SMALL, GHOST):

@@ -1,9 +1,9 @@
 """Presets on a 3-pod cluster: apply, reconcile after a pod dies and returns, refusals.
 
-Every pod has two simulated NVIDIA L4s of 24 GiB; the strategy is balanced (the
-default). A GPU's memory available to a new engine is its free memory minus
-the 2 GB (1.86 GiB) reserve, so an empty L4 offers 22.14 GiB. The preset's six
-models, in order, m1-m4 of 14 GiB and m5, m6 of 9 GiB, land by hand
+On the folder's shared cluster: every pod has two simulated NVIDIA L4s of 24 GiB; the
+strategy is balanced (the default). A GPU's memory available to a new engine is its
+free memory minus the 2 GB (1.86 GiB) reserve, so an empty L4 offers 22.14 GiB. The
+preset's six models, in order, m1-m4 of 14 GiB and m5, m6 of 9 GiB, land by hand
 calculation (balanced: the GPUs that keep the most free, then the pod that
 keeps the most in total, then the lower pod id and GPU index):
 
@@ -35,29 +35,39 @@ from testkit.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
-L4 = "NVIDIA L4:24GiB"
 SIZES = {"m1": 14, "m2": 14, "m3": 14, "m4": 14, "m5": 9, "m6": 9}
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(
-        tmp_path_factory.mktemp("presets"),
-        3,
-        SARDEENZ_SIM_GPUS=f"{L4},{L4}",
-        SARDEENZ_PRESET_RECONCILE_SECONDS="1",
+def cluster(shared_cluster: Cluster) -> Iterator[Cluster]:
+    """The folder's shared cluster (two L4s per pod, presets reconciled every second);
+    the module's presets and their instances are removed after it."""
+    shared_cluster.wait(
+        lambda st: all(len(p["gpus"]) == 2 for s in st.values() for p in s["pods"]),
+        20,
+        "every pod's GPUs in every heartbeat",
     )
     try:
-        c.start()
-        c.wait(
-            lambda st: all(len(p["gpus"]) == 2 for s in st.values() for p in s["pods"]),
-            20,
-            "every pod's GPUs in every heartbeat",
-        )
-        yield c
+        yield shared_cluster
     finally:
-        c.close()
-        assert c.orphans() == []
+        url = shared_cluster.leader_url()
+        for preset in httpx.get(f"{url}/api/cluster/presets", timeout=10).json():
+            delete_preset(url, preset["name"])
+        for pod in shared_cluster.names:
+            for inst in shared_cluster.instances(pod):
+                shared_cluster.unload(pod, inst["id"])
+
+
+def delete_preset(url: str, name: str) -> None:
+    """DELETE, retrying only 409 preset_apply_in_progress (a reconcile pass still holds the
+    presets: the API says to try again when it ends), bounded."""
+    deadline = time.monotonic() + 30
+    gone = httpx.delete(f"{url}/api/cluster/presets/{name}", timeout=30)
+    while gone.status_code == 409 and time.monotonic() < deadline:
+        assert gone.json()["code"] == "preset_apply_in_progress", gone.text
+        time.sleep(0.2)
+        gone = httpx.delete(f"{url}/api/cluster/presets/{name}", timeout=30)
+    assert gone.status_code == 200, gone.text
 
 
 def sim(name: str, gib: float, replicas: int = 1, load_s: float = 0.2) -> dict[str, Any]:

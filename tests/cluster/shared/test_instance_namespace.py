@@ -1,7 +1,7 @@
 """One instance namespace: every route on an instance answers the same from every pod.
 
 A table: each instance route x each pod as the entry x an instance on each pod (and an
-id no pod has), one cluster of 3 real `sardeenz serve` processes for all of it. Entries
+id no pod has), on the folder's shared cluster of 3 real `sardeenz serve` processes. Entries
 that follow are redirected (307) to the leader, which runs the route locally or on the
 instance's pod through the locator (cluster/locator.py). The answer each case gets is
 compared with the one the instance's own pod gives as the entry.
@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -68,11 +68,16 @@ class Namespace:
 
 
 @pytest.fixture(scope="module")
-def ns(cluster3: Cluster) -> Namespace:
-    n = Namespace(cluster3)
-    for pod in PODS:
-        n.instance[pod] = n.load(pod, f"ns-{pod}")
-    return n
+def ns(shared_cluster: Cluster) -> Iterator[Namespace]:
+    """The shared cluster with one instance on each pod, unloaded after the module."""
+    n = Namespace(shared_cluster)
+    try:
+        for pod in PODS:
+            n.instance[pod] = n.load(pod, f"ns-{pod}")
+        yield n
+    finally:
+        for pod, iid in n.instance.items():
+            shared_cluster.unload(pod, iid)
 
 
 def _call(method: str, url: str, **kw: Any) -> httpx.Response:

@@ -1,9 +1,10 @@
 """Cluster-wide request log, usage and charts, collected from every pod (3 real pods).
 
-Requests enter through each pod for a model that only pod-c runs (so pod-a's and
-pod-b's are forwarded to pod-c). Each appears once in every pod's
-``/api/v1/requests`` and usage, with the pod that ran it and the pod it entered;
-``pod`` / ``entryPod`` filter; a pod SIGKILLed keeps its collected records.
+On the folder's shared cluster. Requests enter through each pod for a model that only
+pod-c runs (so pod-a's and pod-b's are forwarded to pod-c). Each appears once in every
+pod's ``/api/v1/requests`` and usage, with the pod that ran it and the pod it entered;
+``pod`` / ``entryPod`` filter; a pod SIGKILLed keeps its collected records (and is
+started again after: the cluster is shared).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -50,20 +51,25 @@ def _usage(url: str, **params: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def sent(cluster3: Cluster) -> Cluster:
-    cluster3.wait_one_leader()
-    cluster3.load_on("pod-c", MODEL)
-    for pod, n in SENT.items():
-        url = cluster3.pods[pod].url
-        _poll(f"{MODEL} routable on {pod}", partial(_listed, url), bool)
-        for _ in range(n):
-            resp = httpx.post(
-                f"{url}/v1/chat/completions",
-                json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
-                timeout=30,
-            )
-            assert resp.status_code == 200, resp.text
-    return cluster3
+def sent(shared_cluster: Cluster) -> Iterator[Cluster]:
+    """The shared cluster once every request of ``SENT`` was answered; the model is
+    unloaded after the module."""
+    shared_cluster.wait_one_leader()
+    iid = shared_cluster.load_on("pod-c", MODEL)["id"]
+    try:
+        for pod, n in SENT.items():
+            url = shared_cluster.pods[pod].url
+            _poll(f"{MODEL} routable on {pod}", partial(_listed, url), bool)
+            for _ in range(n):
+                resp = httpx.post(
+                    f"{url}/v1/chat/completions",
+                    json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+                    timeout=30,
+                )
+                assert resp.status_code == 200, resp.text
+        yield shared_cluster
+    finally:
+        shared_cluster.unload("pod-c", iid)
 
 
 def _listed(url: str) -> bool:
@@ -126,6 +132,13 @@ def test_a_killed_pod_keeps_its_collected_history(sent: Cluster) -> None:
     survivor = sent.pods["pod-a"].url
     _poll("every record", lambda: _requests(survivor), lambda e: len(e) >= TOTAL)
     sent.pods["pod-b"].stop(signal.SIGKILL)
+    try:
+        _check_the_survivors_kept_pod_b_records(sent)
+    finally:
+        sent.rejoin("pod-b")  # the cluster is shared: leave it whole
+
+
+def _check_the_survivors_kept_pod_b_records(sent: Cluster) -> None:
     sent.wait(
         lambda st: all(
             p["state"] == "unavailable"

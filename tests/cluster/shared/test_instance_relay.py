@@ -1,5 +1,7 @@
 """Relayed instance streams (log follow, SSE events) of an instance on another pod.
 
+On the folder's shared cluster (pod-c, killed here, is started again after the test).
+
 The leader (pod-a) relays the stream of pod-b's instance from pod-b: new log lines
 arrive live; a client that leaves ends pod-b's stream (its
 ``sardeenz_cluster_relayed_streams`` gauge drops back to 0); pod-b SIGKILLed
@@ -91,14 +93,15 @@ class Follower:
 
 
 @pytest.fixture(scope="module")
-def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("relay"), 3)
+def relay(shared_cluster: Cluster) -> Iterator[Cluster]:
+    """The folder's shared cluster; the module's instances are unloaded after it."""
     try:
-        cluster.start()
-        cluster.wait_one_leader()
-        yield cluster
+        yield shared_cluster
     finally:
-        cluster.close()
+        for pod in shared_cluster.names:
+            for inst in shared_cluster.instances(pod):
+                if inst["servedModelName"].startswith("relay-"):
+                    shared_cluster.unload(pod, inst["id"])
 
 
 def _instance_on(cluster: Cluster, pod: str, name: str) -> str:
@@ -116,7 +119,7 @@ def test_live_lines_are_relayed_and_a_client_that_leaves_ends_the_upstream(
     relay: Cluster,
 ) -> None:
     iid = _instance_on(relay, "pod-b", "relay-b")
-    assert relayed_streams(relay, "pod-b") == 0
+    wait_gauge(relay, "pod-b", 0, 10)  # no stream an earlier module followed is still open
     follower = Follower(f"{relay.pods['pod-a'].url}/api/v1/models/instances/{iid}/events")
     try:
         status = follower.until("status")
@@ -141,6 +144,13 @@ def test_live_lines_are_relayed_and_a_client_that_leaves_ends_the_upstream(
 
 def test_owning_pod_killed_mid_stream_ends_it_with_a_final_event(relay: Cluster) -> None:
     iid = _instance_on(relay, "pod-c", "relay-c")
+    try:
+        _kill_the_owner_mid_stream(relay, iid)
+    finally:
+        relay.rejoin("pod-c")  # the cluster is shared: leave it whole (pod-c re-adopts relay-c)
+
+
+def _kill_the_owner_mid_stream(relay: Cluster, iid: str) -> None:
     follower = Follower(f"{relay.pods['pod-a'].url}/api/v1/models/instances/{iid}/events")
     try:
         follower.until("status")

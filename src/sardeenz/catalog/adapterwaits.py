@@ -1,0 +1,100 @@
+"""What waiting requests for a LoRA adapter are answered with, and when they look again.
+
+* **Failures**: a load the engine refused answers every waiter with vLLM's reason and
+  status (code ``adapter_load_failed``), and new requests get the same answer for
+  ``ondemand_failure_hold_seconds`` rather than each asking the engine again.
+* **Room**: a request that found every slot serving requests waits for a slot to
+  free (a request or a load ended, an instance left); one event per wait round,
+  replaced when set, so every waiter looks again once.
+* The not-ready and no-room answers (OpenAI-shaped 503s with ``Retry-After``).
+
+Used by ``catalog.adapters``; all on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+
+from sardeenz.catalog.metrics import STATS
+from sardeenz.catalog.replies import not_ready
+from sardeenz.proxy.wire import ErrorReply
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Failures", "Room", "no_room", "timed_out"]
+
+
+class Failures:
+    def __init__(self, hold: float) -> None:
+        self._hold = hold
+        self._recent: dict[str, tuple[float, ErrorReply]] = {}
+
+    def record(self, name: str, status: int, message: str) -> ErrorReply:
+        """The engine refused to load ``name``: the answer for its waiters, held."""
+        STATS.adapter(name, "load_failed")
+        status = status if 400 <= status < 600 else 502
+        retry = str(max(1, math.ceil(self._hold))).encode()
+        reply = ErrorReply(
+            status,
+            f"LoRA adapter {name!r} could not be loaded: {message}",
+            "invalid_request_error" if status < 500 else "api_error",
+            "adapter_load_failed",
+            headers=[(b"retry-after", retry)],
+        )
+        self._recent[name] = (asyncio.get_running_loop().time(), reply)
+        log.warning("adapter %s could not be loaded: %s", name, message)
+        return reply
+
+    def recent(self, name: str, now: float) -> ErrorReply | None:
+        """The held answer of a failed load of ``name``, if within the hold."""
+        failure = self._recent.get(name)
+        if failure is None:
+            return None
+        if now - failure[0] >= self._hold:
+            del self._recent[name]
+            return None
+        return failure[1]
+
+
+class Room:
+    def __init__(self) -> None:
+        self._freed: asyncio.Event | None = None
+        self.waiters = 0
+
+    async def wait(self, remaining: float) -> bool:
+        """Wait until a slot may have freed; False on timeout."""
+        if remaining <= 0:
+            return False
+        if self._freed is None:
+            self._freed = asyncio.Event()
+        event = self._freed
+        self.waiters += 1
+        try:
+            await asyncio.wait_for(event.wait(), remaining)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.waiters -= 1
+
+    def notify(self) -> None:
+        event, self._freed = self._freed, None
+        if event is not None:
+            event.set()
+
+
+def timed_out(name: str, max_wait: float) -> ErrorReply:
+    return not_ready(f"LoRA adapter {name!r}", "not loaded yet", max_wait)
+
+
+def no_room(name: str) -> ErrorReply:
+    return ErrorReply(
+        503,
+        f"LoRA adapter {name!r} has no free slot: every adapter slot of its base's "
+        "instances is serving requests; retry later",
+        "service_unavailable_error",
+        "adapter_slots_busy",
+        headers=[(b"retry-after", b"2")],
+    )
