@@ -60,13 +60,14 @@ class Sim:
 
     def wait_ready(self, timeout: float = 30) -> Sim:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sim engine exited with {self.proc.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.1)
+        with httpx.Client(timeout=1) as http:  # one client: each new one loads the CA bundle
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"sim engine exited with {self.proc.returncode}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get(f"{self.url}/health").status_code == 200:
+                        return self
+                time.sleep(0.1)
         raise RuntimeError(f"sim engine {self.url} not ready (/health) in {timeout}s")
 
     def aborts(self) -> float:

@@ -4,6 +4,10 @@
 restart, crash or count what a server runs. ``module_server_factory`` starts
 servers a whole module shares: for tests that only read state or check
 refusals, so each module pays for one server start instead of one per test.
+``module_server`` is that server with the default test settings, and
+``reused_server`` the same server for a test that loads models: it unloads
+everything after the test and waits for the engines to end, so the next test
+finds the server as empty as a new one (a server start is about a second of CPU).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 import pytest
 from xdist.remote import Producer
 
-from testkit.servers import ServerPool, ServerProcess
+from testkit.servers import ServerPool, ServerProcess, unload_all
 from tests import scheduling
 
 
@@ -48,3 +52,16 @@ def module_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     pool = ServerPool(tmp_path_factory.mktemp("module-servers"))
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="module")
+def module_server(module_server_factory: ServerPool) -> ServerProcess:
+    """A server with the default test settings, shared by the module's tests."""
+    return module_server_factory().start()
+
+
+@pytest.fixture
+def reused_server(module_server: ServerProcess) -> Iterator[ServerProcess]:
+    """``module_server`` for a test that loads models; emptied again after the test."""
+    yield module_server
+    unload_all(module_server)

@@ -1,4 +1,8 @@
-"""Engine supervision end to end: real `sardeenz serve`, real sim-engine processes."""
+"""Engine supervision end to end: real `sardeenz serve`, real sim-engine processes.
+
+The tests that only load, crash and unload engines share one server (``reused_server``
+empties it after each); the ones that restart, stop or reconfigure it have their own.
+"""
 
 from __future__ import annotations
 
@@ -56,12 +60,12 @@ class EventCollector:
         return [d["line"] for e, d in self.events if e == "log"]
 
 
-def test_three_models_load_stream_events_and_unload_cleanly(server: ServerProcess) -> None:
-    with server.client() as api:
+def test_three_models_load_stream_events_and_unload_cleanly(reused_server: ServerProcess) -> None:
+    with reused_server.client() as api:
         insts = [sim_load(api, f"model-{i}", "--load-seconds", "0.8") for i in range(3)]
         assert {i["status"] for i in insts} == {"starting"}
         assert len({i["port"] for i in insts}) == 3
-        collector = EventCollector(server.url, insts[0]["id"])
+        collector = EventCollector(reused_server.url, insts[0]["id"])
         assert collector.connected.wait(10)
         active = [wait_for_status(api, i["id"], "active") for i in insts]
         for a in active:
@@ -89,8 +93,8 @@ def test_three_models_load_stream_events_and_unload_cleanly(server: ServerProces
         assert len(api.get("/api/v1/models").json()) == 2
 
 
-def test_sigkill_of_engine_turns_it_failed_and_leaves_nothing(server: ServerProcess) -> None:
-    with server.client() as api:
+def test_sigkill_of_engine_turns_it_failed_and_leaves_nothing(reused_server: ServerProcess) -> None:
+    with reused_server.client() as api:
         inst = load_active(api, "victim")
         pids = tree_pids(inst["processId"])
         assert len(pids) >= 2  # the API server and its EngineCore child
@@ -105,15 +109,15 @@ def test_sigkill_of_engine_turns_it_failed_and_leaves_nothing(server: ServerProc
         assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code == 200
 
 
-def test_fail_after_load_reports_the_root_cause(server: ServerProcess) -> None:
-    with server.client() as api:
+def test_fail_after_load_reports_the_root_cause(reused_server: ServerProcess) -> None:
+    with reused_server.client() as api:
         inst = sim_load(api, "doomed", "--fail-after-load")
         failed = wait_for_status(api, inst["id"], "failed", timeout=20)
         msg = failed["errorMessage"]
         assert "KV cache" in msg
         assert "max seq len" in msg
         assert "Engine core initialization failed" not in msg
-        assert [p for p in engine_processes(server.data_dir) if p.is_running()] == []
+        assert [p for p in engine_processes(reused_server.data_dir) if p.is_running()] == []
 
 
 def test_restart_after_sigkill_readopts_running_engines(server_factory: Any) -> None:
@@ -284,10 +288,10 @@ def test_malformed_json_and_unknown_ids(module_server: ServerProcess) -> None:
         assert api.get("/api/v1/no-such-route").json()["code"] == "not_found"
 
 
-def test_shell_metacharacters_are_literal_argv(server: ServerProcess, tmp_path: Any) -> None:
+def test_shell_metacharacters_are_literal_argv(reused_server: ServerProcess, tmp_path: Any) -> None:
     marker = tmp_path / "pwned"
     token = f"--x; touch {marker} $(touch {marker}) | touch {marker}"
-    with server.client() as api:
+    with reused_server.client() as api:
         inst = sim_load(api, "meta", token)
         # The engine gets ONE argv token and rejects it like vLLM's argparse would;
         # no shell ever sees it.

@@ -1,4 +1,8 @@
-"""The operator CLI against a real server, and the serve command's guards."""
+"""The operator CLI against a real server, and the serve command's guards.
+
+The CLI round trips share one server (``reused_server``, emptied after each test); the
+serve guards and the servers started with other flags are each their own.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +28,8 @@ def cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> A
     )
 
 
-def test_models_commands_round_trip(server: ServerProcess) -> None:
-    url = ["--url", server.url]
+def test_models_commands_round_trip(reused_server: ServerProcess) -> None:
+    url = ["--url", reused_server.url]
     out = cli("models", "ls", *url)
     assert out.returncode == 0, out.stderr
     assert "No model instances" in out.stdout
@@ -51,7 +55,7 @@ def test_models_commands_round_trip(server: ServerProcess) -> None:
     listed = json.loads(cli("models", "ls", "--json", *url).stdout)
     assert len(listed) == 1
     inst_id = listed[0]["id"]
-    with server.client() as api:
+    with reused_server.client() as api:
         wait_for_status(api, inst_id, "active")
 
     shown = json.loads(cli("models", "show", inst_id, *url).stdout)
@@ -157,12 +161,12 @@ def test_demo_mode_loads_labelled_simulated_models(server_factory: Any) -> None:
     assert not (srv.data_dir / "sardeenz.db").exists()
 
 
-def test_bench_run_follows_progress_and_prints_the_run(server: ServerProcess) -> None:
-    url = ["--url", server.url]
+def test_bench_run_follows_progress_and_prints_the_run(reused_server: ServerProcess) -> None:
+    url = ["--url", reused_server.url]
     out = cli("models", "load", "bench-model", "--engine", "sim", "--name", "bench-served", *url)
     assert out.returncode == 0, out.stderr
     inst_id = json.loads(cli("models", "ls", "--json", *url).stdout)[0]["id"]
-    with server.client() as api:
+    with reused_server.client() as api:
         wait_for_status(api, inst_id, "active")
     try:
         out = cli(
@@ -196,13 +200,13 @@ def test_bench_run_follows_progress_and_prints_the_run(server: ServerProcess) ->
         cli("models", "unload", inst_id, *url)
 
 
-def test_logs_n_counts_the_lines_it_prints(server: ServerProcess) -> None:
+def test_logs_n_counts_the_lines_it_prints(reused_server: ServerProcess) -> None:
     """``-n N`` prints the last N shown lines: hidden /health polls use none of the count."""
     from sardeenz.healthpolls import is_health_poll
     from testkit.servers import load_active
 
-    url = ["--url", server.url]
-    with server.client() as api:
+    url = ["--url", reused_server.url]
+    with reused_server.client() as api:
         inst = load_active(api, "logs-n-model")
         everything: list[str] = []
         deadline = time.monotonic() + 30
@@ -238,7 +242,7 @@ def test_logs_n_counts_the_lines_it_prints(server: ServerProcess) -> None:
         if event["event"] == "status":
             break
         before_status.append(event)
-    with server.client() as api:
+    with reused_server.client() as api:
         assert api.post(f"/api/v1/models/{inst['id']}/unload").status_code in (200, 202)
     rest, stderr = follow.communicate(timeout=30)
     assert follow.returncode == 0, stderr

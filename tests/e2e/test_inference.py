@@ -103,14 +103,14 @@ def test_raw_sse_ends_with_done(two_models: ServerProcess) -> None:
     assert lines[-1] == "data: [DONE]"
 
 
-def test_round_robin_across_two_instances_of_one_name(server: ServerProcess) -> None:
-    with server.client() as api:
+def test_round_robin_across_two_instances_of_one_name(reused_server: ServerProcess) -> None:
+    with reused_server.client() as api:
         ids = [sim_load(api, "twin", "--ttft-ms", "1")["id"] for _ in range(2)]
         ports = {wait_for_status(api, i, "active")["port"] for i in ids}
     seen = []
     for _ in range(6):
         r = httpx.post(
-            f"{server.url}/v1/completions",
+            f"{reused_server.url}/v1/completions",
             json={"model": "twin", "prompt": "x", "max_tokens": 1},
             timeout=10,
         )
@@ -119,12 +119,12 @@ def test_round_robin_across_two_instances_of_one_name(server: ServerProcess) -> 
     assert all(seen[i] != seen[i + 1] for i in range(len(seen) - 1))
 
 
-def test_request_during_start_is_served_once_active(server: ServerProcess) -> None:
-    with server.client() as api:
+def test_request_during_start_is_served_once_active(reused_server: ServerProcess) -> None:
+    with reused_server.client() as api:
         inst = sim_load(api, "late", "--load-seconds", "2")
         assert inst["status"] == "starting"
         r = httpx.post(
-            f"{server.url}/v1/completions",
+            f"{reused_server.url}/v1/completions",
             json={"model": "late", "prompt": "x", "max_tokens": 2},
             timeout=30,
         )

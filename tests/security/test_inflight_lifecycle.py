@@ -21,13 +21,14 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 
-from testkit.servers import ServerPool, ServerProcess, load_active, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, load_active, unload_all, wait_for_status
 
 GRACE = 3.0
 CLIENT_TIMEOUT = 40.0
@@ -190,14 +191,21 @@ def sim_args(itl_ms: int = 50) -> list[str]:
     return ["--ttft-ms", "20", "--itl-ms", str(itl_ms), "--wake-ms", "100"]
 
 
-@pytest.fixture
-def drain_server(server_factory: ServerPool) -> ServerProcess:
-    return server_factory(
+@pytest.fixture(scope="module")
+def drain_module_server(module_server_factory: ServerPool) -> ServerProcess:
+    return module_server_factory(
         extra_env={
             "SARDEENZ_STOP_GRACE_SECONDS": str(GRACE),
             "SARDEENZ_SLEEP_DRAIN_SECONDS": str(GRACE),
         }
     ).start()
+
+
+@pytest.fixture
+def drain_server(drain_module_server: ServerProcess) -> Iterator[ServerProcess]:
+    """One server with the short drain for the module; emptied after each test."""
+    yield drain_module_server
+    unload_all(drain_module_server)
 
 
 def test_sleep_waits_for_streams_in_flight_then_sleeps(drain_server: ServerProcess) -> None:

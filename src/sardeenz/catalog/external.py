@@ -39,6 +39,7 @@ from sardeenz.proxy.routing import REMOTE_WEIGHT, Endpoint, ExternalTarget, Rout
 from sardeenz.proxy.wire import ErrorReply
 from sardeenz.store.records import CatalogEntry
 from sardeenz.tasks import stop_task
+from sardeenz.tls import client_tls
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,9 @@ class ExternalServers:
     def start(self) -> None:
         if self._task is not None:
             return
-        self._http = httpx.AsyncClient(timeout=_PROBE_TIMEOUT, follow_redirects=False)
+        self._http = httpx.AsyncClient(
+            timeout=_PROBE_TIMEOUT, follow_redirects=False, verify=client_tls()
+        )
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name="sardeenz-external-health"
         )

@@ -61,6 +61,7 @@ from sardeenz.runtime.runner import (
     InstanceRunner,
 )
 from sardeenz.store.instances import InstanceRepository
+from sardeenz.tls import client_tls
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class Supervisor:
         self._http = httpx.AsyncClient(
             timeout=self.settings.health_timeout_seconds,
             limits=httpx.Limits(max_keepalive_connections=64),
+            verify=client_tls(),
         )
         for stored in await self.repo.list_all():
             await self._restore(stored.instance, stored.process_create_time)

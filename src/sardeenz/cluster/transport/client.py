@@ -40,6 +40,7 @@ from sardeenz.cluster.transport.backoff import Backoff
 from sardeenz.cluster.transport.routes import InternalRoute
 from sardeenz.errors import Conflict, NotFound, SardeenzError, Unavailable
 from sardeenz.security.cluster_hmac import ANY_TARGET, Signer
+from sardeenz.tls import client_tls
 
 if TYPE_CHECKING:
     import httpx
@@ -99,6 +100,7 @@ class PodClient:
             timeout=httpx.Timeout(self._timeout),
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
             trust_env=False,  # peers are direct: no HTTP(S)_PROXY detour for /internal
+            verify=client_tls(trust_env=False),
         )
 
     async def close(self) -> None:

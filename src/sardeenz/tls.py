@@ -1,0 +1,21 @@
+"""One TLS context per process for the controller's HTTP clients.
+
+Building an ``httpx`` client without one loads the CA bundle, about 20 ms of CPU; a
+server start built two or three (the supervisor's, the external servers' probe, the
+cluster transport's), a few per cent of the start. A context is safe to share between
+clients; the two kept here are the ones httpx would build itself, with and without the
+``SSL_CERT_FILE``/``SSL_CERT_DIR`` environment (a client's ``trust_env``).
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+
+import httpx
+
+
+@functools.cache
+def client_tls(trust_env: bool = True) -> ssl.SSLContext:
+    """The context ``httpx.AsyncClient(trust_env=trust_env)`` would build for itself."""
+    return httpx.create_ssl_context(trust_env=trust_env)
