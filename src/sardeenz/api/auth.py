@@ -50,14 +50,15 @@ async def auth_config(services: ServicesDep) -> AuthConfig:
     s = services.settings
     auth = services.auth
     oidc = None
-    if auth.openshift is not None:
-        oauth = auth.openshift
+    openshift = auth.openshift_sign_in()
+    if openshift is not None:
+        url, client_id, authorization_endpoint, scope = openshift
         oidc = OidcConfig(
-            issuer=oauth.url,
-            client_id=oauth.client_id,
-            authorization_endpoint=oauth.authorization_endpoint,
+            issuer=url,
+            client_id=client_id,
+            authorization_endpoint=authorization_endpoint,
             token_endpoint="/api/auth/openshift/token",
-            scope=oauth.scope,
+            scope=scope,
             provider="openshift",
         )
     elif s.oidc_issuer:
@@ -82,8 +83,7 @@ class TokenAnswer(BaseModel):
 async def openshift_token(request: Request, services: ServicesDep) -> TokenAnswer:
     """The dashboard's OpenShift sign-in: its authorization code (a form, as OAuth 2.0
     sends it) exchanged at OpenShift's OAuth server with the OAuthClient's secret."""
-    oauth = services.auth.openshift
-    if oauth is None:
+    if services.auth.openshift_sign_in() is None:
         raise NotFound("OpenShift sign-in is not configured", code="openshift_oauth_off")
     try:
         form = dict(parse_qsl((await request.body()).decode(), max_num_fields=10))
@@ -91,7 +91,7 @@ async def openshift_token(request: Request, services: ServicesDep) -> TokenAnswe
         raise InvalidRequest(
             "expected an application/x-www-form-urlencoded body", code="oauth_bad_request"
         ) from None
-    return TokenAnswer.model_validate(await oauth.exchange(form))
+    return TokenAnswer.model_validate(await services.auth.exchange_openshift_code(form))
 
 
 @router.get("/auth/me", response_model=Me, dependencies=[READONLY])

@@ -27,9 +27,11 @@ import jwt
 from jwt import PyJWKClient
 
 from sardeenz.config import ConfigError, Settings
-from sardeenz.errors import SardeenzError
+from sardeenz.errors import NotFound, SardeenzError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from sardeenz.security.openshift_oauth import OpenShiftOAuth
     from sardeenz.security.tokenreview import TokenReviewer
 
@@ -143,6 +145,21 @@ class Authenticator:
             from sardeenz.security.openshift_oauth import OpenShiftOAuth
 
             self.openshift = OpenShiftOAuth(settings)
+
+    def openshift_sign_in(self) -> tuple[str, str, str, str] | None:
+        """The dashboard's OpenShift sign-in, when configured: (OAuth server URL, client
+        id, authorization endpoint, scope); None when it is off."""
+        oauth = self.openshift
+        if oauth is None:
+            return None
+        return oauth.url, oauth.client_id, oauth.authorization_endpoint, oauth.scope
+
+    async def exchange_openshift_code(self, form: Mapping[str, str]) -> dict[str, Any]:
+        """The dashboard's authorization code exchanged at OpenShift's OAuth server with
+        the OAuthClient's secret (the browser never holds it)."""
+        if self.openshift is None:
+            raise NotFound("OpenShift sign-in is not configured", code="openshift_oauth_off")
+        return await self.openshift.exchange(form)
 
     async def start(self) -> None:
         """Resolve the OIDC discovery document (jwks_uri, endpoints for the dashboard)."""
