@@ -173,35 +173,6 @@ class Scope:
         wait, reason, limit = max(candidates)
         return Rejection(self.tenant, self.name, reason, limit, retry_after(wait))
 
-    def take(self, tokens: int, now: float) -> None:
-        self.inflight += 1
-        if self.rpm is not None:
-            self.rpm.take(1, now)
-        if self.tpm is not None:
-            self.tpm.take(tokens, now)
-        if self.day is not None:
-            self.day.held += tokens
-        if self.month is not None:
-            self.month.held += tokens
-
-    def settle(self, estimate: int, actual: int, now: float, wall: float) -> None:
-        # Branches, not a loop over (day, month): this runs once per scope per request.
-        self.inflight -= 1
-        tpm, day, month = self.tpm, self.day, self.month
-        if tpm is not None and actual != estimate:
-            tpm.give(estimate - actual, now)
-        if day is not None:
-            # (never below 0: a budget added while this request was in flight)
-            held = day.held - estimate
-            day.held = held if held > 0 else 0
-            if actual:
-                day.add(actual, wall)
-        if month is not None:
-            held = month.held - estimate
-            month.held = held if held > 0 else 0
-            if actual:
-                month.add(actual, wall)
-
     def cancel(self, estimate: int, now: float) -> None:
         self.inflight -= 1
         if self.rpm is not None:
@@ -274,15 +245,22 @@ class Ticket:
         scopes: tuple[Scope, ...],
         estimate: int,
         counts_tokens: bool,
-        usage: tuple[UsageMeter | None, str, str, int] = (None, "", "", 0),
+        meter: UsageMeter | None = None,
+        key: str = "",
+        model: str = "",
+        prompt_estimate: int = 0,
     ) -> None:
         self.tenant = tenant
         self._scopes = scopes
         self.estimate = estimate
         self._counts_tokens = counts_tokens
         self._open = True
-        # (the usage meter, the key id, the model, the prompt's part of the estimate)
-        self._meter, self._key, self._model, self._prompt_estimate = usage
+        # (plain arguments, not a tuple unpacked: one is made per request)
+        self._meter = meter
+        self._key = key
+        self._model = model
+        self._prompt_estimate = prompt_estimate
+        """The prompt's part of the estimate (the usage meter's)."""
 
     def settle(self, status: int, last: bytes, prev: bytes) -> None:
         """The request ended with ``status``; ``last``/``prev``: the response's tail."""
@@ -299,8 +277,24 @@ class Ticket:
             # else (a success without usage: a stream that did not ask for it; or the
             # client left, the engine having worked for it): the estimate stands
         now, wall = _mono(), _wall()
+        # Each scope's part, inline (a call per scope was a tenth of the cost): out of
+        # the in-flight count, the estimate given back for ``actual``, the budgets' hold
+        # released (never below 0: a budget added while this request was in flight).
         for scope in self._scopes:
-            scope.settle(estimate, actual, now, wall)
+            scope.inflight -= 1
+            tpm, day, month = scope.tpm, scope.day, scope.month
+            if tpm is not None and actual != estimate:
+                tpm.give(estimate - actual, now)
+            if day is not None:
+                held = day.held - estimate
+                day.held = held if held > 0 else 0
+                if actual:
+                    day.add(actual, wall)
+            if month is not None:
+                held = month.held - estimate
+                month.held = held if held > 0 else 0
+                if actual:
+                    month.add(actual, wall)
         meter = self._meter
         if meter is not None:  # the tail is read by the meter's drain, off this path
             p_est, tenant, key, model = self._prompt_estimate, self.tenant, self._key, self._model
@@ -453,7 +447,14 @@ class Admission:
         if entry is None:
             return None
         scopes = entry.by_model.get(model, entry.all)
-        tokens = estimate_tokens(payload, body_bytes, self.default_completion)
+        # estimate_tokens, inline: the prompt's part is the meter's too
+        cap = payload.get("max_completion_tokens")
+        if cap is None:
+            cap = payload.get("max_tokens")
+        if type(cap) is not int or cap < 0:
+            cap = self.default_completion
+        prompt = -(-body_bytes // BYTES_PER_TOKEN)
+        tokens = prompt + cap
         now = _mono()
         wall = _wall()
         refusal = None
@@ -464,14 +465,21 @@ class Admission:
         if refusal is not None:
             # counted by whoever answers it (``refused``): once
             return refusal._replace(key=key_id, model=model)
+        # Every scope charged, inline (``refusal`` answered at this ``now``: the buckets
+        # take without a second refill).
         for scope in scopes:
-            scope.take(tokens, now)
+            scope.inflight += 1
+            rpm, tpm, day, month = scope.rpm, scope.tpm, scope.day, scope.month
+            if rpm is not None:
+                rpm.take(1, now)
+            if tpm is not None:
+                tpm.take(tokens, now)
+            if day is not None:
+                day.held += tokens
+            if month is not None:
+                month.held += tokens
         return Ticket(
-            entry.name,
-            scopes,
-            tokens,
-            entry.counts_tokens,
-            (self.meter, key_id, model, -(-body_bytes // BYTES_PER_TOKEN)),
+            entry.name, scopes, tokens, entry.counts_tokens, self.meter, key_id, model, prompt
         )
 
     def metered(self, rejection: Rejection) -> None:
