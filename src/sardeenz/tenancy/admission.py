@@ -25,6 +25,7 @@ counters.py's interface, where a cluster-wide implementation plugs in.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
@@ -114,6 +115,7 @@ class Scope:
         "inflight",
         "month",
         "name",
+        "rolls_at",
         "rpm",
         "slots",
         "tenant",
@@ -134,6 +136,10 @@ class Scope:
         """Refusals by the concurrency limit (the demand a cluster's share follows)."""
         self.day: BudgetCounter | None = None
         self.month: BudgetCounter | None = None
+        self.rolls_at = 0.0
+        """Wall-clock time the first of the budgets' periods ends, as their ``reset_at``
+        last said (a period does not change before its end): before it, asking them is
+        skipped. Never later than the truth (0: ask)."""
 
     @property
     def counts_tokens(self) -> bool:
@@ -149,11 +155,12 @@ class Scope:
         wait_rpm = rpm.wait(1, now) if rpm is not None else 0.0
         wait_tpm = tpm.wait(tokens, now) if tpm is not None else 0.0
         full_day = full_month = False
+        if wall >= self.rolls_at:  # a new period starts from zero
+            ends = [b.reset_at(wall) for b in (day, month) if b is not None]
+            self.rolls_at = min(ends, default=math.inf)
         if day is not None:
-            day.reset_at(wall)  # a new period starts from zero
             full_day = day.used + day.held >= day.limit
         if month is not None:
-            month.reset_at(wall)
             full_month = month.used + month.held >= month.limit
         busy = self.slots is not None and self.inflight >= self.slots
         if not (wait_rpm or wait_tpm or full_day or full_month or busy):
@@ -194,6 +201,7 @@ class Scope:
         self.concurrency = limits.concurrent_requests
         self.day = _budget(self, self.day, limits.tokens_per_day, "day", counters, wall)
         self.month = _budget(self, self.month, limits.tokens_per_month, "month", counters, wall)
+        self.rolls_at = 0.0  # (budgets added or replaced: ask them)
 
 
 def _rate(
