@@ -54,6 +54,10 @@ def test_adapter_load_and_unload_from_the_catalog_page(
             (view,) = [a for a in api.get("/api/v1/adapters").json() if a["name"] == ADAPTER]
             assert [p["instanceId"] for p in view["loadedOn"]] == [holder]
             session.shot("adapter-loaded")
+            # Its instance's page names the adapters it holds.
+            row.get_by_role("link", name=holder).click()
+            expect(page.get_by_test_id("instance-adapters")).to_have_text(ADAPTER)
+            page.go_back()
 
             expect(unload).to_be_enabled()
             unload.click()

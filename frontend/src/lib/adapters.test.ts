@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { AdapterView } from '../api/adapters';
 import type { CatalogModel } from '../api/catalog';
 import { ApiError } from '../api/client';
-import { actionBlocked, adapterActionError, adapterRows, isInvalidAdapter, placementLabel, type AdapterRow } from './adapters';
+import { actionBlocked, adapterActionError, adapterRows, heldBy, heldText, isInvalidAdapter, placementLabel, type AdapterRow } from './adapters';
 
 const adapter = (name: string, base: string, extra: Partial<AdapterView> = {}): AdapterView => ({
   name,
@@ -103,5 +103,19 @@ describe('adapterActionError', () => {
       'Could not load sql (403 forbidden): admin role required',
     );
     expect(adapterActionError('sql', 'load', new Error('boom'))).toBe('Could not load sql: boom');
+  });
+});
+
+describe('heldBy', () => {
+  it('names the adapters one instance holds, with their requests in flight there', () => {
+    const at = (instanceId: string, inFlight: number) => ({ podId: null, instanceId, inFlight, sleeping: false });
+    const adapters = [
+      adapter('sql', 'llama', { state: 'active', loadedOn: [at('i1', 2), at('i2', 0)] }),
+      adapter('poem', 'llama', { state: 'active', loadedOn: [at('i1', 0)] }),
+      adapter('chat', 'llama', { state: 'active', loadedOn: [at('i2', 1)] }),
+    ];
+    expect(heldText(heldBy(adapters, 'i1'))).toBe('poem, sql (2 in flight)');
+    expect(heldText(heldBy(adapters, 'i2'))).toBe('chat (1 in flight), sql');
+    expect(heldBy(adapters, 'i3')).toEqual([]);
   });
 });

@@ -84,3 +84,14 @@ export function adapterActionError(name: string, action: AdapterAction, e: unkno
       return `Could not ${action} ${name} (${e.status} ${e.code}): ${detail}`;
   }
 }
+
+/** The adapters an instance holds, by name, with their requests in flight there (its instance page). */
+export function heldBy(adapters: AdapterView[], instanceId: string): Array<{ name: string; inFlight: number }> {
+  return adapters
+    .flatMap((a) => a.loadedOn.filter((p) => p.instanceId === instanceId).map((p) => ({ name: a.name, inFlight: p.inFlight })))
+    .sort((a, b) => a.name.localeCompare(b.name));
+}
+
+export function heldText(held: Array<{ name: string; inFlight: number }>): string {
+  return held.map((h) => (h.inFlight > 0 ? `${h.name} (${h.inFlight} in flight)` : h.name)).join(', ');
+}
