@@ -57,7 +57,11 @@ def test_adapter_load_and_unload_from_the_catalog_page(
             # Its instance's page names the adapters it holds.
             row.get_by_role("link", name=holder).click()
             expect(page.get_by_test_id("instance-adapters")).to_have_text(ADAPTER)
-            page.go_back()
+            # And its row on the Models page, under the base's name.
+            session.goto("/models")
+            models_row = page.locator(f'tr[data-instance-id="{holder}"]')
+            expect(models_row.locator("[data-instance-adapters]")).to_have_text(f"LoRA: {ADAPTER}")
+            session.goto("/catalog")
 
             expect(unload).to_be_enabled()
             unload.click()
