@@ -2,9 +2,11 @@ import { Content } from '@patternfly/react-core';
 import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import type { ReactNode } from 'react';
 import { Link } from 'react-router';
+import { useAdapters } from '../api/adapters';
 import type { ModelInstance } from '../api/types';
 import { formatNumber, formatUptime } from '../lib/format';
 import { useGpus } from '../api/queries';
+import { heldBy, heldText } from '../lib/adapters';
 import { failureReason, heldMemoryText, startingText } from '../lib/instanceRow';
 import { useMetricsHistory } from '../hooks/MetricsHistory';
 import { useNow } from '../hooks/useNow';
@@ -24,13 +26,14 @@ export function gpuText(inst: ModelInstance): string {
   return `${inst.gpuIds.join(', ')}${tp}`;
 }
 
-/** Every instance: name, status (why it failed; how far and how long it has been starting), engine,
+/** Every instance: name (and the LoRA adapters it holds), status (why it failed; how far and how long it has been starting), engine,
  * GPU(s) and the memory it holds there, port, requests/s of its model, uptime; in a
  * cluster, the pod that runs it. */
 export function InstanceTable({ instances, actions, podOf }: Props) {
   const now = useNow();
   const gpus = useGpus();
   const { points } = useMetricsHistory();
+  const adapters = useAdapters().data ?? [];
   const rates = [...points].reverse().find((p) => p.models !== null)?.models ?? null;
   const rps = (model: string): string => {
     if (!rates) return '—';
@@ -68,6 +71,11 @@ export function InstanceTable({ instances, actions, podOf }: Props) {
                 {inst.displayName !== inst.servedModelName ? `${inst.displayName} · ` : ''}
                 {inst.id}
               </Content>
+              {heldBy(adapters, inst.id).length > 0 && (
+                <Content component="small" className="sz-wrap-anywhere" data-instance-adapters>
+                  LoRA: {heldText(heldBy(adapters, inst.id))}
+                </Content>
+              )}
             </Td>
             <Td dataLabel="Status">
               <span>

@@ -3,6 +3,7 @@ import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
 import { cleanup, fireEvent, render, screen, waitFor, within } from '@testing-library/react';
 import { MemoryRouter } from 'react-router';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { AdapterView } from '../api/adapters';
 import type { CatalogModel } from '../api/catalog';
 import { AuthProvider } from '../auth/AuthContext';
 import CatalogPage from './CatalogPage';
@@ -32,6 +33,25 @@ const CATALOG: CatalogModel[] = [
   row('sql-helper', { modelPath: '', engine: null, aliases: ['sql'], loraSlots: null, adapterOf: 'llama', adapterPath: '/models/adapters/sql' }),
 ];
 
+const ADAPTERS: AdapterView[] = [
+  {
+    name: 'sql-helper',
+    base: 'llama',
+    adapterPath: '/models/adapters/sql',
+    aliases: ['sql'],
+    state: 'active',
+    loadedOn: [{ podId: null, instanceId: '3f2a9c1d0b7e', inFlight: 0, sleeping: false }],
+  },
+];
+
+// An adapter entry of the config file that does not validate: no entry, its reason.
+const BIG: CatalogModel = {
+  ...row('big', null),
+  source: 'config',
+  state: 'invalid',
+  error: "catalog entry 'big': adapterPath: the adapter's rank 64 is greater than the base's maxLoraRank 32",
+};
+
 function serve(): Array<{ path: string; method: string; body: unknown }> {
   const calls: Array<{ path: string; method: string; body: unknown }> = [];
   vi.stubGlobal(
@@ -39,7 +59,10 @@ function serve(): Array<{ path: string; method: string; body: unknown }> {
     vi.fn(async (path: string, init: RequestInit = {}) => {
       const body = init.body ? JSON.parse(init.body as string) : null;
       calls.push({ path, method: init.method ?? 'GET', body });
-      if (path === '/api/v1/catalog') return json(CATALOG);
+      if (path === '/api/v1/catalog') return json([...CATALOG, BIG]);
+      if (path === '/api/v1/adapters') return json(ADAPTERS);
+      if (path === '/api/v1/adapters/sql-helper/unload')
+        return json({ detail: "LoRA adapter 'sql-helper' serves 2 requests", code: 'adapter_in_use' }, 409);
       if (path === '/api/v1/catalog/sql-helper' && init.method === 'PUT') return json(row('sql-helper', body));
       return json({ detail: 'Not Found', code: 'not_found' }, 404);
     }),
@@ -83,5 +106,28 @@ describe('CatalogPage', () => {
     const put = calls.find((c) => c.method === 'PUT');
     expect(put?.path).toBe('/api/v1/catalog/sql-helper');
     expect(put?.body).toEqual({ adapterOf: 'llama', adapterPath: '/models/adapters/sql', aliases: ['sql'] });
+  });
+
+  it('lists the adapters under their base, the invalid one with its reason, and shows a refused unload', async () => {
+    const calls = serve();
+    show();
+    await screen.findByText('LoRA adapters');
+    const table = await waitFor(() => {
+      const t = document.querySelector('table[aria-label="LoRA adapters"]');
+      if (!(t instanceof HTMLElement)) throw new Error('no adapters table yet');
+      return t;
+    });
+    const sql = table.querySelector('tr[data-adapter-name="sql-helper"]') as HTMLElement;
+    expect(sql.getAttribute('data-state')).toBe('active');
+    expect(within(sql).getByRole('link', { name: '3f2a9c1d0b7e' }).getAttribute('href')).toBe('/models/3f2a9c1d0b7e');
+    expect((within(sql).getByRole('button', { name: 'Load sql-helper' }) as HTMLButtonElement).disabled).toBe(true);
+    const big = table.querySelector('tr[data-adapter-name="big"]') as HTMLElement;
+    expect(big.getAttribute('data-state')).toBe('invalid');
+    expect(big.textContent).toContain('rank 64 is greater');
+
+    fireEvent.click(within(sql).getByRole('button', { name: 'Unload sql-helper' }));
+    const alert = await screen.findByTestId('adapter-error');
+    expect(alert.textContent).toContain('sql-helper serves requests now: nothing was unloaded');
+    expect(calls.filter((c) => c.method === 'POST').map((c) => c.path)).toEqual(['/api/v1/adapters/sql-helper/unload']);
   });
 });

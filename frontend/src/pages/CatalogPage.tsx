@@ -29,6 +29,7 @@ import { useState, type ReactNode } from 'react';
 import { Link } from 'react-router';
 import { useCatalog, useDeleteCatalogEntry, usePutCatalogEntry, type CatalogModel, type CatalogState } from '../api/catalog';
 import { useCanMutate } from '../auth/AuthContext';
+import { AdaptersCard } from '../components/AdaptersCard';
 import { ConfirmModal } from '../components/ConfirmModal';
 import { PageHeader } from '../components/PageHeader';
 import { Empty, ErrorState, Loading } from '../components/States';
@@ -312,6 +313,9 @@ export default function CatalogPage() {
             )}
           </CardBody>
         </Card>
+      </PageSection>
+      <PageSection>
+        <AdaptersCard catalog={catalog.data} />
       </PageSection>
       {editing && <EntryModal initial={editing.form} isNew={editing.isNew} onClose={() => setEditing(null)} />}
       {deleting && (

@@ -8,7 +8,9 @@ import {
   Gallery,
   PageSection,
 } from '@patternfly/react-core';
+import type { ReactNode } from 'react';
 import { useNavigate, useParams } from 'react-router';
+import { useAdapters } from '../api/adapters';
 import { ApiError } from '../api/client';
 import { useInstance, useInstanceMetrics } from '../api/queries';
 import type { ModelInstance } from '../api/types';
@@ -24,6 +26,7 @@ import { ManagedLabel, SimulatedLabel, StatusLabel } from '../components/StatusL
 import { formatBytes, formatDuration, formatGiB, formatNumber, formatTimestamp, formatUptime } from '../lib/format';
 import { useNow } from '../hooks/useNow';
 import { startingText } from '../lib/instanceRow';
+import { heldBy, heldText } from '../lib/adapters';
 
 function MemoryCard({ inst }: { inst: ModelInstance }) {
   const m = inst.memoryMetrics;
@@ -58,6 +61,9 @@ export default function InstancePage() {
   const navigate = useNavigate();
   const canMutate = useCanMutate();
   const now = useNow();
+  // Which LoRA adapters it holds: from the adapters' view (heartbeats included), not the instance.
+  const adapters = useAdapters();
+  const held = heldBy(adapters.data ?? [], id);
 
   if (query.isPending) return <Loading what="the instance" />;
   if (query.isError) {
@@ -153,6 +159,7 @@ export default function InstancePage() {
                   ['Sleep mode', inst.sleepModeEnabled ? `enabled${inst.sleptAt ? `, asleep since ${formatTimestamp(inst.sleptAt)}` : ''}` : 'disabled'],
                   ['Extra args', <code className="sz-wrap-anywhere">{inst.extraArgs.join(' ') || '—'}</code>],
                   ['Log file', <span className="sz-mono sz-wrap-anywhere">{inst.logFile ?? '—'}</span>],
+                  ...(held.length ? [['LoRA adapters', <span data-testid="instance-adapters">{heldText(held)}</span>] as [string, ReactNode]] : []),
                 ]}
               />
             </CardBody>
