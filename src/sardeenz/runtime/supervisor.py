@@ -258,7 +258,15 @@ class Supervisor:
             tmp_dir.mkdir(parents=True, exist_ok=True)
         # Registry first, then the process: a crash in between leaves a record
         # (failed at restart) rather than an engine nobody knows about.
-        await self._save(runner)
+        try:
+            await self._save(runner)
+        except BaseException:
+            # Not recorded (a full disk: 507 insufficient_storage): nothing may stay of
+            # it, neither a listed instance nor its memory grant nor its port.
+            del self._runners[instance_id]
+            self.ledger.release(instance_id)
+            self._ports.release(port)
+            raise
         self.bus.publish(StatusEvent(runner.snapshot(), None))
         try:
             await runner.spawn(adapter, ctx)

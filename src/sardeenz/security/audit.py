@@ -29,7 +29,7 @@ import orjson
 
 from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from sardeenz.domain import utcnow
-from sardeenz.errors import SardeenzError
+from sardeenz.errors import SardeenzError, is_storage_full
 from sardeenz.security.auth import Authenticator, Principal
 from sardeenz.security.policy import is_mutation
 from sardeenz.store.audit import AuditEntry, AuditRepository
@@ -185,8 +185,17 @@ class AuditTrail:
                 if entry.subject == "anonymous":
                     entry = await self._attribute(entry, authorization)
                 await self.repo.add(entry)
-            except Exception:  # the trail must never break the API it records
-                log.exception("could not write audit entry for %s %s", entry.method, entry.path)
+            except Exception as exc:  # the trail must never break the API it records
+                if is_storage_full(exc):  # one line: the log may share the full disk
+                    log.error(
+                        "audit entry lost, data dir full: %s %s %s by %s",
+                        entry.method,
+                        entry.path,
+                        entry.status,
+                        entry.subject,
+                    )
+                else:
+                    log.exception("could not write audit entry for %s %s", entry.method, entry.path)
             finally:
                 self._queue.task_done()
 
