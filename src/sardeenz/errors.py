@@ -106,6 +106,6 @@ def log_write_failure(logger: logging.Logger, exc: BaseException, what: str) -> 
     its traceback. A flusher retries every second or so, and the log may be on the full
     disk too: a traceback a second would only add to it."""
     if is_storage_full(exc):
-        logger.warning("%s: data dir full; the next round tries again", what)
+        logger.warning("%s: data dir full", what)
     else:
         logger.error("%s", what, exc_info=exc)

@@ -30,7 +30,7 @@ import httpx
 import openai
 import pytest
 
-from testkit.servers import ServerProcess, kill_engines, load_active
+from testkit.servers import ServerProcess, kill_engines, load_active, tree_pids, wait_gone
 
 SIZE = "12m"
 MODEL = "org/diskfull-chat"
@@ -114,6 +114,7 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
     try:
         with srv.client() as api:
             load_active(api, MODEL, "--ttft-ms", "1", "--itl-ms", "1")
+            second = load_active(api, "org/diskfull-second")
             assert _put_entry(api, "before").status_code == 200
             tenant = api.put("/api/v1/tenants/before", json={"subjects": ["alice"]})
             assert tenant.status_code == 200, tenant.text
@@ -134,12 +135,22 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
                 stored.append(f"full-{i}")
             assert refused, "no catalog write was refused on a full disk"
             assert refused[0].json()["code"] == "insufficient_storage", refused[0].text
+            # Refused means not there, not even in memory until the next restart.
+            missing = api.get(f"/api/v1/catalog/full-{len(stored)}")
+            assert missing.status_code == 404, missing.text
 
             # Every other admin write answers the same way (or is stored: never a 500).
             tenant = api.put("/api/v1/tenants/during", json={"subjects": ["bob"]})
             assert tenant.status_code in (200, 507), tenant.text
             if tenant.status_code == 507:
                 assert tenant.json()["code"] == "insufficient_storage"
+                assert api.get("/api/v1/tenants/during").status_code == 404
+            # An unload stops the engine even when its record cannot be updated.
+            engines = tree_pids(second["processId"])
+            unload = api.post(f"/api/v1/models/{second['id']}/unload")
+            assert unload.status_code == 200, unload.text
+            assert api.get(f"/api/v1/models/{second['id']}").status_code == 404
+            assert wait_gone(engines) == [], "the unloaded engine still runs"
             load = api.post(
                 "/api/v1/models/load",
                 json={"modelPath": "org/during", "engine": "sim", "extraArgs": []},
@@ -149,7 +160,7 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
             if load.status_code == 507:
                 assert load.json()["code"] == "insufficient_storage"
                 # Refused means refused: nothing listed, nothing running for it.
-                assert listed == {MODEL}, listed
+                assert "org/during" not in listed, listed
             else:
                 assert "org/during" in listed
 
@@ -183,6 +194,8 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
                     assert got.status_code == 200, f"{name} lost: {got.text}"
                 for name in ("before", "after"):
                     assert api.get(f"/api/v1/tenants/{name}").status_code == 200, name
+                # The unload answered 200 on the full disk stays done: no record comes back.
+                assert api.get("/api/v1/models").json() == []
                 audit = api.get("/api/audit", params={"limit": 500}).json()
                 paths = {e["path"] for e in audit}
                 assert "/api/v1/catalog/after-2" in paths

@@ -46,7 +46,7 @@ from sardeenz.engines.base import (
     engine_tmp_dir,
 )
 from sardeenz.engines.logparse import extract_error
-from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
+from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError, log_write_failure
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import Admission, MemoryLedger
@@ -101,6 +101,10 @@ class Supervisor:
         self._ports = PortAllocator(settings.engine_port_range, settings.engine_host, lock_dir)
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
+        self._unremoved: set[str] = set()
+        """Instances unloaded while their record could not be removed (a full data dir):
+        removed by the next stop or load that can write, and at shutdown, so an unload
+        answered 200 does not come back as a failed instance after a restart."""
         self.instances_dir = settings.data_dir / "instances"
         self.traffic: Traffic = traffic if traffic is not None else NoTraffic()
         """The proxy's side of a sleep or an unload (runtime/drain.py)."""
@@ -258,6 +262,7 @@ class Supervisor:
             tmp_dir.mkdir(parents=True, exist_ok=True)
         # Registry first, then the process: a crash in between leaves a record
         # (failed at restart) rather than an engine nobody knows about.
+        await self._remove_records()
         try:
             await self._save(runner)
         except BaseException:
@@ -334,7 +339,13 @@ class Supervisor:
         await runner.cancel()
         serving = inst.status in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
         if inst.status != InstanceStatus.FAILED:
-            await runner.set_status(InstanceStatus.STOPPING)
+            try:
+                await runner.set_status(InstanceStatus.STOPPING)
+            except Exception as exc:
+                # A stop must stop, even with the data dir full (or a shutdown would
+                # leave the engine running): the status is set and published; only its
+                # record lags (the next start resolves it, docs/operations.md).
+                log_write_failure(log, exc, f"instance {inst.id}: recording its stop failed")
         grace = self.settings.stop_grace_seconds
         if serving:
             cut = await drain_for_unload(self.traffic, inst.id, grace)
@@ -355,12 +366,25 @@ class Supervisor:
         runner.ended()
         self._ports.release(runner.instance.port)
         self._runners.pop(runner.instance.id, None)
-        await self.repo.delete(runner.instance.id)
+        self._unremoved.add(runner.instance.id)
+        await self._remove_records()
         snap = runner.snapshot()
         self.traffic.forget(runner.instance.id)
         self.bus.publish(RemovedEvent(snap))
         log.info("unloaded instance %s", runner.instance.id)
         return snap
+
+    async def _remove_records(self) -> None:
+        """Remove the records of the instances that have ended (``_unremoved``)."""
+        for instance_id in sorted(self._unremoved):
+            try:
+                await self.repo.delete(instance_id)
+            except Exception as exc:  # the engine is gone; only its record stays (see _stop)
+                log_write_failure(
+                    log, exc, f"instance {instance_id}: removing its record failed, kept to retry"
+                )
+                return
+            self._unremoved.discard(instance_id)
 
     # --- shutdown ----------------------------------------------------------------
     async def shutdown(self) -> None:
@@ -372,6 +396,7 @@ class Supervisor:
                 log.error("stopping %s failed: %s", r.instance.id, res)
         if self._ops:
             await asyncio.gather(*self._ops, return_exceptions=True)
+        await self._remove_records()
         await self.installs.close()
         if self._http is not None:
             await self._http.aclose()

@@ -121,7 +121,7 @@ class TenantService:
             try:
                 await self.flush()
             except Exception as exc:  # the database may be busy; the next round writes it
-                log_write_failure(log, exc, "storing tenant budgets failed")
+                log_write_failure(log, exc, "storing tenant budgets failed, kept for next round")
 
     async def flush(self) -> None:
         """Write the budget counters that changed since the last flush."""

@@ -88,7 +88,7 @@ class UsageService:
                     last_roll = time.monotonic()
                     await self.roll_up()
             except Exception as exc:  # the next round writes what this one could not
-                log_write_failure(log, exc, "storing usage failed")
+                log_write_failure(log, exc, "storing usage failed, kept for the next round")
 
     async def flush(self) -> None:
         """Write the meter's buckets; on failure they go back to the meter (nothing lost)."""
