@@ -30,7 +30,15 @@ import httpx
 import openai
 import pytest
 
-from testkit.servers import ServerProcess, kill_engines, load_active, tree_pids, wait_gone
+from testkit.servers import (
+    ServerProcess,
+    kill_engines,
+    load_active,
+    sim_load,
+    tree_pids,
+    wait_for_status,
+    wait_gone,
+)
 
 SIZE = "12m"
 MODEL = "org/diskfull-chat"
@@ -121,6 +129,8 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
             assert _chat(srv)
             chats = 1
 
+            # Still loading when the disk fills: it must become active all the same.
+            third = sim_load(api, "org/diskfull-third", "--load-seconds", "1.5")
             filler = fill(small_disk)
             stored: list[str] = []
             refused: list[httpx.Response] = []
@@ -164,6 +174,7 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
             else:
                 assert "org/during" in listed
 
+            assert wait_for_status(api, third["id"], "active")["status"] == "active"
             # /v1 serves on; the request log and usage writes behind it fail.
             for _ in range(20):
                 assert _chat(srv)

@@ -46,7 +46,14 @@ from sardeenz.engines.base import (
     engine_tmp_dir,
 )
 from sardeenz.engines.logparse import extract_error
-from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError, log_write_failure
+from sardeenz.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    SardeenzError,
+    is_storage_full,
+    log_write_failure,
+)
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import Admission, MemoryLedger
@@ -102,6 +109,9 @@ class Supervisor:
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
         self._unremoved: set[str] = set()
+        self._unsaved: set[str] = set()
+        """Running instances whose last record write found the data dir full
+        (``_record``)."""
         """Instances unloaded while their record could not be removed (a full data dir):
         removed by the next stop or load that can write, and at shutdown, so an unload
         answered 200 does not come back as a failed instance after a restart."""
@@ -262,7 +272,7 @@ class Supervisor:
             tmp_dir.mkdir(parents=True, exist_ok=True)
         # Registry first, then the process: a crash in between leaves a record
         # (failed at restart) rather than an engine nobody knows about.
-        await self._remove_records()
+        await self._catch_up()
         try:
             await self._save(runner)
         except BaseException:
@@ -280,7 +290,7 @@ class Supervisor:
             self._ports.release(port)
             return runner.snapshot()
         self.ledger.commit(instance_id, runner.pid, runner.create_time)
-        await self._save(runner)
+        await self._record(runner)
         runner.start()
         log.info("loading %s as %s on port %d (pid %s)", model_path, instance_id, port, runner.pid)
         return runner.snapshot()
@@ -367,15 +377,27 @@ class Supervisor:
         self._ports.release(runner.instance.port)
         self._runners.pop(runner.instance.id, None)
         self._unremoved.add(runner.instance.id)
-        await self._remove_records()
+        await self._catch_up()
         snap = runner.snapshot()
         self.traffic.forget(runner.instance.id)
         self.bus.publish(RemovedEvent(snap))
         log.info("unloaded instance %s", runner.instance.id)
         return snap
 
-    async def _remove_records(self) -> None:
-        """Remove the records of the instances that have ended (``_unremoved``)."""
+    async def _catch_up(self) -> None:
+        """Write what a full data dir held back: records of running instances
+        (``_unsaved``), then removals of ended ones (``_unremoved``)."""
+        for instance_id in sorted(self._unsaved):
+            runner = self._runners.get(instance_id)
+            if runner is None:
+                self._unsaved.discard(instance_id)
+                continue
+            try:
+                await self._save(runner)
+            except Exception as exc:
+                log_write_failure(log, exc, f"instance {instance_id}: record kept to retry")
+                return
+            self._unsaved.discard(instance_id)
         for instance_id in sorted(self._unremoved):
             try:
                 await self.repo.delete(instance_id)
@@ -396,7 +418,7 @@ class Supervisor:
                 log.error("stopping %s failed: %s", r.instance.id, res)
         if self._ops:
             await asyncio.gather(*self._ops, return_exceptions=True)
-        await self._remove_records()
+        await self._catch_up()
         await self.installs.close()
         if self._http is not None:
             await self._http.aclose()
@@ -577,7 +599,7 @@ class Supervisor:
             inst,
             self.settings,
             self.bus,
-            self._save,
+            self._record,
             self._client(),
             on_active=self._measure_baseline,
             on_ended=self._unbook,
@@ -591,6 +613,24 @@ class Supervisor:
 
     async def _save(self, runner: InstanceRunner) -> None:
         await self.repo.save(runner.instance, runner.create_time)
+
+    async def _record(self, runner: InstanceRunner) -> None:
+        """Write a running instance's record (its status changes, its PID after spawn).
+
+        The engine runs whether or not this lands: with the data dir full the record
+        lags (one line logged) and ``_catch_up`` writes it on the next write that
+        succeeds, instead of an engine that became active being failed and killed for
+        want of disk. Any other error is raised as before.
+        """
+        try:
+            await self._save(runner)
+        except Exception as exc:
+            if not is_storage_full(exc):
+                raise
+            log_write_failure(log, exc, f"instance {runner.instance.id}: record kept to retry")
+            self._unsaved.add(runner.instance.id)
+            return
+        self._unsaved.discard(runner.instance.id)
 
 
 def find_strays(data_dir: Path, known_ids: set[str]) -> list[int]:
