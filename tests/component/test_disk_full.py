@@ -175,6 +175,14 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
                 assert "org/during" in listed
 
             assert wait_for_status(api, third["id"], "active")["status"] == "active"
+            # A catalog model started on demand by a request cannot be recorded.
+            demand = api.post(
+                "/v1/chat/completions",
+                json={"model": "before", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert demand.status_code == 503, demand.text
+            assert demand.json()["error"]["code"] == "model_start_failed", demand.text
+            assert "data directory is full" in demand.json()["error"]["message"]
             # /v1 serves on; the request log and usage writes behind it fail.
             for _ in range(20):
                 assert _chat(srv)

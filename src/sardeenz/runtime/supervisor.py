@@ -53,6 +53,7 @@ from sardeenz.errors import (
     SardeenzError,
     is_storage_full,
     log_write_failure,
+    storage_full,
 )
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
@@ -275,12 +276,16 @@ class Supervisor:
         await self._catch_up()
         try:
             await self._save(runner)
-        except BaseException:
+        except BaseException as exc:
             # Not recorded (a full disk: 507 insufficient_storage): nothing may stay of
             # it, neither a listed instance nor its memory grant nor its port.
             del self._runners[instance_id]
             self.ledger.release(instance_id)
             self._ports.release(port)
+            if is_storage_full(exc):
+                # A refusal like any other: the API's 507 and, for a start on demand,
+                # the proxy's 503 model_start_failed with this cause.
+                raise storage_full(exc) from exc
             raise
         self.bus.publish(StatusEvent(runner.snapshot(), None))
         try:
