@@ -145,8 +145,9 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
                 stored.append(f"full-{i}")
             assert refused, "no catalog write was refused on a full disk"
             assert refused[0].json()["code"] == "insufficient_storage", refused[0].text
+            refused_path = f"/api/v1/catalog/full-{len(stored)}"
             # Refused means not there, not even in memory until the next restart.
-            missing = api.get(f"/api/v1/catalog/full-{len(stored)}")
+            missing = api.get(refused_path)
             assert missing.status_code == 404, missing.text
 
             # Every other admin write answers the same way (or is stored: never a 500).
@@ -218,6 +219,12 @@ def test_a_full_disk_refuses_writes_clearly_serves_on_and_loses_nothing(
                 audit = api.get("/api/audit", params={"limit": 500}).json()
                 paths = {e["path"] for e in audit}
                 assert "/api/v1/catalog/after-2" in paths
+                # Held while the disk was full, written once it had room.
+                refusal = [e for e in audit if e["path"] == refused_path]
+                assert [(e["status"], e["code"]) for e in refusal] == [
+                    (507, "insufficient_storage")
+                ], audit
+                assert f"/api/v1/models/{second['id']}/unload" in paths
                 # The request log kept what it could not write while the disk was full.
                 logged = api.get("/api/v1/requests", params={"model": MODEL, "limit": 100})
                 assert logged.status_code == 200, logged.text
