@@ -4,6 +4,7 @@ retention batches and its table's bound, and the inference keys file."""
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import time
 from pathlib import Path
 
@@ -250,3 +251,53 @@ def test_keys_file_errors_name_the_line(tmp_path: Path, line: str, error: str) -
     path.write_text(line + "\n")
     with pytest.raises(ValueError, match=error):
         read_keys_file(path)
+
+
+def _sqlite_full_error(path: Path) -> sqlite3.OperationalError:
+    """SQLite's own "database or disk is full", from a database capped at its size."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("CREATE TABLE t (v TEXT)")
+        conn.commit()
+        conn.execute(f"PRAGMA max_page_count={conn.execute('PRAGMA page_count').fetchone()[0]}")
+        with pytest.raises(sqlite3.OperationalError) as full:
+            conn.executemany("INSERT INTO t VALUES (?)", [("x" * 4000,)] * 10)
+        return full.value
+    finally:
+        conn.close()
+
+
+async def test_a_full_disk_keeps_the_newest_entries_until_there_is_room(tmp_path: Path) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
+    await db.migrate()
+    try:
+        repo = RequestRepository(db, max_rows=100)
+        error = _sqlite_full_error(tmp_path / "capped.db")
+        room = False
+        log = RequestLog(size=5)
+        RequestHistory(log, repo)  # its sink writes the batches into repo
+        ingest = log.sink
+        assert ingest is not None
+
+        async def sink(records: list[Record]) -> None:
+            if not room:
+                raise error
+            await ingest(records)
+
+        log.sink = sink
+        for i in range(3):
+            log.note(pending(at=1000.0 + i))
+        await log.flush()
+        for i in range(3, 8):
+            log.note(pending(at=1000.0 + i))
+        await log.flush()
+        assert await repo.count() == 0
+        room = True
+        await log.flush()
+        # The newest `size` entries were kept through the outage, and written once.
+        stored = await repo.list(RequestQuery(), 100)
+        assert sorted(e.at.timestamp() for e in stored) == [1003.0 + i for i in range(5)]
+        await log.flush()
+        assert await repo.count() == 5
+    finally:
+        await db.close()

@@ -8,14 +8,16 @@ user-caused becomes a bare 500; a real bug becomes a 500 with code
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any
 
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sardeenz.errors import SardeenzError
+from sardeenz.errors import SardeenzError, is_storage_full, storage_full
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ _HTTP_CODES = {
     422: "validation_error",
     429: "too_many_requests",
     503: "unavailable",
+    507: "insufficient_storage",
 }
 
 
@@ -76,6 +79,20 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )
+
+    async def _storage(request: Request, exc: Exception) -> JSONResponse:
+        # Handled here, in the app's own exception layer (Starlette's catch-all for
+        # ``Exception`` re-raises to the server after answering, which logs a traceback).
+        if not is_storage_full(exc):
+            raise exc  # a real error: the catch-all below answers 500 internal_error
+        # Not a bug: the disk filled. One line, no traceback (the log may share the
+        # full disk); the client gets a code it can act on.
+        log.warning("%s %s: data dir full, write refused", request.method, request.url.path)
+        full = storage_full(exc)
+        return JSONResponse(error_body(full.message, full.code), status_code=full.status)
+
+    for kind in (OSError, sqlite3.Error, sqlalchemy.exc.DBAPIError):
+        app.add_exception_handler(kind, _storage)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

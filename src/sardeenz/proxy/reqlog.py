@@ -32,6 +32,7 @@ from typing import Any, Final
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sardeenz.errors import is_storage_full
 from sardeenz.proxy.metrics import REGISTRY
 from sardeenz.proxy.routing import Endpoint
 from sardeenz.store.requests import RequestQuery, status_matches
@@ -222,6 +223,8 @@ class RequestLog:
         self.sink: Sink | None = None
         """Retention (store/requests.py): gets each drained batch, from the flusher."""
         self._batch: list[Record] = []
+        self._full = False
+        """The last write found the data dir full (its batch is kept, see ``flush``)."""
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -362,8 +365,25 @@ class RequestLog:
         batch, self._batch = self._batch, []
         try:
             await sink(batch)
-        except Exception:  # retention must never break the proxy
-            log.exception("could not write %d request log entries", len(batch))
+        except Exception as exc:  # retention must never break the proxy
+            if not is_storage_full(exc):
+                log.exception("could not write %d request log entries", len(batch))
+                return
+            # A full disk: keep the batch for the next flush (the newest ``size`` entries,
+            # what the ring holds anyway), so freeing space loses nothing recent; one
+            # line, as the log may be on the same disk.
+            kept = [*batch, *self._batch][-self.size :]
+            if not self._full:
+                log.warning(
+                    "request log: data dir full; keeping the newest %d entries until it has room",
+                    self.size,
+                )
+            self._full = True
+            self._batch = kept
+            return
+        if self._full:
+            log.info("request log: data dir has room again; retention resumed")
+            self._full = False
 
     async def _flush_loop(self) -> None:
         # The queue is bounded by this loop (what a second of traffic notes): it must

@@ -46,7 +46,15 @@ from sardeenz.engines.base import (
     engine_tmp_dir,
 )
 from sardeenz.engines.logparse import extract_error
-from sardeenz.errors import Conflict, InvalidRequest, NotFound, SardeenzError
+from sardeenz.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    SardeenzError,
+    is_storage_full,
+    log_write_failure,
+    storage_full,
+)
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import Admission, MemoryLedger
@@ -101,6 +109,13 @@ class Supervisor:
         self._ports = PortAllocator(settings.engine_port_range, settings.engine_host, lock_dir)
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
+        self._unremoved: set[str] = set()
+        self._unsaved: set[str] = set()
+        """Running instances whose last record write found the data dir full
+        (``_record``)."""
+        """Instances unloaded while their record could not be removed (a full data dir):
+        removed by the next stop or load that can write, and at shutdown, so an unload
+        answered 200 does not come back as a failed instance after a restart."""
         self.instances_dir = settings.data_dir / "instances"
         self.traffic: Traffic = traffic if traffic is not None else NoTraffic()
         """The proxy's side of a sleep or an unload (runtime/drain.py)."""
@@ -258,7 +273,20 @@ class Supervisor:
             tmp_dir.mkdir(parents=True, exist_ok=True)
         # Registry first, then the process: a crash in between leaves a record
         # (failed at restart) rather than an engine nobody knows about.
-        await self._save(runner)
+        await self._catch_up()
+        try:
+            await self._save(runner)
+        except BaseException as exc:
+            # Not recorded (a full disk: 507 insufficient_storage): nothing may stay of
+            # it, neither a listed instance nor its memory grant nor its port.
+            del self._runners[instance_id]
+            self.ledger.release(instance_id)
+            self._ports.release(port)
+            if is_storage_full(exc):
+                # A refusal like any other: the API's 507 and, for a start on demand,
+                # the proxy's 503 model_start_failed with this cause.
+                raise storage_full(exc) from exc
+            raise
         self.bus.publish(StatusEvent(runner.snapshot(), None))
         try:
             await runner.spawn(adapter, ctx)
@@ -267,7 +295,7 @@ class Supervisor:
             self._ports.release(port)
             return runner.snapshot()
         self.ledger.commit(instance_id, runner.pid, runner.create_time)
-        await self._save(runner)
+        await self._record(runner)
         runner.start()
         log.info("loading %s as %s on port %d (pid %s)", model_path, instance_id, port, runner.pid)
         return runner.snapshot()
@@ -326,7 +354,13 @@ class Supervisor:
         await runner.cancel()
         serving = inst.status in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
         if inst.status != InstanceStatus.FAILED:
-            await runner.set_status(InstanceStatus.STOPPING)
+            try:
+                await runner.set_status(InstanceStatus.STOPPING)
+            except Exception as exc:
+                # A stop must stop, even with the data dir full (or a shutdown would
+                # leave the engine running): the status is set and published; only its
+                # record lags (the next start resolves it, docs/operations.md).
+                log_write_failure(log, exc, f"instance {inst.id}: recording its stop failed")
         grace = self.settings.stop_grace_seconds
         if serving:
             cut = await drain_for_unload(self.traffic, inst.id, grace)
@@ -347,12 +381,37 @@ class Supervisor:
         runner.ended()
         self._ports.release(runner.instance.port)
         self._runners.pop(runner.instance.id, None)
-        await self.repo.delete(runner.instance.id)
+        self._unremoved.add(runner.instance.id)
+        await self._catch_up()
         snap = runner.snapshot()
         self.traffic.forget(runner.instance.id)
         self.bus.publish(RemovedEvent(snap))
         log.info("unloaded instance %s", runner.instance.id)
         return snap
+
+    async def _catch_up(self) -> None:
+        """Write what a full data dir held back: records of running instances
+        (``_unsaved``), then removals of ended ones (``_unremoved``)."""
+        for instance_id in sorted(self._unsaved):
+            runner = self._runners.get(instance_id)
+            if runner is None:
+                self._unsaved.discard(instance_id)
+                continue
+            try:
+                await self._save(runner)
+            except Exception as exc:
+                log_write_failure(log, exc, f"instance {instance_id}: record kept to retry")
+                return
+            self._unsaved.discard(instance_id)
+        for instance_id in sorted(self._unremoved):
+            try:
+                await self.repo.delete(instance_id)
+            except Exception as exc:  # the engine is gone; only its record stays (see _stop)
+                log_write_failure(
+                    log, exc, f"instance {instance_id}: removing its record failed, kept to retry"
+                )
+                return
+            self._unremoved.discard(instance_id)
 
     # --- shutdown ----------------------------------------------------------------
     async def shutdown(self) -> None:
@@ -364,6 +423,7 @@ class Supervisor:
                 log.error("stopping %s failed: %s", r.instance.id, res)
         if self._ops:
             await asyncio.gather(*self._ops, return_exceptions=True)
+        await self._catch_up()
         await self.installs.close()
         if self._http is not None:
             await self._http.aclose()
@@ -544,7 +604,7 @@ class Supervisor:
             inst,
             self.settings,
             self.bus,
-            self._save,
+            self._record,
             self._client(),
             on_active=self._measure_baseline,
             on_ended=self._unbook,
@@ -558,6 +618,24 @@ class Supervisor:
 
     async def _save(self, runner: InstanceRunner) -> None:
         await self.repo.save(runner.instance, runner.create_time)
+
+    async def _record(self, runner: InstanceRunner) -> None:
+        """Write a running instance's record (its status changes, its PID after spawn).
+
+        The engine runs whether or not this lands: with the data dir full the record
+        lags (one line logged) and ``_catch_up`` writes it on the next write that
+        succeeds, instead of an engine that became active being failed and killed for
+        want of disk. Any other error is raised as before.
+        """
+        try:
+            await self._save(runner)
+        except Exception as exc:
+            if not is_storage_full(exc):
+                raise
+            log_write_failure(log, exc, f"instance {runner.instance.id}: record kept to retry")
+            self._unsaved.add(runner.instance.id)
+            return
+        self._unsaved.discard(runner.instance.id)
 
 
 def find_strays(data_dir: Path, known_ids: set[str]) -> list[int]:

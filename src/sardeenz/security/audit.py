@@ -21,21 +21,25 @@ verifies its bearer token itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import urllib.parse
+from collections import deque
 from typing import Any
 
 import orjson
 
 from sardeenz.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from sardeenz.domain import utcnow
-from sardeenz.errors import SardeenzError
+from sardeenz.errors import SardeenzError, is_storage_full
 from sardeenz.security.auth import Authenticator, Principal
 from sardeenz.security.policy import is_mutation
 from sardeenz.store.audit import AuditEntry, AuditRepository
 
 log = logging.getLogger(__name__)
 
+HELD_MAX = 10_000
+"""Entries held in memory while the data dir is full (a few hundred bytes each)."""
 PEEK_BYTES = 64 * 1024
 """How much of a request or response body is looked at for the target's names."""
 _MODEL_FIELDS = ("servedModelName", "served_model_name", "modelPath", "model_path", "model")
@@ -93,12 +97,28 @@ def target_of(
     return instance, model, run, code
 
 
+def _log_lost(entry: AuditEntry, exc: BaseException | None) -> None:
+    """An entry that will not be stored, whole in the server log (one line)."""
+    log.error(
+        "audit entry not stored (%s): %s %s %s by %s at %s",
+        "data dir full" if exc is None or is_storage_full(exc) else repr(exc),
+        entry.method,
+        entry.path,
+        entry.status,
+        entry.subject,
+        entry.at.isoformat(),
+    )
+
+
 class AuditTrail:
     def __init__(self, repo: AuditRepository, auth: Authenticator | None = None) -> None:
         self.repo = repo
         self._auth = auth
         self._queue: asyncio.Queue[tuple[AuditEntry, bytes | None]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
+        self._held: deque[AuditEntry] = deque()
+        """Entries not written yet (the data dir was full), oldest first."""
+        self._full = False
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         async def audited(scope: Scope, receive: Receive, send: Send) -> None:
@@ -184,17 +204,47 @@ class AuditTrail:
             try:
                 if entry.subject == "anonymous":
                     entry = await self._attribute(entry, authorization)
-                await self.repo.add(entry)
+                self._held.append(entry)
+                await self._write_held()
             except Exception:  # the trail must never break the API it records
                 log.exception("could not write audit entry for %s %s", entry.method, entry.path)
             finally:
                 self._queue.task_done()
+
+    async def _write_held(self) -> None:
+        """Write the entries held back, oldest first (so ids still follow time).
+
+        With the data dir full they stay held (up to ``HELD_MAX``, one line logged) and
+        the next entry, or ``close()``, writes them once there is room; an entry that
+        cannot be kept is logged whole, never dropped without a word.
+        """
+        while self._held:
+            entry = self._held[0]
+            try:
+                await self.repo.add(entry)
+            except Exception as exc:
+                if is_storage_full(exc) and len(self._held) <= HELD_MAX:
+                    if not self._full:
+                        log.warning("audit: data dir full; holding entries until it has room")
+                    self._full = True
+                    return
+                self._held.popleft()
+                _log_lost(entry, exc)
+                continue
+            self._held.popleft()
+            if self._full:
+                log.info("audit: data dir has room again; held entries written")
+                self._full = False
 
     async def close(self) -> None:
         """Write what is queued, then stop the writer."""
         if self._writer is None:
             return
         await self._queue.join()
+        with contextlib.suppress(Exception):
+            await self._write_held()  # once more: still full, then they are logged below
+        while self._held:
+            _log_lost(self._held.popleft(), None)
         self._writer.cancel()
         await asyncio.gather(self._writer, return_exceptions=True)
         self._writer = None

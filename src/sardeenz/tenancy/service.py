@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from sardeenz.config import ConfigError, Settings
-from sardeenz.errors import Conflict, NotFound
+from sardeenz.errors import Conflict, NotFound, log_write_failure
 from sardeenz.store.tenants import TenantRepository
 from sardeenz.tasks import stop_task
 from sardeenz.tenancy.admission import Admission
@@ -120,18 +120,27 @@ class TenantService:
             await asyncio.sleep(self._flush_every)
             try:
                 await self.flush()
-            except Exception:  # the database may be busy; the next round writes it
-                log.exception("storing tenant budgets failed")
+            except Exception as exc:  # the database may be busy; the next round writes it
+                log_write_failure(log, exc, "storing tenant budgets failed, kept for next round")
 
     async def flush(self) -> None:
         """Write the budget counters that changed since the last flush."""
         rows = []
+        taken = []
         for scope in self._admission.scopes():
             for budget in (scope.day, scope.month):
                 if budget is not None and budget.dirty:
                     budget.dirty = False
+                    taken.append(budget)
                     rows.append((scope.tenant, scope.name, budget.period_id, budget.used))
-        await self._repo.save_usage(rows)
+        try:
+            await self._repo.save_usage(rows)
+        except BaseException:
+            # Not stored (a full disk, a busy database): the next round writes them,
+            # even if no request changes them in between.
+            for budget in taken:
+                budget.dirty = True
+            raise
 
     # ------------------------------------------------------------------ API
     def _view(self, tenant: Tenant) -> dict[str, Any]:

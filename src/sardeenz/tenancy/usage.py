@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from sardeenz.config import Settings
+from sardeenz.errors import log_write_failure
 from sardeenz.store.usage import UsageRepository, UsageRow
 from sardeenz.tasks import stop_task
 from sardeenz.tenancy.meter import UsageMeter
@@ -86,8 +87,8 @@ class UsageService:
                 if time.monotonic() - last_roll >= ROLL_UP_EVERY:
                     last_roll = time.monotonic()
                     await self.roll_up()
-            except Exception:  # the next round writes what this one could not
-                log.exception("storing usage failed")
+            except Exception as exc:  # the next round writes what this one could not
+                log_write_failure(log, exc, "storing usage failed, kept for the next round")
 
     async def flush(self) -> None:
         """Write the meter's buckets; on failure they go back to the meter (nothing lost)."""
