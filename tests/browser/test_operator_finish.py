@@ -12,11 +12,13 @@ import pytest
 from openai import OpenAI
 from playwright.sync_api import FloatRect, expect
 
-from testkit.servers import ServerProcess, load_active, sim_load, wait_for_status
+from testkit.servers import ServerProcess, load_active, sim_load, unload_all, wait_for_status
 from tests.browser.conftest import Session
 
 pytestmark = pytest.mark.browser
 
+CATALOG_POLL_MS = 5_000
+"""How often the Catalog page refetches the catalog (frontend/src/api/catalog.ts)."""
 TOASTS = ".pf-v6-c-alert-group.pf-m-toast .pf-v6-c-alert"
 
 # True when the centre of the element is not under anything else (a toast, a menu).
@@ -132,17 +134,17 @@ def test_the_catalog_form_sets_warmup_and_shows_instance_ids_whole(
             (iid,) = api.get(f"/api/v1/catalog/{name}").json()["instanceIds"]
             row = page.locator(f'tr[data-catalog-name="{name}"]')
             link = row.get_by_role("link", name=iid, exact=True)
-            expect(link).to_be_visible()
+            # The page polls the catalog every 5 s: up to one period plus a render.
+            expect(link).to_be_visible(timeout=CATALOG_POLL_MS * 2 + 2_000)
             expect(link).to_have_attribute("href", f"/models/{iid}")
             row.get_by_role("button", name="Edit").click()
             expect(dialog.get_by_label("Send a 1-token request after each wake")).to_be_checked()
             expect(dialog.get_by_label("Warmup prompt")).to_have_value("Hi there")
             dialog.get_by_role("button", name="Cancel").click()
             session.shot("ux-catalog-whole-instance-id")
-            wait_for_status(api, iid, "active")
-            api.post(f"/api/v1/models/{iid}/unload")
         finally:
             api.delete(f"/api/v1/catalog/{name}")
+            unload_all(server)  # the tier's shared server is left empty even when a step failed
 
 
 def test_the_preset_form_says_what_each_sleep_level_does(session: Session) -> None:
