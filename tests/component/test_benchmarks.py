@@ -26,6 +26,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from sardeenz import cli
+from testkit.adapters import metric_value
 from testkit.servers import ServerProcess, kill_engines, sim_load, wait_for_status
 
 TTFT_MS = 50.0
@@ -84,6 +85,15 @@ def _engine(api: httpx.Client, instance_id: str) -> str:
     return f"http://127.0.0.1:{api.get(f'/api/v1/models/{instance_id}').json()['port']}"
 
 
+def _engine_seconds(url: str) -> tuple[float, float, float]:
+    """The engine's own TTFT and end-to-end sums and its request count, from ``/metrics``."""
+    return (
+        metric_value(url, "vllm:time_to_first_token_seconds_sum"),
+        metric_value(url, "vllm:e2e_request_latency_seconds_sum"),
+        metric_value(url, "vllm:e2e_request_latency_seconds_count"),
+    )
+
+
 def _engine_running(url: str) -> int:
     count: int = httpx.get(f"{url}/sim/state", timeout=5).json()["num_requests_running"]
     return count
@@ -94,6 +104,8 @@ def test_measured_ttft_and_tps_agree_with_the_engine_settings(
 ) -> None:
     srv, a, _ = bench
     with srv.client() as api:
+        engine = _engine(api, a)
+        before = _engine_seconds(engine)
         run = _start(
             api,
             _scenario(a, concurrency=4, totalRequests=40, warmupRequests=4, outputTokens=21),
@@ -108,14 +120,26 @@ def test_measured_ttft_and_tps_agree_with_the_engine_settings(
     assert (sc["successfulRequests"], sc["failedRequests"]) == (40, 0)
     assert (done["successfulRequests"], done["failedRequests"]) == (40, 0)
     m = sc["metrics"]
-    # TTFT: the engine's 50 ms plus loopback and event-loop wake-ups, a few ms at most.
-    assert TTFT_MS <= m["ttftP50"] < TTFT_MS + 5, m
-    assert TTFT_MS <= m["ttftAvg"] < TTFT_MS + 10, m  # the mean also carries scheduling hiccups
-    # TPS: 20 tokens after the first, one per 10 ms -> 100 tokens/s; ITL within a ms.
-    assert abs(1000 / m["tpsP50"] - ITL_MS) < 1.0, m
-    assert abs(1000 / m["tpsAvg"] - ITL_MS) < 1.5, m
+    # What the engine did, by its own clock, over the same requests (the warm-ups too):
+    # the runner is checked against that, so a sim process that a loaded machine
+    # schedules late does not count as the runner's error.
+    after = _engine_seconds(engine)
+    count = after[2] - before[2]
+    assert count == 44, (before, after)
+    eng_ttft = (after[0] - before[0]) / count * 1000
+    eng_itl = ((after[1] - before[1]) / count * 1000 - eng_ttft) / 20
+    # The engine keeps its settings (its lateness is test_sim_engine's): a first token
+    # never early, the next ones at most 1 ms early (uvloop's timers are per ms).
+    assert TTFT_MS <= eng_ttft < TTFT_MS + 200, eng_ttft
+    assert ITL_MS - 1 <= eng_itl < ITL_MS + 10, eng_itl
+    # TTFT: the engine's plus loopback and event-loop wake-ups, a few ms at most.
+    assert TTFT_MS <= m["ttftP50"] < eng_ttft + 5, (eng_ttft, m)
+    assert TTFT_MS <= m["ttftAvg"] < eng_ttft + 10, (eng_ttft, m)  # the mean: also hiccups
+    # TPS: 20 tokens after the first, one per engine ITL (10 ms: 100 tokens/s); within a ms.
+    assert abs(1000 / m["tpsP50"] - eng_itl) < 1.0, (eng_itl, m)
+    assert abs(1000 / m["tpsAvg"] - eng_itl) < 1.5, (eng_itl, m)
     # E2E: TTFT + 20 x ITL.
-    assert abs(m["e2eP50"] - (TTFT_MS + 20 * ITL_MS)) < 10, m
+    assert abs(m["e2eP50"] - (eng_ttft + 20 * eng_itl)) < 10, (eng_ttft, eng_itl, m)
     assert m["ttftMin"] <= m["ttftP50"] <= m["ttftP90"] <= m["ttftP95"] <= m["ttftP99"]
     assert m["ttftP99"] <= m["ttftMax"]
     # No SLA: every successful request counts as good.

@@ -278,6 +278,9 @@ def test_bad_limits_are_422s_naming_the_field(
 
 def test_membership_conflicts_and_unknown_names(srv: ServerProcess) -> None:
     with _admin(srv) as api:
+        # a tenant of this test's own that must outlive api-a's deletion (no other test's)
+        kept = api.put("/api/v1/tenants/api-kept", json={"groups": ["ml-kept"]})
+        assert kept.status_code == 200, kept.text
         ok = api.put("/api/v1/tenants/api-a", json={"api_keys": ["k-api"], "groups": ["ml"]})
         assert ok.status_code == 200, ok.text
         for body, code in (
@@ -294,7 +297,8 @@ def test_membership_conflicts_and_unknown_names(srv: ServerProcess) -> None:
         assert api.delete("/api/v1/tenants/api-a").status_code == 200
         listed = [t["name"] for t in api.get("/api/v1/tenants").json()]
         assert "api-a" not in listed
-        assert "rpm" in listed
+        assert "api-kept" in listed
+        assert api.delete("/api/v1/tenants/api-kept").status_code == 200
     with _admin(srv, "admin-readonly") as ro:
         assert ro.put("/api/v1/tenants/api-c", json={}).status_code == 403
         trail = ro.get("/api/audit").json()
