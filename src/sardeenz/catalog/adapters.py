@@ -63,6 +63,9 @@ from sardeenz.store.records import CatalogEntry
 
 log = logging.getLogger(__name__)
 
+SETTLE_POLL_SECONDS = 0.05
+"""How often a request whose adapter's slot is changing hands looks again."""
+
 __all__ = ["AdapterLoader"]
 
 _KEEPS_ADAPTERS = (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
@@ -162,7 +165,9 @@ class AdapterLoader:
                 if ep is not None:
                     self._count(name, "miss" if missed else "hit", local_only)
                     return ep
-                continue  # cannot happen on one loop turn; look again
+                if not await self._settle(deadline):  # its slot is changing hands
+                    return timed_out(name, self._max_wait)
+                continue
             failed = self._failures.recent(name, loop.time())
             if failed is not None:
                 return failed
@@ -175,6 +180,8 @@ class AdapterLoader:
                 if ep is not None:
                     self._count(name, "miss" if missed else "hit", local_only)
                     return ep
+                if not await self._settle(deadline):
+                    return timed_out(name, self._max_wait)
                 continue
             missed = True
             if target is None:
@@ -183,6 +190,12 @@ class AdapterLoader:
                     return got
                 if not got.local and (local_only or not self._in_cluster()):
                     return self._grant_remote(name, got)  # its pod's proxy loads it
+                # The base was running already, so nothing was started: no instance can
+                # take the adapter because its slot is changing hands (being unloaded for
+                # another adapter). Wait for that, never look again without a wait: the
+                # base's answer comes without a pause and the loop would hold the server.
+                if endpoints and not await self._settle(deadline):
+                    return timed_out(name, self._max_wait)
                 continue
             if target != self.pod_id:
                 ep = next(e for e in endpoints.values() if e.pod_id == target and not e.local)
@@ -200,6 +213,16 @@ class AdapterLoader:
                     return fallback
                 if not await self.room.wait(deadline - loop.time()):
                     return no_room(name)
+
+    async def _settle(self, deadline: float) -> bool:
+        """Wait until a slot may have changed (a notify) or a short while, whichever comes
+        first; False past ``deadline``. An unload that ends does not notify, hence the
+        bound on the wait."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
+        await self.room.wait(min(SETTLE_POLL_SECONDS, remaining))
+        return True
 
     @staticmethod
     def _count(name: str, event: str, forwarded: bool) -> None:
