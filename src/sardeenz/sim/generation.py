@@ -31,7 +31,7 @@ from sardeenz.sim.wire import DONE, SSE_START
 __all__ = ["Gen", "Scheduler", "usage_json"]
 
 _STATS_INTERVAL_SECONDS: Final = 10.0
-_EARLY_TOLERANCE: Final = 0.001
+EARLY_TOLERANCE_SECONDS: Final = 0.001
 """A token due within 1 ms is sent now: uvloop timers have millisecond resolution."""
 
 
@@ -261,7 +261,7 @@ class Scheduler:
                 await asyncio.sleep(delay)
             now = loop.time()
             if emitted:
-                now += _EARLY_TOLERANCE
+                now += EARLY_TOLERANCE_SECONDS
             elif due > now:
                 continue
             parts: list[bytes] = []
