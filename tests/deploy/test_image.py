@@ -256,14 +256,37 @@ def test_serves_a_model_and_keeps_its_registry_on_the_volume(containers: Contain
         assert instance["modelPath"] not in names
 
 
-def test_runs_as_an_arbitrary_uid_of_group_0(containers: Containers) -> None:
+@dataclass(frozen=True)
+class Running:
+    """A ready container of the module (its name and published port)."""
+
+    made: Containers
+    name: str
+    port: int
+
+
+@pytest.fixture(scope="module")
+def arbitrary_uid(image: BuiltImage) -> Iterator[Running]:
+    """One container as OpenShift's restricted SCC runs it: a UID from the project's range,
+    group 0, no entry in /etc/passwd, the data dir on a volume. Shared by the module's
+    tests that only look inside a running container (a start costs about 1.5 s of CPU)."""
+    made = Containers(image.tag)
+    try:
+        volume = made.volume()
+        name, port = made.run(
+            "--user", "1000650000:0", "-v", f"{volume}:/data", env={"SARDEENZ_INSECURE": "true"}
+        )
+        wait_ready(made, name, port).close()
+        yield Running(made, name, port)
+    finally:
+        made.close()
+
+
+def test_runs_as_an_arbitrary_uid_of_group_0(arbitrary_uid: Running) -> None:
     """What OpenShift's restricted SCC does: a UID from the project's range, group 0, no
     entry in /etc/passwd. The data dir must still be writable (it is group 0, g+rwx)."""
-    volume = containers.volume()
-    name, port = containers.run(
-        "--user", "1000650000:0", "-v", f"{volume}:/data", env={"SARDEENZ_INSECURE": "true"}
-    )
-    with wait_ready(containers, name, port) as api:
+    name, port = arbitrary_uid.name, arbitrary_uid.port
+    with wait_ready(arbitrary_uid.made, name, port) as api:
         load_active(api, "arbitrary-uid", "--ttft-ms", "5", "--itl-ms", "1")
     # The CPU image runs the demo, which keeps its data in <data_dir>/demo (docs/operations.md).
     db = "/data/demo/sardeenz.db"
@@ -294,12 +317,12 @@ except FileNotFoundError:
 """
 
 
-def test_pid_1_reaps_orphans(containers: Containers) -> None:
+def test_pid_1_reaps_orphans(arbitrary_uid: Running) -> None:
     """A process whose parent died is re-parented to PID 1 of the container (an exec'd
     command here; a vLLM worker whose EngineCore crashed in production). Sardeenz waits only
     for its own children, so without an init as PID 1 it would stay a zombie for good."""
-    name, port = containers.run(env={"SARDEENZ_INSECURE": "true"})
-    with wait_ready(containers, name, port):
+    name, port = arbitrary_uid.name, arbitrary_uid.port
+    with wait_ready(arbitrary_uid.made, name, port):
         python = "/opt/sardeenz/bin/python"
         init = podman("exec", name, "cat", "/proc/1/cmdline").stdout.split("\0")
         assert init[:-1] == ["dumb-init", "--single-child", "--", "sardeenz", "serve"], init
