@@ -23,7 +23,9 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("instance-cluster"), 3)
+    # Two pods: the leader the browser is on and the follower that runs the instance (a
+    # third had no part in the test and cost a server start).
+    c = Cluster(tmp_path_factory.mktemp("instance-cluster"), 2)
     try:
         c.start()
         c.wait_one_leader(15.0)
