@@ -136,8 +136,9 @@ class Containers:
         return (proc.stdout + proc.stderr)[-4000:]
 
     def close(self) -> None:
+        # -v: also the anonymous volume the image's VOLUME gives a container run without -v.
         for name in self.names:
-            podman("rm", "-f", "-t", "0", name, check=False)
+            podman("rm", "-f", "-v", "-t", "0", name, check=False)
         for volume in self.volumes:
             podman("volume", "rm", "-f", volume, check=False)
 
