@@ -1,6 +1,6 @@
 """Kubernetes mode end to end: three real `sardeenz serve` pods against a real kube-apiserver.
 
-The test plays the kubelet (tests/kube/pods.py). In order, on one cluster: one leader
+The test plays the kubelet (testkit/kube_pods.py). In order, on one cluster: one leader
 through the ``sardeenz-leader`` Lease and the same term everywhere; a model loaded on pod B
 answers through pod A's ``/v1``, and its details, log and events from every pod; deleting
 pod B's Pod object takes its routes at once (its process keeps running and heartbeating:
@@ -27,8 +27,8 @@ import pytest
 
 from sardeenz.security.cluster_hmac import Signer
 from testkit.cluster import SECRET, agreed_leader
-from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
-from tests.kube.pods import LEASE_TIMING, KubePods
+from testkit.kube import SARDEENZ_RULES, KubeApiServer
+from testkit.kube_pods import LEASE_TIMING, KubePods
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
