@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 
+from sardeenz.cluster.control_configmap import SELECTOR, CorruptDocument, decode
 from testkit.kube import KubeApiServer
 from testkit.kube_pods import LEASE, KubePods
 from testkit.soak import SOAK_ENV, Fault, Report, Soak
@@ -41,7 +42,6 @@ SIZE = 3
 KINDS = tuple(sorted(PROCESS_FAULTS))
 """Processes only: a partition of loopback addresses is not one (the static soak's
 network namespaces cover partitions)."""
-CONFIGMAPS_SELECTOR = "sardeenz.io/control=document"
 
 
 class KubeSoak(Soak):
@@ -101,18 +101,11 @@ class KubeSoak(Soak):
         with self.kube.client(timeout=5) as api:
             resp = api.get(
                 f"/api/v1/namespaces/{self.pods.namespace}/configmaps",
-                params={"labelSelector": CONFIGMAPS_SELECTOR},
+                params={"labelSelector": SELECTOR},
             )
         resp.raise_for_status()
-        out: dict[str, tuple[int, int]] = {}
-        for obj in resp.json()["items"]:
-            name = str(obj["metadata"]["name"])
-            data = obj.get("data") or {}
-            out[name.removeprefix("sardeenz-control-")] = (
-                int(data["term"]),
-                int(data["revision"]),
-            )
-        return out
+        stored = (decode(obj) for obj in resp.json()["items"])
+        return {s.doc.key: (s.doc.term, s.doc.revision) for s in stored if s is not None}
 
     async def sample(self, http: httpx.AsyncClient) -> None:
         try:
@@ -137,8 +130,8 @@ class KubeSoak(Soak):
             return why
         try:
             stored = await asyncio.to_thread(self.configmaps)
-        except httpx.HTTPError as exc:
-            return f"ConfigMaps not listed: {exc}"
+        except (httpx.HTTPError, CorruptDocument) as exc:
+            return f"ConfigMaps not read: {exc}"
         # The pods agree with each other (above): one copy stands for them all.
         if not self.up():
             return ""
