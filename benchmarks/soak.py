@@ -15,7 +15,7 @@ binaries (``SARDEENZ_KUBE_APISERVER``, ``SARDEENZ_ETCD``: ``make kube-env``).
 ``--only static`` or ``--only kube`` runs one of them.
 
 Usage: sudo -E .venv/bin/python benchmarks/soak.py [--duration 600] [--seed N]
-           [--clients 6] [--only static|kube]
+           [--clients 6] [--only static|kube] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ def main() -> int:
         "--clients", type=int, default=6, help="traffic clients (the kube cluster gets 2/3)"
     )
     parser.add_argument("--only", choices=("static", "kube"), default=None)
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="run in this folder and keep it (pod logs)"
+    )
     args = parser.parse_args()
     if args.only != "kube" and not netns.available():
         print("soak: the static cluster needs root and iproute2 (ip netns)", file=sys.stderr)
@@ -75,8 +78,13 @@ def main() -> int:
             return 2
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     print(f"seed: {seed}  (replay: --seed {seed})", flush=True)
-    with tempfile.TemporaryDirectory(prefix="sardeenz-soak-") as tmp:
-        reports = asyncio.run(both(Path(tmp), seed, args.duration, args.clients, args.only))
+    with contextlib.ExitStack() as stack:
+        if args.keep is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sardeenz-soak-")))
+        else:
+            root = args.keep
+            root.mkdir(parents=True, exist_ok=False)
+        reports = asyncio.run(both(root, seed, args.duration, args.clients, args.only))
     for name, report in reports.items():
         print(f"\n=== {name}\n{summary(report)}")
     return 1 if any(r.violations for r in reports.values()) else 0

@@ -141,6 +141,30 @@ class KubeSoak(Soak):
             return f"{name} holds {held}, the API server's ConfigMaps {stored}"
         return ""
 
+    async def _routing_gap(self, http: httpx.AsyncClient) -> str | None:
+        why = await super()._routing_gap(http)
+        if why is None or "route" not in why:
+            return why
+        return f"{why}; {await self._views(http)}"
+
+    async def _views(self, http: httpx.AsyncClient) -> str:
+        """What each pod lists (``/v1/models`` states) and sees every pod run (its
+        status): where a route went missing, for the violation's message."""
+        parts = []
+        for name in self.up():
+            try:
+                resp = await http.get(f"{self.url(name)}/v1/models", timeout=2)
+                states = {m["id"]: m.get("state") for m in resp.json()["data"]}
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                states = {"?": type(exc).__name__}
+            st = await self.status(http, name)
+            seen = {
+                p["id"]: sorted(f"{i['servedModelName']}:{i['status']}" for i in p["instances"])
+                for p in (st or {}).get("pods", [])
+            }
+            parts.append(f"{name} lists {states}, sees {seen}")
+        return " | ".join(parts)
+
 
 class KubeChaos(Chaos):
     """:class:`Chaos` with the kubelet's part: a killed pod's Pod goes not Ready at
