@@ -117,3 +117,13 @@ def test_a_secret_of_spaces_is_refused(tmp_path: Path, name: str) -> None:
     assert name in line
     assert "only whitespace" in line
     assert not (tmp_path / "data").exists()
+
+
+def test_a_sim_gpu_that_is_not_name_colon_size_is_refused(tmp_path: Path) -> None:
+    """From tests/e2e/test_cli.py: the flag's own refusal, without a process of its own."""
+    result = CliRunner().invoke(
+        app, ["serve", "--sim-gpus", "L4=24", "--data-dir", str(tmp_path / "data")]
+    )
+    line = one_clean_line(result, 2)
+    assert "NAME:SIZE" in line
+    assert not (tmp_path / "data").exists()
