@@ -1,0 +1,90 @@
+"""``InstanceRunner.fail`` kills and reaps the engine's process tree before ``failed`` is
+published.
+
+A watcher (the supervisor's retry, an operator's event stream, the routing table) that
+sees ``failed`` may act on it at once: a retry starting a second engine while the first
+still runs would hold two engines' memory, ports and GPU for one instance. So by the time
+the status event is published, no process of the engine's tree may be left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+
+import httpx
+import psutil
+
+from sardeenz import proctree
+from sardeenz.config import Settings
+from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
+from sardeenz.events import Event, EventBus, StatusEvent
+from sardeenz.runtime.runner import InstanceRunner
+
+# An "engine" with a child of its own, as vLLM has its EngineCore: it prints the child's pid.
+ENGINE = (
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def _instance() -> ModelInstance:
+    return ModelInstance(
+        id="doomed",
+        model_path="/models/m",
+        served_model_name="m",
+        display_name="m",
+        engine=EngineKind.SIM,
+        status=InstanceStatus.ACTIVE,
+        port=9000,
+    )
+
+
+async def test_failed_is_published_only_once_the_engine_tree_is_gone() -> None:
+    seen: list[tuple[InstanceStatus, list[int]]] = []
+    engine = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ENGINE, stdout=asyncio.subprocess.PIPE, start_new_session=True
+    )
+    assert engine.stdout is not None
+    line = await asyncio.wait_for(engine.stdout.readline(), 30)  # "the engine's child pid"
+    child = int(line)
+    tree = [engine.pid, child]
+
+    class WatchedBus(EventBus):
+        """Records which of the tree's processes still run when a status is published."""
+
+        def publish(self, event: Event) -> None:
+            if isinstance(event, StatusEvent):
+                running = [p for p in tree if _running(p)]
+                seen.append((event.instance.status, running))
+            super().publish(event)
+
+    async def persist(runner: InstanceRunner) -> None:
+        return None
+
+    try:
+        async with httpx.AsyncClient() as http:
+            runner = InstanceRunner(_instance(), Settings(), WatchedBus(), persist, http)
+            runner.proc, runner.pid = engine, engine.pid
+            runner.create_time = proctree.create_time(engine.pid)
+            await asyncio.wait_for(runner.fail("health check failed"), 30)  # "fail()"
+        assert seen == [(InstanceStatus.FAILED, [])]
+        assert engine.returncode is not None  # reaped: no zombie left behind either
+        assert runner.instance.error_message == "health check failed"
+    finally:
+        for pid in tree:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+        if engine.returncode is None:
+            await asyncio.wait_for(engine.wait(), 10)  # "the engine's reaping"
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie is dead, only not reaped yet)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
