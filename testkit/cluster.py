@@ -22,6 +22,8 @@ from testkit.ports import free_port
 from testkit.servers import ServerProcess, engine_processes, kill_engines
 
 SECRET = "c" * 64
+TESTER = "pod-tester"
+"""The pod id a test signs its own inter-pod requests as (``X-Cluster-Source``)."""
 TIMING = {
     "SARDEENZ_CLUSTER_HEARTBEAT_INTERVAL_SECONDS": "0.3",
     "SARDEENZ_CLUSTER_SUSPECT_AFTER_SECONDS": "1.5",

@@ -27,6 +27,7 @@ import pytest
 from sardeenz.security.cluster_hmac import Signer
 from testkit.cluster import (
     SECRET,
+    TESTER,
     agreed_leader,
     assert_answers_through,
     listed_models,
@@ -202,7 +203,7 @@ def test_stopped_leader_hands_the_lease_over(pods: KubePods) -> None:
     resp = httpx.post(
         f"{pods.pods[third].url}{path}",
         content=body,
-        headers=Signer(SECRET.encode()).headers("POST", path, body, target=third),
+        headers=Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target=third),
         timeout=5,
     )
     assert resp.status_code == 409, resp.text

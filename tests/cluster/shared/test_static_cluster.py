@@ -20,7 +20,14 @@ import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from testkit.cluster import SECRET, Cluster, assert_answers_through, listed_models, wait_listed
+from testkit.cluster import (
+    SECRET,
+    TESTER,
+    Cluster,
+    assert_answers_through,
+    listed_models,
+    wait_listed,
+)
 from testkit.servers import engine_processes
 
 pytestmark = pytest.mark.slow
@@ -249,7 +256,7 @@ def test_leader_lists_every_pods_instances_and_sleeps_and_wakes_a_remote_one(
 def test_orders_of_an_old_term_are_refused(shared_cluster: Cluster) -> None:
     _, term = shared_cluster.wait_one_leader(10.0)
     c = shared_cluster.pods["pod-c"]
-    signer = Signer(SECRET.encode())
+    signer = Signer(SECRET.encode(), source=TESTER)
     body = b'{"term": 0, "level": 1}'
     path = "/internal/models/nope/sleep"
     resp = httpx.post(
