@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
@@ -52,17 +53,25 @@ from testkit.servers import ServerProcess, kill_engines, load_active
 MODEL = "bench-tenancy"
 KEYS = {"team": "sk-bench-team-0123456789", "other": "sk-bench-other-0123456789"}
 BIG = 10**7
-TENANT = {
-    "api_keys": ["team"],
-    "limits": {
-        "requests_per_minute": BIG,
-        "tokens_per_minute": 10**12,
-        "concurrent_requests": BIG,
-        "tokens_per_day": 10**12,
-        "tokens_per_month": 10**12,
-    },
-    "models": {MODEL: {"requests_per_minute": BIG, "tokens_per_minute": 10**12}},
-}
+
+
+def tenant_body(model: str) -> dict[str, Any]:
+    """The measured tenant: every limit, high enough never to refuse, and a scope on
+    ``model`` with its own limits (benchmarks/tenant_usage.py times the same one)."""
+    return {
+        "api_keys": ["team"],
+        "limits": {
+            "requests_per_minute": BIG,
+            "tokens_per_minute": 10**12,
+            "concurrent_requests": BIG,
+            "tokens_per_day": 10**12,
+            "tokens_per_month": 10**12,
+        },
+        "models": {model: {"requests_per_minute": BIG, "tokens_per_minute": 10**12}},
+    }
+
+
+TENANT = tenant_body(MODEL)
 BODY = orjson.dumps(
     {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
 )

@@ -22,23 +22,14 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tenancy import tenant_body  # benchmarks/tenancy.py: this script's directory is on sys.path
+
 from sardeenz.tenancy.admission import Admission, Ticket
 from sardeenz.tenancy.meter import UsageMeter
 from sardeenz.tenancy.spec import Tenant, TenantBody
 
 MODEL = "bench-usage"
-BIG = 10**7
-TENANT = {  # benchmarks/tenancy.py's: every limit, never refusing, and a model scope
-    "api_keys": ["team"],
-    "limits": {
-        "requests_per_minute": BIG,
-        "tokens_per_minute": 10**12,
-        "concurrent_requests": BIG,
-        "tokens_per_day": 10**12,
-        "tokens_per_month": 10**12,
-    },
-    "models": {MODEL: {"requests_per_minute": BIG, "tokens_per_minute": 10**12}},
-}
+TENANT = tenant_body(MODEL)  # benchmarks/tenancy.py's tenant, scoped to this model
 BODY = orjson.dumps(
     {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 )

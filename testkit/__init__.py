@@ -8,7 +8,9 @@ Neither ``src/`` (it is not shipped) nor ``tests/`` (benchmarks are not tests):
 * ``sim``: one simulated engine process on its own;
 * ``proxy``: the standalone proxy on a background thread (``ThreadedProxyServer``);
 * ``cluster``: a static-peers cluster of real servers on 127.0.0.x;
-* ``streams``: concurrent streaming clients that check every stream.
+* ``streams``: concurrent streaming clients that check every stream;
+* ``kube`` and ``kube_pods``: a real kube-apiserver + etcd, and Kubernetes-mode pods on it
+  (the harness plays the kubelet).
 
 How it is found (not installed by ``pip install -e .``, which ships ``src/`` only):
 pytest puts the repository root on ``sys.path`` (``pythonpath = ["."]`` in

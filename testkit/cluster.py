@@ -22,6 +22,8 @@ from testkit.ports import free_port
 from testkit.servers import ServerProcess, engine_processes, kill_engines
 
 SECRET = "c" * 64
+TESTER = "pod-tester"
+"""The pod id a test signs its own inter-pod requests as (``X-Cluster-Source``)."""
 TIMING = {
     "SARDEENZ_CLUSTER_HEARTBEAT_INTERVAL_SECONDS": "0.3",
     "SARDEENZ_CLUSTER_SUSPECT_AFTER_SECONDS": "1.5",
@@ -202,3 +204,37 @@ class Cluster:
 def agreed_leader(statuses: dict[str, dict[str, Any]]) -> bool:
     views = {(s["leader"], s["term"]) for s in statuses.values()}
     return len(views) == 1 and next(iter(views))[0] is not None
+
+
+def listed_models(url: str) -> list[str]:
+    """The model names ``GET /v1/models`` lists at ``url`` (every pod lists the cluster's)."""
+    return [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]]
+
+
+def wait_listed(url: str, name: str, want: bool, timeout: float = 10.0) -> float:
+    """Seconds until ``name`` is listed at ``url`` (``want``) or no longer is; fails the
+    test, naming the model and the pod, after ``timeout`` s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if (name in listed_models(url)) is want:
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    raise AssertionError(f"{name} {'not ' if want else ''}listed at {url} in {timeout}s")
+
+
+def assert_answers_through(url: str, model: str) -> None:
+    """``model``, served by another pod, answers a chat completion through the pod at
+    ``url`` with the official client, whole and streamed (the cross-pod routing check
+    of the static and the Kubernetes tiers)."""
+    import openai  # a test dependency: the benchmarks importing this module do not need it
+
+    oai = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "hello there"}]
+    reply = oai.chat.completions.create(model=model, messages=messages, max_tokens=8)
+    assert reply.model == model
+    assert reply.choices[0].message.content
+    chunks = list(
+        oai.chat.completions.create(model=model, messages=messages, max_tokens=8, stream=True)
+    )
+    assert len(chunks) >= 3
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

@@ -1,5 +1,6 @@
 """A small OAuth 2.0 server with the HTTP interface of OpenShift's (``/oauth/authorize``,
-``/oauth/token``), for the dashboard's OpenShift sign-in.
+``/oauth/token``), for the dashboard's OpenShift sign-in, and
+an OIDC issuer (discovery document and JWKS) for the admin API's RS256 tokens.
 
 Why a stand-in: the real OpenShift OAuth server needs a whole OpenShift cluster, which
 cannot run here. This one speaks the same protocol the sign-in relies on, over real HTTP:
@@ -35,12 +36,70 @@ class _Grant:
     token: str
 
 
-class OAuthServer:
-    """Serves on a free loopback port in a thread; ``close()`` stops it."""
+class _JsonHandler(BaseHTTPRequestHandler):
+    """Answers in JSON and logs nothing (pytest shows a failing test's own output)."""
+
+    def _json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _LoopbackServer:
+    """A ``ThreadingHTTPServer`` on a free loopback port in a thread; ``close()`` stops it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+class OidcIssuer(_LoopbackServer):
+    """An OIDC issuer: ``/.well-known/openid-configuration`` and the JWKS it names.
+
+    What the admin API's RS256 validation fetches (discovery, then the keys); the
+    authorization and token endpoints are only named, for ``/api/auth/config``.
+    """
+
+    def __init__(self, jwks: dict[str, Any]) -> None:
+        super().__init__()
+        documents = {
+            "/.well-known/openid-configuration": {
+                "issuer": self.url,
+                "jwks_uri": f"{self.url}/jwks.json",
+                "authorization_endpoint": f"{self.url}/authorize",
+                "token_endpoint": f"{self.url}/token",
+            },
+            "/jwks.json": jwks,
+        }
+
+        class Handler(_JsonHandler):
+            def do_GET(self) -> None:
+                self._json(200 if self.path in documents else 404, documents.get(self.path, {}))
+
+        self._serve(Handler)
+
+
+class OAuthServer(_LoopbackServer):
+    """OpenShift's OAuth endpoints on a free loopback port in a thread."""
 
     def __init__(self, client_id: str, client_secret: str, redirect_uri: str) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        super().__init__()
         self.client_id = client_id
         self.client_secret = client_secret
         self.redirect_uri = redirect_uri
@@ -51,7 +110,7 @@ class OAuthServer:
         self.last_scope: str | None = None
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_JsonHandler):
             def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 if url.path != "/oauth/authorize":
@@ -110,22 +169,4 @@ class OAuthServer:
                     {"access_token": grant.token, "token_type": "Bearer", "expires_in": 86400},
                 )
 
-            def _json(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+        self._serve(Handler)

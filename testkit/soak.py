@@ -131,6 +131,7 @@ class Soak:
         self.rss_cap = rss_cap_mb * 2**20
         self.rng = random.Random(seed)
         self.fabric = netns.Fabric(LEFT, len(NAMES) - LEFT)
+        self.names = list(NAMES)
         self.servers: dict[str, ServerProcess] = {}
         self.down: set[str] = set()
         """Pods killed or stopped now (traffic avoids them)."""
@@ -193,7 +194,7 @@ class Soak:
         return self.servers[name].url
 
     def up(self) -> list[str]:
-        return [n for n in NAMES if n not in self.down]
+        return [n for n in self.names if n not in self.down]
 
     async def status(self, http: httpx.AsyncClient, name: str) -> dict[str, Any] | None:
         try:
@@ -423,15 +424,24 @@ class Soak:
             await asyncio.sleep(0.3)
         self.violate("control-state-agrees", why, t0)
 
+    async def control_copy(
+        self, http: httpx.AsyncClient, name: str
+    ) -> dict[str, tuple[int, int]] | None:
+        """``name``'s copy of the control state: (term, revision) by document key."""
+        try:
+            resp = await http.get(f"{self.url(name)}/api/cluster/control", timeout=2)
+            docs = resp.json()["documents"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
+        return {d["key"]: (d["term"], d["revision"]) for d in docs}
+
     async def _disagreement(self, http: httpx.AsyncClient) -> str:
         copies: dict[str, tuple[Any, ...]] = {}
         for name in self.up():
-            try:
-                resp = await http.get(f"{self.url(name)}/api/cluster/control", timeout=2)
-                docs = resp.json()["documents"]
-            except (httpx.HTTPError, ValueError, KeyError):
+            copy = await self.control_copy(http, name)
+            if copy is None:
                 return f"{name}: no control state"
-            copies[name] = tuple(sorted((d["key"], d["term"], d["revision"]) for d in docs))
+            copies[name] = tuple(sorted(copy.items()))
         if len(set(copies.values())) > 1:
             return f"control-state copies differ: {copies}"
         seen = await self.statuses(http)

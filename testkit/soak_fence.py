@@ -22,7 +22,7 @@ import orjson
 
 from sardeenz.cluster.transport import routes
 from sardeenz.security.cluster_hmac import Signer
-from testkit.cluster import SECRET
+from testkit.cluster import SECRET, TESTER
 
 if TYPE_CHECKING:
     from testkit.soak import Soak
@@ -44,7 +44,7 @@ class FenceProbe:
     """Signs and sends stale fenced orders (one signer: its timestamps never repeat)."""
 
     def __init__(self) -> None:
-        self._signer = Signer(SECRET.encode())
+        self._signer = Signer(SECRET.encode(), source=TESTER)
 
     async def send(
         self, http: httpx.AsyncClient, url: str, pod_id: str, term: int

@@ -28,6 +28,9 @@ PROCESS_FAULTS = {"kill-leader", "stop-leader", "kill-follower", "stop-follower"
 
 
 class Chaos:
+    kinds: tuple[str, ...] = FAULTS
+    """The faults this soak's cluster can be given (testkit/soak_kube.py: processes only)."""
+
     def __init__(self, soak: Soak) -> None:
         self.s = soak
         self.rng = random.Random(soak.rng.randrange(2**32))
@@ -65,7 +68,7 @@ class Chaos:
                 await asyncio.wait_for(stop.wait(), self.rng.uniform(3.0, 8.0))
             if stop.is_set():
                 return
-            kind = self.rng.choice(FAULTS)
+            kind = self.rng.choice(self.kinds)
             hold = self.rng.uniform(2.0, 6.0)
             victim_pick = self.rng.random()
             fault = await self._inject(http, kind, victim_pick)
@@ -234,8 +237,13 @@ def _excused(soak: Soak, o: Any) -> str | None:
 async def run(root: Path, seed: int, duration: float, clients: int = 6) -> Report:
     """Open the cluster, run the soak for ``duration`` s, heal, check, close."""
     soak = Soak(root, seed, duration)
-    chaos = Chaos(soak)
     print(f"soak: seed {seed}, {duration:g}s, 5 pods in network namespaces", flush=True)
+    return await drive(soak, Chaos(soak), clients)
+
+
+async def drive(soak: Soak, chaos: Chaos, clients: int) -> Report:
+    """Open ``soak``'s cluster, run traffic, faults and admin operations for its
+    duration, then heal, check every invariant once more and close (whatever happened)."""
     try:
         await asyncio.to_thread(soak.open)
         async with httpx.AsyncClient() as http:
@@ -255,7 +263,7 @@ async def run(root: Path, seed: int, duration: float, clients: int = 6) -> Repor
                 asyncio.create_task(chaos.sampler(http, stop)),
             ]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), duration)
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), soak.duration)
             stop.set()
             await asyncio.gather(*tasks)
             await soak.converged(http, "the end", soak.bound)

@@ -509,6 +509,14 @@ class Settings(BaseSettings):
         validation_alias=_env("CLUSTER_SECRET_PREVIOUS", "cluster_secret_previous"),
     )
     """During a secret rotation: the old secret, still accepted (never used to sign)."""
+    cluster_unsourced_signatures: bool = Field(
+        False,
+        validation_alias=_env(
+            "SARDEENZ_CLUSTER_UNSOURCED_SIGNATURES", "cluster_unsourced_signatures"
+        ),
+    )
+    """During a rolling upgrade from a version whose pods do not sign their own id:
+    accept their requests, and sign ours so that they accept them too."""
     pod_name: str | None = Field(None, validation_alias=_env("POD_NAME", "pod_name"))
     """This pod's id in the cluster; default ``<hostname>:<port>``."""
     advertise_address: str | None = Field(

@@ -3,9 +3,11 @@
 Two pods with API keys on (so a forwarded /v1 request must prove itself with
 the cluster signature); each refusal case of the seed is one request: no
 signature, bad signature, stale timestamp, a replay inside the window,
-a tampered body, the wrong secret. Secret rotation restarts one pod with the
-new secret and the old one as ``CLUSTER_SECRET_PREVIOUS`` (both accepted),
-then with the new one only.
+a tampered body, the wrong secret, a request of the previous format (no
+``X-Cluster-Source``), a source that is not the signer's. Secret rotation restarts
+one pod with the new secret and the old one as ``CLUSTER_SECRET_PREVIOUS`` (both
+accepted), then with the new one only; a rolling upgrade from the previous format
+does the same with ``SARDEENZ_CLUSTER_UNSOURCED_SIGNATURES``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer, signature
-from testkit.cluster import SECRET, Cluster
+from testkit.cluster import SECRET, TESTER, Cluster
 from testkit.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -42,7 +44,7 @@ def _get(url: str, path: str, headers: dict[str, str]) -> httpx.Response:
 
 def test_signed_ping_passes_and_every_bad_signature_is_401(pair: Cluster) -> None:
     url = pair.pods["pod-a"].url
-    signer = Signer(SECRET.encode())
+    signer = Signer(SECRET.encode(), source=TESTER)
     ok = _get(url, "/internal/ping", signer.headers("GET", "/internal/ping", b"", target="pod-a"))
     assert ok.status_code == 200
     assert ok.json()["podId"] == "pod-a"
@@ -59,15 +61,27 @@ def test_signed_ping_passes_and_every_bad_signature_is_401(pair: Cluster) -> Non
     stale = {
         "X-Cluster-Timestamp": stale_ts,
         "X-Cluster-Target": "pod-a",
+        "X-Cluster-Source": TESTER,
         "X-Cluster-Signature": signature(
-            SECRET.encode(), "GET", "/internal/ping", stale_ts, "pod-a", b""
+            SECRET.encode(), "GET", "/internal/ping", stale_ts, "pod-a", b"", TESTER
         ),
     }
     assert code(_get(url, "/internal/ping", stale)) == "stale_timestamp"
+    # The previous format (no source) is refused outside a rolling upgrade.
+    unsourced = {k: v for k, v in stale.items() if k != "X-Cluster-Source"}
+    unsourced["X-Cluster-Timestamp"] = now_ts = str(int(time.time() * 1000))
+    unsourced["X-Cluster-Signature"] = signature(
+        SECRET.encode(), "GET", "/internal/ping", now_ts, "pod-a", b""
+    )
+    assert code(_get(url, "/internal/ping", unsourced)) == "unsourced"
+    # The source is signed: the same request passed off as another pod's is refused.
+    forged = {**signer.headers("GET", "/internal/ping", b"", target="pod-a")}
+    forged["X-Cluster-Source"] = "pod-b"
+    assert code(_get(url, "/internal/ping", forged)) == "bad_signature"
     once = signer.headers("GET", "/internal/ping", b"", target="pod-a")
     assert _get(url, "/internal/ping", once).status_code == 200
     assert code(_get(url, "/internal/ping", once)) == "replayed"  # within the 30 s window
-    wrong = Signer(b"w" * 64).headers("GET", "/internal/ping", b"", target="pod-a")
+    wrong = Signer(b"w" * 64, source=TESTER).headers("GET", "/internal/ping", b"", target="pod-a")
     assert code(_get(url, "/internal/ping", wrong)) == "bad_signature"
     # Signed for another path: refused before the path is even looked at.
     other = signer.headers("GET", "/internal/state", b"", target="pod-a")
@@ -78,7 +92,7 @@ def test_tampered_body_is_refused(pair: Cluster) -> None:
     url = pair.pods["pod-b"].url
     path = "/internal/election/vote"
     body = b'{"candidate": "pod-z", "term": 1}'
-    headers = Signer(SECRET.encode()).headers("POST", path, body, target="pod-b")
+    headers = Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target="pod-b")
     tampered = b'{"candidate": "pod-y", "term": 9}'
     resp = httpx.post(f"{url}{path}", content=tampered, headers=headers, timeout=5)
     assert resp.status_code == 401
@@ -89,14 +103,16 @@ def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
     url = pair.pods["pod-a"].url
     assert httpx.get(f"{url}/internal/nope", timeout=5).status_code == 401
     path = "/internal/nope"
-    signed = _get(url, path, Signer(SECRET.encode()).headers("GET", path, b"", target="pod-a"))
+    signed = _get(
+        url, path, Signer(SECRET.encode(), source=TESTER).headers("GET", path, b"", target="pod-a")
+    )
     assert signed.status_code == 404
     path = "/internal/control/write"
     body = b"{}"
     resp = httpx.post(
         f"{url}{path}",
         content=body,
-        headers=Signer(SECRET.encode()).headers("POST", path, body, target="pod-a"),
+        headers=Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target="pod-a"),
         timeout=5,
     )
     # Signed, so the route answers: a write without the leader's term and document is refused.
@@ -138,14 +154,31 @@ def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Clust
     path = "/v1/chat/completions"
     plain = {"Content-Type": "application/json"}
     assert httpx.post(f"{b.url}{path}", content=body, headers=plain).status_code == 401
-    for_a = {**plain, **Signer(SECRET.encode()).headers("POST", path, body, target="pod-a")}
+    for_a = {
+        **plain,
+        **Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target="pod-a"),
+    }
     assert httpx.post(f"{b.url}{path}", content=body, headers=for_a).status_code == 401
-    signed = {**plain, **Signer(SECRET.encode()).headers("POST", path, body, target="pod-b")}
+    as_pod = Signer(SECRET.encode(), source=TESTER)
+    # Signed by one pod, presented as forwarded by another (or as not forwarded): refused.
+    for hop in ("pod-a", None):
+        other = {**plain, **as_pod.headers("POST", path, body, target="pod-b")}
+        if hop is not None:
+            other["X-Sardeenz-Hop"] = hop
+        assert httpx.post(f"{b.url}{path}", content=body, headers=other).status_code == 401
+    signed = {
+        **plain,
+        **as_pod.headers("POST", path, body, target="pod-b"),
+        "X-Sardeenz-Hop": TESTER,
+    }
     assert httpx.post(f"{b.url}{path}", content=body, headers=signed, timeout=10).status_code == 200
     replay = httpx.post(f"{b.url}{path}", content=body, headers=signed, timeout=10)
     assert replay.status_code == 401
     assert replay.json()["error"]["code"] == "invalid_api_key"
-    wrong = {**plain, **Signer(b"w" * 64).headers("POST", path, body, target="pod-b")}
+    wrong = {
+        **plain,
+        **Signer(b"w" * 64, source=TESTER).headers("POST", path, body, target="pod-b"),
+    }
     assert httpx.post(f"{b.url}{path}", content=body, headers=wrong).status_code == 401
 
 
@@ -160,16 +193,61 @@ def test_secret_rotation_old_and_new_then_only_new(tmp_path: Path, pair: Cluster
     ).start()
     try:
         for secret in (NEW, SECRET):
-            h = Signer(secret.encode()).headers("GET", "/internal/ping", b"", target="pod-r")
+            h = Signer(secret.encode(), source=TESTER).headers(
+                "GET", "/internal/ping", b"", target="pod-r"
+            )
             assert _get(srv.url, "/internal/ping", h).status_code == 200
         srv.stop()
         srv.env.pop("CLUSTER_SECRET_PREVIOUS")
         srv.start()
-        new = Signer(NEW.encode()).headers("GET", "/internal/ping", b"", target="pod-r")
+        new = Signer(NEW.encode(), source=TESTER).headers(
+            "GET", "/internal/ping", b"", target="pod-r"
+        )
         assert _get(srv.url, "/internal/ping", new).status_code == 200
-        old = Signer(SECRET.encode()).headers("GET", "/internal/ping", b"", target="pod-r")
+        old = Signer(SECRET.encode(), source=TESTER).headers(
+            "GET", "/internal/ping", b"", target="pod-r"
+        )
         resp = _get(srv.url, "/internal/ping", old)
         assert resp.status_code == 401
         assert resp.json()["code"] == "bad_signature"
+    finally:
+        srv.stop()
+
+
+def test_rolling_upgrade_accepts_both_formats_until_it_is_turned_off(tmp_path: Path) -> None:
+    """A pod of this version with ``SARDEENZ_CLUSTER_UNSOURCED_SIGNATURES`` takes requests
+    of a previous-version pod (signed without a source) and this version's alike; a
+    dual-signed request stripped of its source is still a replay of it. Restarted
+    without the setting (the upgrade done), it refuses the previous format."""
+    env = {"CLUSTER_PEERS": "127.0.0.9:9", "POD_NAME": "pod-u", "CLUSTER_SECRET": SECRET}
+    srv = ServerProcess(
+        tmp_path / "u",
+        host="127.0.0.7",
+        extra_env={**env, "SARDEENZ_CLUSTER_UNSOURCED_SIGNATURES": "true"},
+    ).start()
+    path = "/internal/ping"
+
+    def previous_version() -> dict[str, str]:
+        ts = str(int(time.time() * 1000))
+        sig = signature(SECRET.encode(), "GET", path, ts, "pod-u", b"")
+        return {"X-Cluster-Timestamp": ts, "X-Cluster-Target": "pod-u", "X-Cluster-Signature": sig}
+
+    try:
+        assert _get(srv.url, path, previous_version()).status_code == 200
+        current = Signer(SECRET.encode(), source=TESTER)
+        assert _get(srv.url, path, current.headers("GET", path, b"", target="pod-u")).is_success
+        # A pod in the transition signs both ways; stripped of the new headers, a captured
+        # one is the replay of the same request, not a new previous-version request.
+        dual = Signer(SECRET.encode(), source=TESTER, unsourced=True)
+        both = dual.headers("GET", path, b"", target="pod-u")
+        assert _get(srv.url, path, both).status_code == 200
+        stripped = {k: v for k, v in both.items() if not k.startswith("X-Cluster-Source")}
+        resp = _get(srv.url, path, stripped)
+        assert (resp.status_code, resp.json()["code"]) == (401, "replayed")
+        srv.stop()
+        srv.env.pop("SARDEENZ_CLUSTER_UNSOURCED_SIGNATURES")
+        srv.start()
+        resp = _get(srv.url, path, previous_version())
+        assert (resp.status_code, resp.json()["code"]) == (401, "unsourced")
     finally:
         srv.stop()

@@ -19,7 +19,7 @@ import pytest
 
 from sardeenz.cluster.transport.routes import PROFILES
 from sardeenz.security.cluster_hmac import Signer
-from testkit.cluster import SECRET, Cluster
+from testkit.cluster import SECRET, TESTER, Cluster
 
 PATH = PROFILES.path()
 
@@ -138,7 +138,7 @@ def test_no_pod_fits_is_409_with_a_reason_per_pod(gpu_cluster: Cluster) -> None:
 
 def _profiles_on(cluster: Cluster, pod: str) -> list[dict[str, Any]]:
     """A pod's own profiles, read with a signed /internal call (its API redirects)."""
-    headers = Signer(SECRET.encode()).headers("GET", PATH, b"", target=pod)
+    headers = Signer(SECRET.encode(), source=TESTER).headers("GET", PATH, b"", target=pod)
     resp = httpx.get(f"{cluster.pods[pod].url}{PATH}", headers=headers, timeout=5)
     assert resp.status_code == 200, resp.text
     profiles: list[dict[str, Any]] = resp.json()["profiles"]

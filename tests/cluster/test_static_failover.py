@@ -12,26 +12,12 @@ from __future__ import annotations
 import signal
 import time
 
-import httpx
 import pytest
 
-from testkit.cluster import Cluster, agreed_leader
+from testkit.cluster import Cluster, agreed_leader, wait_listed
 from testkit.servers import load_active
 
 pytestmark = pytest.mark.slow
-
-
-def _models(url: str) -> list[str]:
-    return [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]]
-
-
-def _wait_models(url: str, want: bool, name: str, timeout: float = 10.0) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if (name in _models(url)) is want:
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    raise AssertionError(f"{name} {'not ' if want else ''}listed at {url} in {timeout}s")
 
 
 def test_leader_sigkill_new_leader_and_routes_to_the_dead_pod_go(cluster3: Cluster) -> None:
@@ -41,7 +27,7 @@ def test_leader_sigkill_new_leader_and_routes_to_the_dead_pod_go(cluster3: Clust
         load_active(client, "on-the-leader")
     survivors = [n for n in cluster3.names if n != old]
     for name in survivors:
-        _wait_models(cluster3.pods[name].url, True, "on-the-leader")
+        wait_listed(cluster3.pods[name].url, "on-the-leader", True)
     t0 = time.monotonic()
     dead.stop(signal.SIGKILL)
     statuses = cluster3.wait(
@@ -52,7 +38,7 @@ def test_leader_sigkill_new_leader_and_routes_to_the_dead_pod_go(cluster3: Clust
     elected = time.monotonic() - t0
     new, new_term = next(iter(statuses.values()))["leader"], next(iter(statuses.values()))["term"]
     for name in survivors:
-        _wait_models(cluster3.pods[name].url, False, "on-the-leader", 15.0)
+        wait_listed(cluster3.pods[name].url, "on-the-leader", False, 15.0)
     routes_gone = time.monotonic() - t0
     print(
         f"\nfailover: leader {old} (term {old_term}) killed -> {new} (term {new_term}) "
@@ -86,7 +72,7 @@ def test_restarted_pod_rejoins(cluster3: Cluster) -> None:
     assert leader != dead  # a healthy leader with quorum is not deposed by a returning pod
     # Its re-adopted engine is routable cluster-wide again.
     for name in cluster3.names:
-        _wait_models(cluster3.pods[name].url, True, "on-the-leader", 15.0)
+        wait_listed(cluster3.pods[name].url, "on-the-leader", True, 15.0)
 
 
 def test_no_orphan_engines_after_a_clean_stop(cluster3: Cluster) -> None:

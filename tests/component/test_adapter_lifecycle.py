@@ -214,9 +214,11 @@ def test_an_operator_lists_loads_and_unloads_an_adapter(srv: ServerProcess) -> N
     ]
     assert list(engine_state(srv, "ops")["lora_adapters"]) == ["ops1"]
 
-    # A request in flight holds it while the CLI looks, and an unload is refused.
+    # A request in flight holds it while the CLI looks, and an unload is refused. The
+    # stream would last a minute: the CLI's three runs must all see it (300 tokens, 6 s,
+    # ended between two of them on a loaded machine); it is closed below.
     oai = client(srv)
-    stream = oai.completions.create(model="ops1", prompt="hi", max_tokens=300, stream=True)
+    stream = oai.completions.create(model="ops1", prompt="hi", max_tokens=3000, stream=True)
     assert next(iter(stream)).model == "ops1"
     url = ["--url", srv.url]
     piped = cli("adapters", *url)
@@ -233,7 +235,15 @@ def test_an_operator_lists_loads_and_unloads_an_adapter(srv: ServerProcess) -> N
     assert busy.status_code == 409
     assert busy.json()["code"] == "adapter_in_use"
     assert list(engine_state(srv, "ops")["lora_adapters"]) == ["ops1"]
-    assert {chunk.model for chunk in stream} == {"ops1"}
+    assert [chunk.model for _, chunk in zip(range(5), stream, strict=False)] == ["ops1"] * 5
+    stream.close()  # the client leaves: its request ends and lets the adapter go
+
+    def idle() -> bool:
+        with srv.client() as c:
+            (ops1,) = [a for a in c.get("/api/v1/adapters").json() if a["name"] == "ops1"]
+        return all(where["inFlight"] == 0 for where in ops1["loadedOn"])
+
+    wait_until(idle, "the closed stream no longer holds ops1")
 
     unloaded = cli("adapters", "unload", "ops1", "--json", *url)
     assert unloaded.returncode == 0, unloaded.stderr

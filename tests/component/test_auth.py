@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +22,8 @@ from sardeenz.security.policy import (
     iter_api_routes,
     policy_of,
 )
-from testkit.ports import free_port
-from testkit.servers import ServerProcess, sim_load, wait_for_status
+from testkit.oauth import OidcIssuer
+from testkit.servers import ServerPool, ServerProcess, sim_load, tls_context, wait_for_status
 
 SECRET = "s3cr3t-hs256-key-for-tests-only-0123456789"
 ISSUER = "https://issuer.test"
@@ -80,9 +78,9 @@ def test_every_api_route_has_a_policy_and_mutations_need_admin(tmp_path: Path) -
 # --- the matrix over real HTTP -------------------------------------------------------
 
 
-def _routes(srv: ServerProcess) -> list[tuple[str, str, bool]]:
+def _routes(api: httpx.Client) -> list[tuple[str, str, bool]]:
     """(method, concrete path, is_public) for every /api operation in the OpenAPI doc."""
-    doc = httpx.get(f"{srv.url}/openapi.json").json()
+    doc = api.get("/openapi.json").json()
     out = []
     for path, ops in doc["paths"].items():
         if not path.startswith("/api"):
@@ -102,56 +100,63 @@ def _routes(srv: ServerProcess) -> list[tuple[str, str, bool]]:
     return out
 
 
-def _call(srv: ServerProcess, method: str, path: str, bearer: str | None) -> httpx.Response:
+def _call(api: httpx.Client, method: str, path: str, bearer: str | None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-    with httpx.Client(base_url=srv.url, timeout=10) as c:
-        req = c.build_request(method, path, headers=headers, json={} if method != "GET" else None)
-        resp = c.send(req, stream=True)  # SSE routes would never end: read the head only
-        resp.close()
-        return resp
+    req = api.build_request(method, path, headers=headers, json={} if method != "GET" else None)
+    resp = api.send(req, stream=True)  # SSE routes would never end: read the head only
+    resp.close()
+    return resp
 
 
-def _code(srv: ServerProcess, method: str, path: str, bearer: str | None) -> str | None:
+def _code(api: httpx.Client, method: str, path: str, bearer: str | None) -> str | None:
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-    resp = httpx.request(method, f"{srv.url}{path}", headers=headers, timeout=10)
-    code: str | None = resp.json().get("code")
+    code: str | None = api.request(method, path, headers=headers).json().get("code")
     return code
 
 
 def _assert_matrix(srv: ServerProcess, tokens: dict[str, str]) -> int:
+    """Every /api operation against every kind of caller, through one client: each new
+    ``httpx.Client`` loads the CA bundle (about 20 ms of CPU), and the two matrices make
+    over a thousand calls."""
+    with httpx.Client(base_url=srv.url, timeout=10, verify=tls_context()) as api:
+        return _matrix_cases(api, tokens)
+
+
+def _matrix_cases(api: httpx.Client, tokens: dict[str, str]) -> int:
     cases = 0
-    for method, path, public in _routes(srv):
+    for method, path, public in _routes(api):
         mutating = is_mutation(method, path)
-        anon = _call(srv, method, path, None)
+        anon = _call(api, method, path, None)
         if public:
             assert anon.status_code not in (401, 403), (method, path)
             continue
         assert anon.status_code == 401, (method, path, anon.status_code)
         assert anon.headers["www-authenticate"].startswith("Bearer")
         for bad in ("expired", "bad_signature", "wrong_issuer", "wrong_audience"):
-            resp = _call(srv, method, path, tokens[bad])
+            resp = _call(api, method, path, tokens[bad])
             assert resp.status_code == 401, (bad, method, path, resp.status_code)
-        ro = _call(srv, method, path, tokens["readonly"])
+        ro = _call(api, method, path, tokens["readonly"])
         if mutating:
             assert ro.status_code == 403, (method, path, ro.status_code)
         else:
             assert ro.status_code not in (401, 403), (method, path, ro.status_code)
-        admin = _call(srv, method, path, tokens["admin"])
+        admin = _call(api, method, path, tokens["admin"])
         assert admin.status_code not in (401, 403), (method, path, admin.status_code)
         assert admin.status_code < 500, (method, path, admin.status_code)
         cases += 1
     return cases
 
 
+HS256_ENV = {
+    "SARDEENZ_JWT_SECRET": SECRET,
+    "SARDEENZ_JWT_ISSUER": ISSUER,
+    "SARDEENZ_JWT_AUDIENCE": AUDIENCE,
+}
+
+
 @pytest.fixture
 def hs256_server(server_factory: Any) -> ServerProcess:
-    srv: ServerProcess = server_factory(
-        extra_env={
-            "SARDEENZ_JWT_SECRET": SECRET,
-            "SARDEENZ_JWT_ISSUER": ISSUER,
-            "SARDEENZ_JWT_AUDIENCE": AUDIENCE,
-        }
-    )
+    srv: ServerProcess = server_factory(extra_env=HS256_ENV)
     return srv.start()
 
 
@@ -166,18 +171,18 @@ def test_hs256_matrix_over_every_route(hs256_server: ServerProcess) -> None:
         "wrong_audience": token(["admin"], aud="someone-else"),
     }
     assert _assert_matrix(hs256_server, tokens) >= 12
-    srv = hs256_server
-    assert _code(srv, "GET", "/api/v1/models", tokens["expired"]) == "token_expired"
-    assert _code(srv, "GET", "/api/v1/models", tokens["bad_signature"]) == "invalid_signature"
-    assert _code(srv, "GET", "/api/v1/models", tokens["wrong_issuer"]) == "invalid_issuer"
-    assert _code(srv, "GET", "/api/v1/models", tokens["wrong_audience"]) == "invalid_audience"
-    assert _code(srv, "GET", "/api/v1/models", None) == "missing_token"
-    assert _code(srv, "GET", "/api/v1/models", "not-a-jwt") == "invalid_token"
-    none_role = token(["viewer"])
-    assert _code(srv, "GET", "/api/v1/models", none_role) == "forbidden"
-    me = httpx.get(
-        f"{srv.url}/api/auth/me", headers={"Authorization": f"Bearer {tokens['readonly']}"}
-    ).json()
+    with hs256_server.client() as api:
+        assert _code(api, "GET", "/api/v1/models", tokens["expired"]) == "token_expired"
+        assert _code(api, "GET", "/api/v1/models", tokens["bad_signature"]) == "invalid_signature"
+        assert _code(api, "GET", "/api/v1/models", tokens["wrong_issuer"]) == "invalid_issuer"
+        assert _code(api, "GET", "/api/v1/models", tokens["wrong_audience"]) == "invalid_audience"
+        assert _code(api, "GET", "/api/v1/models", None) == "missing_token"
+        assert _code(api, "GET", "/api/v1/models", "not-a-jwt") == "invalid_token"
+        none_role = token(["viewer"])
+        assert _code(api, "GET", "/api/v1/models", none_role) == "forbidden"
+        me = api.get(
+            "/api/auth/me", headers={"Authorization": f"Bearer {tokens['readonly']}"}
+        ).json()
     assert me == {
         "subject": "tester",
         "role": "admin-readonly",
@@ -186,56 +191,19 @@ def test_hs256_matrix_over_every_route(hs256_server: ServerProcess) -> None:
     }
 
 
-class _JwksServer:
-    """A local issuer: OIDC discovery document and JWKS, over real HTTP."""
-
-    def __init__(self, jwks: dict[str, Any]) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        documents = {
-            "/.well-known/openid-configuration": {
-                "issuer": self.url,
-                "jwks_uri": f"{self.url}/jwks.json",
-                "authorization_endpoint": f"{self.url}/authorize",
-                "token_endpoint": f"{self.url}/token",
-            },
-            "/jwks.json": jwks,
-        }
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = json.dumps(documents.get(self.path, {})).encode()
-                self.send_response(200 if self.path in documents else 404)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
-def rsa_issuer() -> Iterator[tuple[_JwksServer, Any, Any]]:
+def rsa_issuer() -> Iterator[tuple[OidcIssuer, Any, Any]]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     jwk.update({"kid": "k1", "use": "sig", "alg": "RS256"})
-    issuer = _JwksServer({"keys": [jwk]})
+    issuer = OidcIssuer({"keys": [jwk]})
     yield issuer, key, other
     issuer.close()
 
 
 def test_rs256_matrix_with_oidc_discovery(
-    server_factory: Any, rsa_issuer: tuple[_JwksServer, Any, Any]
+    server_factory: Any, rsa_issuer: tuple[OidcIssuer, Any, Any]
 ) -> None:
     issuer, key, other = rsa_issuer
     srv: ServerProcess = server_factory(
@@ -268,7 +236,8 @@ def test_rs256_matrix_with_oidc_discovery(
         "wrong_audience": rs(["admin"], aud="someone-else"),
     }
     assert _assert_matrix(srv, tokens) >= 12
-    config = httpx.get(f"{srv.url}/api/auth/config").json()
+    with srv.client() as api:
+        config = api.get("/api/auth/config").json()
     assert config["authEnabled"] is True
     assert config["oidc"]["authorizationEndpoint"] == f"{issuer.url}/authorize"
     assert config["oidc"]["clientId"] == "sardeenz-ui"
@@ -290,7 +259,11 @@ def test_secrets_never_leak_and_api_keys_guard_inference(server_factory: Any) ->
     admin = token(["admin"], iss=ISSUER, aud=AUDIENCE)
     seen: list[str] = []
     headers = {"Authorization": f"Bearer {admin}"}
-    with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as api:
+    # ``api`` sends the admin token with every request, ``no_auth`` only what it is given.
+    with (
+        httpx.Client(base_url=srv.url, headers=headers, timeout=30, verify=tls_context()) as api,
+        srv.client() as no_auth,
+    ):
         inst = sim_load(api, "guarded", "--ttft-ms", "1")
         inst = wait_for_status(api, inst["id"], "active")
         seen.append(json.dumps(inst))
@@ -305,14 +278,14 @@ def test_secrets_never_leak_and_api_keys_guard_inference(server_factory: Any) ->
         # Inference needs the key; the admin token is not an inference key.
         url = f"{srv.url}/v1/completions"
         body = {"model": "guarded", "prompt": "x", "max_tokens": 2}
-        denied = httpx.post(url, json=body)
+        denied = no_auth.post(url, json=body)
         assert denied.status_code == 401
         assert denied.json()["error"]["code"] == "invalid_api_key"
-        assert httpx.post(url, json=body, headers=headers).status_code == 401
-        ok = httpx.post(url, json=body, headers={"Authorization": f"Bearer {api_key}"})
+        assert no_auth.post(url, json=body, headers=headers).status_code == 401
+        ok = no_auth.post(url, json=body, headers={"Authorization": f"Bearer {api_key}"})
         assert ok.status_code == 200
         seen.append(ok.text)
-        with httpx.stream(
+        with no_auth.stream(
             "POST",
             url,
             json={**body, "stream": True},
@@ -337,19 +310,30 @@ def test_secrets_never_leak_and_api_keys_guard_inference(server_factory: Any) ->
             assert secret not in text
 
 
-def test_api_body_limit_and_audit_trail(hs256_server: ServerProcess) -> None:
-    srv = hs256_server
+@pytest.fixture(scope="module")
+def every_address_server(module_server_factory: ServerPool) -> ServerProcess:
+    """HS256 auth on a server bound to every address, which auth makes allowed.
+
+    Not the matrix's server: the matrix's calls would be in the audit trail (its 422
+    for ``load`` is an ``error`` too, which the 413 must be on its own).
+    """
+    srv: ServerProcess = module_server_factory(args=["--host", "0.0.0.0"], extra_env=HS256_ENV)
+    return srv.start()
+
+
+def test_api_body_limit_and_audit_trail(every_address_server: ServerProcess) -> None:
+    srv = every_address_server
     admin = {"Authorization": f"Bearer {token(['admin'])}"}
     readonly = {"Authorization": f"Bearer {token(['admin-readonly'])}"}
     big = b'{"modelPath": "' + b"x" * (2 * 2**20) + b'"}'
-    resp = httpx.post(
-        f"{srv.url}/api/v1/models/load",
-        content=big,
-        headers={**admin, "content-type": "application/json"},
-    )
-    assert resp.status_code == 413
-    assert resp.json()["code"] == "payload_too_large"
-    with httpx.Client(base_url=srv.url, timeout=30) as api:
+    with srv.client() as api:
+        resp = api.post(
+            "/api/v1/models/load",
+            content=big,
+            headers={**admin, "content-type": "application/json"},
+        )
+        assert resp.status_code == 413
+        assert resp.json()["code"] == "payload_too_large"
         denied = api.post("/api/v1/models/load", json={"modelPath": "x"}, headers=readonly)
         assert denied.status_code == 403
         inst = api.post(
@@ -357,7 +341,9 @@ def test_api_body_limit_and_audit_trail(hs256_server: ServerProcess) -> None:
             json={"modelPath": "audited", "engine": "sim"},
             headers=admin,
         ).json()
-        with httpx.Client(base_url=srv.url, headers=admin, timeout=30) as as_admin:
+        with httpx.Client(
+            base_url=srv.url, headers=admin, timeout=30, verify=tls_context()
+        ) as as_admin:
             wait_for_status(as_admin, inst["id"], "active")
         api.post(f"/api/v1/models/{inst['id']}/unload", headers=admin).raise_for_status()
         deadline = time.monotonic() + 5
@@ -380,9 +366,6 @@ def test_api_body_limit_and_audit_trail(hs256_server: ServerProcess) -> None:
     assert any(e["role"] == "admin" for e in entries)
 
 
-def test_auth_configured_allows_non_loopback_bind(server_factory: Any) -> None:
-    srv: ServerProcess = server_factory(
-        args=["--host", "0.0.0.0"], extra_env={"SARDEENZ_JWT_SECRET": SECRET}
-    ).start()
-    assert "authentication: on" in srv.log()
-    assert "refusing" not in srv.log()
+def test_auth_configured_allows_non_loopback_bind(every_address_server: ServerProcess) -> None:
+    assert "authentication: on" in every_address_server.log()
+    assert "refusing" not in every_address_server.log()

@@ -32,6 +32,7 @@ ECHO = InternalRoute("POST", "/internal/test/echo/{name}")
 ORDER = InternalRoute("POST", "/internal/test/order", fenced=True)
 REFUSE = InternalRoute("GET", "/internal/test/refuse")
 WHO = InternalRoute("GET", "/internal/test/who", any_target=True)
+SPEAKS_FOR = InternalRoute("POST", "/internal/test/speaks-for/{pod}")
 
 
 class _Body(BaseModel):
@@ -104,6 +105,12 @@ async def rig() -> AsyncIterator[Rig]:
 
     router.include([(ECHO, echo), (ORDER, order), (WHO, lambda _: {"podId": "pod-b"})])
     router.add(REFUSE, refuse)
+
+    def speaks_for(r: InternalRequest) -> dict[str, Any]:
+        r.check_sender(r.params["pod"])  # as a heartbeat or a vote checks its pod id
+        return {"source": r.source}
+
+    router.add(SPEAKS_FOR, speaks_for)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(router, host="127.0.0.1", port=port, log_level="error"))
     task = asyncio.create_task(server.serve())
@@ -112,7 +119,12 @@ async def rig() -> AsyncIterator[Rig]:
         await asyncio.sleep(0.01)
     directory.addresses["pod-b"] = PeerAddress("127.0.0.1", port)
     client = PodClient(
-        Signer(SECRET), directory, timeout=5, order_timeout=5, backoff_base=30, backoff_cap=60
+        Signer(SECRET, source="pod-a"),
+        directory,
+        timeout=5,
+        order_timeout=5,
+        backoff_base=30,
+        backoff_cap=60,
     )
     await client.start()
     try:
@@ -224,7 +236,7 @@ async def test_only_a_route_declared_any_target_takes_a_request_signed_for_any_p
     assert await rig.client.call_at(address, WHO) == {"podId": "pod-b"}  # signed for "*"
     with pytest.raises(ValueError, match="must name the pod"):  # a bug: never sent
         await rig.client.call_at(address, ECHO, {"n": 1})
-    signer = Signer(SECRET)
+    signer = Signer(SECRET, source="pod-a")
     async with httpx.AsyncClient() as http:
         path = ECHO.path(name="x")
         body = b'{"n": 1}'
@@ -236,3 +248,12 @@ async def test_only_a_route_declared_any_target_takes_a_request_signed_for_any_p
         headers = signer.headers("POST", path, body, target="pod-b")
         resp = await http.post(f"{rig.url}{path}", content=body, headers=headers)
         assert resp.json() == {"name": "x", "n": 1}
+
+
+async def test_the_handler_knows_the_signing_pod_and_a_body_speaking_for_another_is_401(
+    rig: Rig,
+) -> None:
+    assert await rig.client.call("pod-b", SPEAKS_FOR, {}, pod="pod-a") == {"source": "pod-a"}
+    with pytest.raises(SardeenzError) as refused:
+        await rig.client.call("pod-b", SPEAKS_FOR, {}, pod="pod-c")
+    assert (refused.value.status, refused.value.code) == (401, "wrong_source")

@@ -102,6 +102,14 @@ def chat(srv: ServerProcess, model: str) -> httpx.Response:
         return c.post("/v1/chat/completions", json=body)
 
 
+def _metric(srv: ServerProcess, line_start: str) -> float:
+    with srv.client() as c:
+        text = c.get("/metrics").text
+    values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
+    assert values, f"no {line_start} in /metrics"
+    return values[0]
+
+
 def test_first_request_starts_the_model_stream_and_not(srv: ServerProcess) -> None:
     client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", timeout=60)
     listed = {m.id: m for m in client.models.list().data}
@@ -142,6 +150,7 @@ async def test_fifty_concurrent_first_requests_start_one_instance(srv: ServerPro
         replies = await asyncio.gather(*(c.post("/v1/completions", json=body) for _ in range(50)))
     assert [r.status_code for r in replies] == [200] * 50, replies[0].text
     assert len(instances_of(srv, "burst")) == 1
+    assert _metric(srv, 'sardeenz_ondemand_starts_total{model="burst"}') == 1
 
 
 def test_a_request_waiting_past_the_max_wait_gets_503_with_retry_after(srv: ServerProcess) -> None:
@@ -174,6 +183,7 @@ async def test_a_failing_start_answers_every_waiter_with_the_cause(srv: ServerPr
     again = chat(srv, "broken")
     assert cause in again.json()["error"]["message"]
     assert len(instances_of(srv, "broken")) == 1
+    assert _metric(srv, 'sardeenz_ondemand_start_failures_total{model="broken"}') == 1
 
 
 def test_idle_models_sleep_then_unload_and_pinned_ones_stay(srv: ServerProcess) -> None:
@@ -191,14 +201,6 @@ def test_idle_models_sleep_then_unload_and_pinned_ones_stay(srv: ServerProcess) 
     assert "keeper" not in "".join(line for line in srv.log().splitlines() if "idle:" in line)
 
 
-def _metric(srv: ServerProcess, line_start: str) -> float:
-    with srv.client() as c:
-        text = c.get("/metrics").text
-    values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
-    assert values, f"no {line_start} in /metrics"
-    return values[0]
-
-
 def test_a_client_that_leaves_stops_waiting(srv: ServerProcess) -> None:
     body = {"model": "slow", "prompt": "x", "max_tokens": 1}
     with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=srv.url, timeout=1.0) as c:
@@ -207,8 +209,6 @@ def test_a_client_that_leaves_stops_waiting(srv: ServerProcess) -> None:
     while _metric(srv, 'sardeenz_ondemand_waiting_requests{model="slow"}') != 0:
         assert time.monotonic() < deadline, "the request that left still counts as waiting"
         time.sleep(0.1)
-    assert _metric(srv, 'sardeenz_ondemand_starts_total{model="burst"}') == 1
-    assert _metric(srv, 'sardeenz_ondemand_start_failures_total{model="broken"}') == 1
 
 
 def test_a_restarted_controller_readopts_and_starts_idle_clocks_afresh(

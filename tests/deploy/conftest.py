@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from testkit.kube import KUBECTL_ENV, KubeApiServer
 from tests.deploy.kubectl import Kubectl, admin_kubectl
 from tests.deploy.manifests import KustomizeMissing, kustomize_kubectl
-from tests.kube.apiserver import KUBECTL_ENV, KubeApiServer, running_apiserver
+from tests.kube.apiserver import running_apiserver
 
 
 @pytest.fixture(scope="module")

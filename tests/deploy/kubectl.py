@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from testkit.kube import KubeApiServer
 from tests.deploy.manifests import objects, render
-from tests.kube.apiserver import KubeApiServer
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 """``kubectl ARGS`` against the test's API server, as admin."""

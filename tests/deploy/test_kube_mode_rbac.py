@@ -2,7 +2,7 @@
 
 The ``kubernetes`` overlay is applied for real (with the operator's Secret) into a fresh
 namespace of the Kubernetes tier's API server; the test plays the kubelet
-(tests/kube/pods.py): two Pod objects labelled ``app=sardeenz``, patched Ready with a podIP
+(testkit/kube_pods.py): two Pod objects labelled ``app=sardeenz``, patched Ready with a podIP
 on 127.0.0.x, and for them a ServiceAccount directory holding a TokenRequest token of the
 manifests' own ``sardeenz`` ServiceAccount (no Role written by the test). Two real
 ``sardeenz serve`` run in Kubernetes mode with it (``SARDEENZ_KUBE_API_URL``, the
@@ -35,10 +35,10 @@ import pytest
 
 from sardeenz.cluster.membership.kube_api import GROUPS
 from testkit.cluster import agreed_leader
+from testkit.kube import KubeApiServer
+from testkit.kube_pods import LEASE, KubePods
 from tests.deploy.kubectl import Kubectl, can, deploy_to, put_role
 from tests.deploy.manifests import KustomizeMissing, one
-from tests.kube.apiserver import KubeApiServer
-from tests.kube.pods import LEASE, KubePods
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
 

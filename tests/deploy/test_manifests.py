@@ -38,6 +38,7 @@ from sardeenz.cluster.identity import (
     parse_peers,
 )
 from sardeenz.config import load_settings
+from testkit.kube import KubeApiServer
 from tests.deploy.kubectl import Kubectl, can, deploy_to, put_role
 from tests.deploy.manifests import (
     APP_LABEL,
@@ -49,7 +50,6 @@ from tests.deploy.manifests import (
     one,
     render,
 )
-from tests.kube.apiserver import KubeApiServer
 
 pytestmark = pytest.mark.deploy
 

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.kube.apiserver import KubeApiServer, running_apiserver
+from testkit.kube import KubeApiServer
+from tests.kube.apiserver import running_apiserver
 
 
 @pytest.fixture(scope="package")

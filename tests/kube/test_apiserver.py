@@ -22,7 +22,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
-from tests.kube.apiserver import KUBECTL_ENV, SARDEENZ_RULES, KubeApiServer
+from testkit.kube import KUBECTL_ENV, SARDEENZ_RULES, KubeApiServer
 
 pytestmark = pytest.mark.kube
 

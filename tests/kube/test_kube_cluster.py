@@ -1,6 +1,6 @@
 """Kubernetes mode end to end: three real `sardeenz serve` pods against a real kube-apiserver.
 
-The test plays the kubelet (tests/kube/pods.py). In order, on one cluster: one leader
+The test plays the kubelet (testkit/kube_pods.py). In order, on one cluster: one leader
 through the ``sardeenz-leader`` Lease and the same term everywhere; a model loaded on pod B
 answers through pod A's ``/v1``, and its details, log and events from every pod; deleting
 pod B's Pod object takes its routes at once (its process keeps running and heartbeating:
@@ -22,13 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from testkit.cluster import SECRET, agreed_leader
-from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
-from tests.kube.pods import LEASE_TIMING, KubePods
+from testkit.cluster import (
+    SECRET,
+    TESTER,
+    agreed_leader,
+    assert_answers_through,
+    listed_models,
+    wait_listed,
+)
+from testkit.kube import SARDEENZ_RULES, KubeApiServer
+from testkit.kube_pods import LEASE_TIMING, KubePods
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
@@ -43,19 +49,6 @@ def pods(kube: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield cluster.start()
     finally:
         cluster.close()
-
-
-def _models(url: str) -> list[str]:
-    return [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]]
-
-
-def _wait_listed(url: str, name: str, want: bool, timeout: float) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if (name in _models(url)) is want:
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    raise AssertionError(f"{name} {'not ' if want else ''}listed at {url} in {timeout}s")
 
 
 ROUTES_SETTLE = 30.0
@@ -111,22 +104,8 @@ def test_one_leader_through_the_lease_and_one_term(pods: KubePods) -> None:
 def test_model_on_pod_b_answers_through_pod_a(pods: KubePods) -> None:
     a = pods.pods["pod-a"]
     assert pods.load_on("pod-b", "remote-b")["status"] == "active"
-    _wait_listed(a.url, "remote-b", True, ROUTES_SETTLE)
-    oai = openai.OpenAI(base_url=f"{a.url}/v1", api_key="unused", max_retries=0)
-    reply = oai.chat.completions.create(
-        model="remote-b", messages=[{"role": "user", "content": "hello"}], max_tokens=8
-    )
-    assert reply.model == "remote-b"
-    assert reply.choices[0].message.content
-    chunks = list(
-        oai.chat.completions.create(
-            model="remote-b",
-            messages=[{"role": "user", "content": "hello"}],
-            max_tokens=8,
-            stream=True,
-        )
-    )
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    wait_listed(a.url, "remote-b", True, ROUTES_SETTLE)
+    assert_answers_through(a.url, "remote-b")
     assert pods.instances("pod-a") == []  # served by pod B's engine
 
 
@@ -158,22 +137,22 @@ def test_pod_bs_instance_answers_from_every_pod(pods: KubePods) -> None:
 def test_deleting_a_pod_object_removes_its_routes_at_once(pods: KubePods) -> None:
     a = pods.pods["pod-a"]
     _remote_b_instance(pods)
-    _wait_listed(a.url, "remote-b", True, ROUTES_SETTLE)
+    wait_listed(a.url, "remote-b", True, ROUTES_SETTLE)
     pods.delete_pod("pod-b")
-    took = _wait_listed(a.url, "remote-b", False, UNAVAILABLE_AFTER)
+    took = wait_listed(a.url, "remote-b", False, UNAVAILABLE_AFTER)
     print(f"\npod-b's Pod deleted: its routes left pod-a in {took:.2f}s")
     assert pods.pods["pod-b"].proc is not None
     assert pods.pods["pod-b"].proc.poll() is None
     # Its process still heartbeats; past the detector's time it must still be out.
     time.sleep(UNAVAILABLE_AFTER + 0.5)
-    assert "remote-b" not in _models(a.url)
+    assert "remote-b" not in listed_models(a.url)
     status = pods.status("pod-a")
     assert status is not None
     assert "pod-b" not in {p["id"] for p in status["pods"]}
     # The kubelet brings it back: Ready again, routes again.
     pods.create_pod("pod-b")
     pods.mark_ready("pod-b")
-    back = _wait_listed(a.url, "remote-b", True, ROUTES_SETTLE)
+    back = wait_listed(a.url, "remote-b", True, ROUTES_SETTLE)
     print(f"pod-b Ready again: its routes back on pod-a in {back:.2f}s")
 
 
@@ -224,7 +203,7 @@ def test_stopped_leader_hands_the_lease_over(pods: KubePods) -> None:
     resp = httpx.post(
         f"{pods.pods[third].url}{path}",
         content=body,
-        headers=Signer(SECRET.encode()).headers("POST", path, body, target=third),
+        headers=Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target=third),
         timeout=5,
     )
     assert resp.status_code == 409, resp.text

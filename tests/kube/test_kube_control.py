@@ -1,6 +1,6 @@
 """Kubernetes mode: the control state lives in the API server's ConfigMaps.
 
-Three real pods against a real kube-apiserver (tests/kube/pods.py plays the kubelet).
+Three real pods against a real kube-apiserver (testkit/kube_pods.py plays the kubelet).
 A preset written through a follower is answered by the Lease holder (307), stored in the
 ``sardeenz-control-presets`` ConfigMap and held by every pod; catalog entries PUT through
 two pods at once all land; the Lease holder is SIGKILLed right after acknowledging a
@@ -26,9 +26,9 @@ import httpx
 import pytest
 
 from testkit.cluster import agreed_leader
+from testkit.kube import KubeApiServer
+from testkit.kube_pods import KubePods
 from testkit.streams import Load, run_clients
-from tests.kube.apiserver import KubeApiServer
-from tests.kube.pods import KubePods
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 Each test runs KubeControlState objects in this process, each with its own SQLite copy
 and its own API client holding a ServiceAccount token of the Role Sardeenz ships
-(tests/kube/apiserver.py ``SARDEENZ_RULES``); who leads, and in which term, is the test's
+(testkit/kube.py ``SARDEENZ_RULES``); who leads, and in which term, is the test's
 to say (a ``Seat``), as the Lease would. What is checked is what the API server holds,
 read as admin: a write that lost a race (a real 409) is retried on a fresh read and lands
 on top of the other; concurrent writers lose no acknowledged update; a deposed leader is
@@ -28,7 +28,7 @@ from sardeenz.config import Settings
 from sardeenz.errors import Conflict, PayloadTooLarge, Unavailable
 from sardeenz.store.control import ControlRepository
 from sardeenz.store.db import Database
-from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
+from testkit.kube import SARDEENZ_RULES, KubeApiServer
 
 pytestmark = pytest.mark.kube
 

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.kube.apiserver import KubeApiServer
-from tests.kube.pods import KubePods
+from testkit.kube import KubeApiServer
+from testkit.kube_pods import KubePods
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 

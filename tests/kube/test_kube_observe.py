@@ -1,6 +1,6 @@
 """Kubernetes mode: the cluster-wide request log and usage, collected from every pod.
 
-Three real `sardeenz serve` pods against a real kube-apiserver (tests/kube/pods.py plays
+Three real `sardeenz serve` pods against a real kube-apiserver (testkit/kube_pods.py plays
 the kubelet). A model runs on pod-b; requests enter through every pod; each pod's
 ``/api/v1/requests`` and ``/api/v1/usage`` show each request once, with the pod that ran
 it and the pod it entered, as in static mode (tests/cluster/shared/test_observability.py).
@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.kube.apiserver import KubeApiServer
-from tests.kube.pods import KubePods
+from testkit.kube import KubeApiServer
+from testkit.kube_pods import KubePods
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 

@@ -1,6 +1,6 @@
 """Kubernetes mode: a tenant's limit holds once over three pods, its definition in a ConfigMap.
 
-Three real pods against a real kube-apiserver (tests/kube/pods.py plays the kubelet;
+Three real pods against a real kube-apiserver (testkit/kube_pods.py plays the kubelet;
 the Lease elects the leader). The tenant is put through a follower (its 307 to the
 Lease holder), stored in the ``sardeenz-control-tenants`` ConfigMap, held by every
 pod; then one client per pod sends for ``WINDOW`` s and the three pods together admit
@@ -15,6 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from testkit.kube import KubeApiServer
+from testkit.kube_pods import KubePods
 from testkit.tenants import (
     assert_one_limit,
     chat_body,
@@ -23,8 +25,6 @@ from testkit.tenants import (
     put_tenant,
     wait_tenant_everywhere,
 )
-from tests.kube.apiserver import KubeApiServer
-from tests.kube.pods import KubePods
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 

@@ -33,9 +33,9 @@ import httpx
 import pytest
 import yaml
 
+from testkit.kube import KubeApiServer
 from testkit.oauth import OAuthServer
 from testkit.servers import ServerPool, ServerProcess, load_active
-from tests.kube.apiserver import KubeApiServer
 
 pytestmark = pytest.mark.kube
 

@@ -197,6 +197,7 @@ def drain_module_server(module_server_factory: ServerPool) -> ServerProcess:
         extra_env={
             "SARDEENZ_STOP_GRACE_SECONDS": str(GRACE),
             "SARDEENZ_SLEEP_DRAIN_SECONDS": str(GRACE),
+            "SARDEENZ_PROXY_FAST_LANE": "true",  # the express relay path of the unload test
         }
     ).start()
 
@@ -286,18 +287,23 @@ def test_request_right_after_sleep_is_held_and_wakes_the_model(
 
 @pytest.mark.parametrize("fast_lane", [True, False], ids=["express", "handler"])
 def test_unload_drains_then_cuts_with_model_unloaded(
-    server_factory: ServerPool, fast_lane: bool
+    request: pytest.FixtureRequest, server_factory: ServerPool, fast_lane: bool
 ) -> None:
     """Before the fix: cut after the sim's own 5 s with ``engine_failed``.
 
-    Both relay paths: the express path (fast lane) and the ASGI handler (fast lane off).
+    Both relay paths: the express path (the fast lane, on by default: the module's
+    server, whose stop grace is the same) and the ASGI handler (a server with it off).
     """
-    drain_server = server_factory(
-        extra_env={
-            "SARDEENZ_STOP_GRACE_SECONDS": str(GRACE),
-            "SARDEENZ_PROXY_FAST_LANE": "true" if fast_lane else "false",
-        }
-    ).start()
+    drain_server: ServerProcess
+    if fast_lane:
+        drain_server = request.getfixturevalue("drain_server")
+    else:
+        drain_server = server_factory(
+            extra_env={
+                "SARDEENZ_STOP_GRACE_SECONDS": str(GRACE),
+                "SARDEENZ_PROXY_FAST_LANE": "false",
+            }
+        ).start()
     with drain_server.client() as api:
         inst = load_active(api, "leaving", *sim_args())
 

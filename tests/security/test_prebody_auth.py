@@ -257,7 +257,7 @@ def test_forged_signatures_share_one_budget(pod: ServerProcess, path: str) -> No
             stamp = int(time.time() * 1000)
             forged = (
                 f"x-cluster-timestamp: {stamp}\r\nx-cluster-signature: {i:064x}\r\n"
-                "x-cluster-target: pod-a\r\n"
+                "x-cluster-target: pod-a\r\nx-cluster-source: pod-z\r\n"
             )
             sock = _connect(pod)
             socks.append(sock)
@@ -281,7 +281,7 @@ def test_well_formed_requests_still_pass(server: ServerProcess, pod: ServerProce
     from sardeenz.security.cluster_hmac import Signer
 
     body = b'{"podId": "pod-z"}'
-    signer = Signer(CLUSTER_SECRET.encode())
+    signer = Signer(CLUSTER_SECRET.encode(), source="pod-z")
     headers = signer.header_block("POST", "/internal/heartbeat", body, target="pod-a")
     with _connect(pod) as sock:
         sock.sendall(_head("/internal/heartbeat", len(body), headers.decode()) + body)

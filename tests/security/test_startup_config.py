@@ -1,4 +1,9 @@
-"""A misconfigured server refuses to start with one line that says what to change."""
+"""A misconfigured server refuses to start with one line that says what to change.
+
+A real ``sardeenz serve`` for one setting of each kind; the other settings of a kind are
+refused in-process by tests/unit/test_startup_refusals.py (a process start each was most
+of this file's CPU).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,14 @@ from pathlib import Path
 import pytest
 
 from testkit.ports import free_port
+from tests.unit.test_startup_refusals import (
+    BAD_SETTINGS,
+    HS256_SHORT_SECRETS,
+    WHITESPACE_SECRETS,
+    check_short_secret,
+    whitespace_secret_env,
+    with_files,
+)
 
 
 def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -24,18 +37,16 @@ def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("secret", ["short-secret-Q7", "Z" * 31, "é" * 15])
-def test_an_hs256_secret_under_32_bytes_is_refused(tmp_path: Path, secret: str) -> None:
+def test_an_hs256_secret_under_32_bytes_is_refused(tmp_path: Path) -> None:
     # It would be brute-forced offline from any token, and it would satisfy the check that
-    # refuses a non-loopback bind without authentication.
+    # refuses a non-loopback bind without authentication. (The other short secrets:
+    # tests/unit/test_startup_refusals.py, in-process.)
+    secret = HS256_SHORT_SECRETS[0]
     done = _serve(tmp_path, SARDEENZ_JWT_SECRET=secret, SARDEENZ_HOST="0.0.0.0")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert "SARDEENZ_JWT_SECRET" in lines[0]
-    assert f"{len(secret.encode())} bytes is too short" in lines[0]
-    assert "at least 32 bytes" in lines[0]
-    assert secret not in done.stderr  # never echo a secret, even a bad one
+    check_short_secret(lines[0], secret, done.stderr)
     assert not (tmp_path / "data").exists()  # refused before touching the disk
 
 
@@ -87,39 +98,10 @@ def _one_clean_line(done: subprocess.CompletedProcess[str], code: int) -> str:
     return lines[0]
 
 
-# (environment, the setting the line names, a phrase that says what is wrong). Each was a
-# traceback of 58-85 lines with exit 1, or (the JWKS URL) a traceback with exit 3.
-BAD_SETTINGS = [
-    ({"SARDEENZ_CATALOG": "{nope"}, "SARDEENZ_CATALOG", "is not valid JSON"),
-    ({"SARDEENZ_API_KEYS_FILE": "/nonexistent/keys"}, "SARDEENZ_API_KEYS_FILE", "cannot read"),
-    ({"SARDEENZ_API_KEYS_FILE": "{malformed}"}, "SARDEENZ_API_KEYS_FILE", "SHA-256"),
-    ({"SARDEENZ_API_KEYS_FILE": "{empty}"}, "SARDEENZ_API_KEYS_FILE", "holds no key"),
-    ({"SARDEENZ_RUNTIME_DIR": "/proc/nope"}, "SARDEENZ_RUNTIME_DIR", "cannot create"),
-    ({"DATABASE_URL": "nope://x"}, "DATABASE_URL", "unknown database kind 'nope'"),
-    ({"DATABASE_URL": "not a url"}, "DATABASE_URL", "not a database URL"),
-    ({"DATABASE_URL": "sqlite:///x.db"}, "DATABASE_URL", "not an asyncio driver"),
-    ({"SARDEENZ_JWT_JWKS_URL": "not a url"}, "SARDEENZ_JWT_JWKS_URL", "http(s) URL"),
-    ({"SARDEENZ_OIDC_ISSUER": "ftp://sso"}, "SARDEENZ_OIDC_ISSUER", "http(s) URL"),
-    ({"SARDEENZ_API_KEYS": " , "}, "SARDEENZ_API_KEYS", "holds no key"),
-    (
-        {"SARDEENZ_TOKEN_REVIEW_ROLE_ACCESS": '{"admin": {"verbs": "get", "resource": "x"}}'},
-        "SARDEENZ_TOKEN_REVIEW_ROLE_ACCESS",
-        "unknown resourceAttributes",
-    ),
-]
-
-
-@pytest.mark.parametrize(("env", "setting", "why"), BAD_SETTINGS, ids=lambda v: str(v)[:40])
-def test_a_setting_services_check_is_one_line_and_exit_2(
-    tmp_path: Path, env: dict[str, str], setting: str, why: str
-) -> None:
-    files = {"{malformed}": "zz not-a-digest\n", "{empty}": "# no keys yet\n"}
-    for name, value in env.items():
-        if value in files:
-            path = tmp_path / "keys.txt"
-            path.write_text(files[value])
-            env = {**env, name: str(path)}
-    line = _one_clean_line(_serve(tmp_path, **env), 2)
+def test_a_setting_services_check_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """One of BAD_SETTINGS in a real start (the others: tests/unit/test_startup_refusals.py)."""
+    env, setting, why = BAD_SETTINGS[0]
+    line = _one_clean_line(_serve(tmp_path, **with_files(tmp_path, env)), 2)
     assert line.startswith("sardeenz: invalid configuration: ")
     assert setting in line
     assert why in line
@@ -134,13 +116,9 @@ def test_a_refusal_prints_text_as_it_is_not_rich_markup(tmp_path: Path) -> None:
     assert "\U0001f171" not in line  # the emoji 🅱
 
 
-@pytest.mark.parametrize("name", ["SARDEENZ_JWT_SECRET", "CLUSTER_SECRET"])
-def test_a_secret_of_spaces_is_refused(tmp_path: Path, name: str) -> None:
-    # 32 spaces passed the length check and turned authentication on with no secret.
-    env = {name: " " * 32}
-    if name == "CLUSTER_SECRET":
-        env["CLUSTER_PEERS"] = "127.0.0.1:1"
-    line = _one_clean_line(_serve(tmp_path, **env), 2)
+def test_a_secret_of_spaces_is_refused(tmp_path: Path) -> None:
+    name = WHITESPACE_SECRETS[0]  # the other: tests/unit/test_startup_refusals.py
+    line = _one_clean_line(_serve(tmp_path, **whitespace_secret_env(name)), 2)
     assert name in line
     assert "only whitespace" in line
     assert not (tmp_path / "data").exists()

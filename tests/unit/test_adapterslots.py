@@ -1,4 +1,5 @@
-"""The adapter slot book: never more adapters than slots, never evicts one in use."""
+"""The adapter slot book: never more adapters than slots, never evicts one in use, and
+every change a waiting request may be waiting for notifies (no waiter needs to poll)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,24 @@ class SlotMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.book = SlotBook()
+        self.notified = 0
+        self.book = SlotBook(on_change=self._on_change)
+        self.seen = (self._view(), 0)
         self.now = 0.0
         self.requests: dict[tuple[str, str], int] = {}
         self.pending: list[Reservation] = []
         self.loading: list[tuple[str, str]] = []
+
+    def _on_change(self) -> None:
+        self.notified += 1
+
+    def _view(self) -> dict[tuple[str, str], tuple[SlotState, int]]:
+        book = self.book
+        return {
+            (iid, a): (state, book.inflight(iid, a))
+            for iid in book.instance_ids()
+            for a, state in book.held(iid).items()
+        }
 
     def tick(self) -> float:
         self.now += 1.0
@@ -123,6 +137,23 @@ class SlotMachine(RuleBasedStateMachine):
             if n:
                 assert self.book.held(iid).get(adapter) is SlotState.LOADED
                 assert self.book.inflight(iid, adapter) == n
+
+    @invariant()
+    def changes_a_waiter_needs_notify(self) -> None:
+        """A slot freed, an adapter loaded, or its last request ended: ``on_change`` was
+        called (a request waiting for room or for a slot changing hands wakes on it)."""
+        before, count = self.seen
+        after = self._view()
+        freed = before.keys() - after.keys()
+        loaded = [
+            k
+            for k, (state, n) in after.items()
+            if state is SlotState.LOADED
+            and (k not in before or before[k][0] is not SlotState.LOADED or (n == 0 < before[k][1]))
+        ]
+        if freed or loaded:
+            assert self.notified > count, f"no notify for freed {freed} or loaded {loaded}"
+        self.seen = (after, self.notified)
 
 
 TestSlotMachine = SlotMachine.TestCase

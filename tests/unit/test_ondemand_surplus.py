@@ -170,10 +170,15 @@ async def test_the_surplus_copy_is_withdrawn_unrouted_drained_then_unloaded(
     assert pods.calls == [], "acted before membership had settled"
     clock[0] = reducer.settling.settle
     await reducer.step()
-    assert pods.calls == ["withdraw pod-c/extra", "drain pod-c/extra", "unload pod-c/extra"]
+    assert pods.calls == [
+        "restore pod-a/keep",
+        "withdraw pod-c/extra",
+        "drain pod-c/extra",
+        "unload pod-c/extra",
+    ]
     assert set(pods.instances) == {("pod-a", "keep")}
     await reducer.step()  # level-triggered: one copy left, nothing more to do
-    assert len(pods.calls) == 3
+    assert len(pods.calls) == 4
 
 
 async def test_a_pod_that_keeps_routing_the_copy_stops_the_retirement(tmp_path: Path) -> None:
@@ -184,7 +189,7 @@ async def test_a_pod_that_keeps_routing_the_copy_stops_the_retirement(tmp_path: 
     reducer.settling.stable(3, pods.live(), 0.0)
     clock[0] = reducer.settling.settle
     await reducer.step()
-    assert pods.calls == ["withdraw pod-c/extra", "restore pod-c/extra"]
+    assert pods.calls == ["restore pod-a/keep", "withdraw pod-c/extra", "restore pod-c/extra"]
     assert ("pod-c", "extra") in pods.instances
 
 
@@ -194,7 +199,23 @@ async def test_a_sleeping_surplus_copy_is_unloaded_without_a_drain(tmp_path: Pat
     reducer.settling.stable(3, pods.live(), 0.0)
     clock[0] = reducer.settling.settle
     await reducer.step()
-    assert pods.calls == ["unload pod-c/extra"]
+    assert pods.calls == ["restore pod-a/keep", "unload pod-c/extra"]
+
+
+async def test_a_kept_copy_a_dead_leader_withdrew_is_advertised_again(tmp_path: Path) -> None:
+    """The Kubernetes soak (seed 4242): a leader withdrew pod-a's copy to retire it and
+    was killed; the next leader kept that copy and unloaded the other (asleep, so no
+    route check): for the withdrawal's TTL, no other pod routed the model."""
+    pods, clock = _two_copies(InstanceStatus.SLEEPING), [0.0]
+    for table in pods.routes_of.values():
+        table.discard("pod-a/keep")  # the dead leader's withdrawal
+    pods.routes_of["pod-a"].add("pod-a/keep")  # its own pod still routes it
+    reducer = _reducer(pods, tmp_path, clock)
+    reducer.settling.stable(3, pods.live(), 0.0)
+    clock[0] = reducer.settling.settle
+    await reducer.step()
+    assert set(pods.instances) == {("pod-a", "keep")}
+    assert all("pod-a/keep" in table for table in pods.routes_of.values()), pods.routes_of
 
 
 async def test_a_follower_does_nothing(tmp_path: Path) -> None:

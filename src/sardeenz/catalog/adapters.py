@@ -63,9 +63,6 @@ from sardeenz.store.records import CatalogEntry
 
 log = logging.getLogger(__name__)
 
-SETTLE_POLL_SECONDS = 0.05
-"""How often a request whose adapter's slot is changing hands looks again."""
-
 __all__ = ["AdapterLoader"]
 
 _KEEPS_ADAPTERS = (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
@@ -101,7 +98,8 @@ class AdapterLoader:
         instances: InstanceSource,
         base_wait: Callable[[str], Awaitable[Endpoint | ErrorReply]],
     ) -> None:
-        self.book = SlotBook()
+        self.room = Room()
+        self.book = SlotBook(on_change=self.room.notify)
         self.table = table
         self._instances = instances
         self._base_wait = base_wait
@@ -110,7 +108,6 @@ class AdapterLoader:
         self.engine = EngineCalls(instances, settings.ondemand_max_wait_seconds)
         self._flights: dict[str, _Flight] = {}
         self._failures = Failures(settings.ondemand_failure_hold_seconds)
-        self.room = Room()
         self._sent: dict[tuple[str, str], int] = {}
         """(``pod/instance``, adapter) -> requests this pod sent there, still running."""
         self._version = 0
@@ -156,6 +153,7 @@ class AdapterLoader:
         deadline = loop.time() + self._max_wait
         missed = False
         while True:
+            seen = self.room.generation  # before looking: a change from now on wakes us
             endpoints = {e.instance_id: e for e in self.table.endpoints(base)}
             if local_only:
                 endpoints = {i: e for i, e in endpoints.items() if e.local}
@@ -165,7 +163,7 @@ class AdapterLoader:
                 if ep is not None:
                     self._count(name, "miss" if missed else "hit", local_only)
                     return ep
-                if not await self._settle(deadline):  # its slot is changing hands
+                if not await self._settle(deadline, seen):  # its slot is changing hands
                     return timed_out(name, self._max_wait)
                 continue
             failed = self._failures.recent(name, loop.time())
@@ -180,7 +178,7 @@ class AdapterLoader:
                 if ep is not None:
                     self._count(name, "miss" if missed else "hit", local_only)
                     return ep
-                if not await self._settle(deadline):
+                if not await self._settle(deadline, seen):
                     return timed_out(name, self._max_wait)
                 continue
             missed = True
@@ -194,7 +192,7 @@ class AdapterLoader:
                 # take the adapter because its slot is changing hands (being unloaded for
                 # another adapter). Wait for that, never look again without a wait: the
                 # base's answer comes without a pause and the loop would hold the server.
-                if endpoints and not await self._settle(deadline):
+                if endpoints and not await self._settle(deadline, seen):
                     return timed_out(name, self._max_wait)
                 continue
             if target != self.pod_id:
@@ -211,17 +209,16 @@ class AdapterLoader:
                 fallback = best and self._grant(name, endpoints[best.endpoint_id])
                 if fallback:
                     return fallback
-                if not await self.room.wait(deadline - loop.time()):
+                if not await self.room.wait(deadline - loop.time(), seen):
                     return no_room(name)
 
-    async def _settle(self, deadline: float) -> bool:
-        """Wait until a slot may have changed (a notify) or a short while, whichever comes
-        first; False past ``deadline``. An unload that ends does not notify, hence the
-        bound on the wait."""
+    async def _settle(self, deadline: float, seen: int) -> bool:
+        """Wait until a slot changed since generation ``seen`` (at once if one has: the
+        slot book notifies every change, so no poll is needed); False past ``deadline``."""
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             return False
-        await self.room.wait(min(SETTLE_POLL_SECONDS, remaining))
+        await self.room.wait(remaining, seen)
         return True
 
     @staticmethod
@@ -255,10 +252,7 @@ class AdapterLoader:
             else:
                 self._sent.pop(key, None)
             return
-        book = self.book
-        book.release(ep.instance_id, name, time.monotonic())
-        if self.room.waiters and book.inflight(ep.instance_id, name) == 0:
-            self.room.notify()
+        self.book.release(ep.instance_id, name, time.monotonic())  # notifies when idle
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """This pod's instances -> {adapter loaded: requests in flight} (its heartbeat's)."""
@@ -412,7 +406,6 @@ class AdapterLoader:
             SlotState.EVICTING
         ):
             self.book.forget(ep.instance_id, victim)
-        self.room.notify()
 
     async def load_reserved(
         self, name: str, entry: CatalogEntry, ep: Endpoint, reservation: Reservation
@@ -483,12 +476,10 @@ class AdapterLoader:
         """The routing table's listener: an instance that stops serving loses its adapters;
         one that wakes starts their idle time again."""
         if new is not None and new.status in _KEEPS_ADAPTERS:
-            if (
-                new.status is InstanceStatus.ACTIVE
-                and old is not None
-                and old.status is InstanceStatus.SLEEPING
-            ):
-                self.book.touch(new.instance_id, time.monotonic())
+            if new.status is InstanceStatus.ACTIVE and (old is None or old.status != new.status):
+                if old is not None and old.status is InstanceStatus.SLEEPING:
+                    self.book.touch(new.instance_id, time.monotonic())
+                self.room.notify()  # its slots can take an adapter now
             return
         view = new or old
         if view is None:
@@ -499,7 +490,6 @@ class AdapterLoader:
         if lost:
             self.changed()
             log.info("instance %s left: adapters %s dropped", view.instance_id, ", ".join(lost))
-            self.room.notify()
 
     def changed(self) -> None:
         self._version += 1

@@ -8,6 +8,11 @@ checked by property tests (tests/unit/test_adapterslots.py):
 * an adapter with requests in flight (or waiters it was loaded for) is never chosen
   for eviction; the victim is the least recently used idle adapter.
 
+Every change a waiting request may be waiting for calls ``on_change`` (the loader's
+``Room.notify``): an adapter loaded or adopted, a slot freed (evicted, forgotten, its
+instance dropped), an adapter's last request ended (it may be evicted now). Marking a
+slot for a load or an eviction takes room and does not call it.
+
 The orchestration around it (engine calls, single flight, waiting) is
 ``catalog.adapters``. Everything runs on the event loop: ``reserve`` decides and
 records in one synchronous step, so two loads can never take the same free slot.
@@ -16,7 +21,7 @@ records in one synchronous step, so two loads can never take the same free slot.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 __all__ = ["Reservation", "SlotBook", "SlotState"]
@@ -53,8 +58,13 @@ class Reservation:
 class SlotBook:
     """Adapters per instance; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
         self._instances: dict[str, _Instance] = {}
+        self._on_change = on_change
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     # -- instances ---------------------------------------------------------------------
     def add_instance(self, instance_id: str, slots: int) -> None:
@@ -69,7 +79,11 @@ class SlotBook:
     def drop_instance(self, instance_id: str) -> list[str]:
         """The instance is gone (unloaded, failed, moved): what it held, now lost."""
         inst = self._instances.pop(instance_id, None)
-        return sorted(inst.held) if inst is not None else []
+        if inst is None:
+            return []
+        if inst.held:
+            self._changed()
+        return sorted(inst.held)
 
     def instance_ids(self) -> list[str]:
         return sorted(self._instances)
@@ -160,6 +174,7 @@ class SlotBook:
         inst.held.pop(reservation.victim, None)
         if len(inst.held) < inst.slots:
             inst.held[reservation.adapter] = _Slot(SlotState.LOADING, now)
+        self._changed()
 
     def loaded(self, instance_id: str, adapter: str, now: float, holds: int = 0) -> bool:
         """The load finished; ``holds`` requests waited for it and are in flight now.
@@ -173,6 +188,7 @@ class SlotBook:
         slot.state = SlotState.LOADED
         slot.last_used = now
         slot.inflight = holds
+        self._changed()
         return True
 
     def adopt(self, instance_id: str, adapter: str, now: float) -> bool:
@@ -186,13 +202,14 @@ class SlotBook:
         if len(inst.held) >= inst.slots:
             return False
         inst.held[adapter] = _Slot(SlotState.LOADED, now)
+        self._changed()
         return True
 
     def forget(self, instance_id: str, adapter: str) -> None:
         """A load failed, or an adapter was unloaded outside an eviction: free its slot."""
         inst = self._instances.get(instance_id)
-        if inst is not None:
-            inst.held.pop(adapter, None)
+        if inst is not None and inst.held.pop(adapter, None) is not None:
+            self._changed()
 
     def expire(self, now: float, ttl: float, among: Iterable[str]) -> list[tuple[str, str]]:
         """Adapters of the ``among`` instances idle for ``ttl`` seconds or more (loaded,
@@ -257,3 +274,5 @@ class SlotBook:
         if slot is not None and slot.inflight > 0:
             slot.inflight -= 1
             slot.last_used = now
+            if slot.inflight == 0:
+                self._changed()

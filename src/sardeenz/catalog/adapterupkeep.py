@@ -82,8 +82,6 @@ class AdapterUpkeep:
             ld.changed()
             STATS.adapter_unloaded(adapter, "idle")
             log.info("adapter %s unloaded from %s (idle for %gs)", adapter, iid, ttl)
-        if expired:
-            ld.room.notify()
         return expired
 
     def busy_here(self, name: str) -> list[str]:
@@ -114,5 +112,4 @@ class AdapterUpkeep:
             log.info("adapter %s unloaded from %s (by an operator)", name, iid)
         if taken:
             ld.changed()
-            ld.room.notify()
         return taken

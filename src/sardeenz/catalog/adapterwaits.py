@@ -3,9 +3,10 @@
 * **Failures**: a load the engine refused answers every waiter with vLLM's reason and
   status (code ``adapter_load_failed``), and new requests get the same answer for
   ``ondemand_failure_hold_seconds`` rather than each asking the engine again.
-* **Room**: a request that found every slot serving requests waits for a slot to
-  free (a request or a load ended, an instance left); one event per wait round,
-  replaced when set, so every waiter looks again once.
+* **Room**: a request that found no slot it can use (every slot serving requests,
+  or its adapter's slot changing hands) waits for the slot book's next change
+  (a load or an unload ended, a request ended, an instance came or left), with a
+  generation counter so that a change it did not see yet wakes it at once.
 * The not-ready and no-room answers (OpenAI-shaped 503s with ``Retry-After``).
 
 Used by ``catalog.adapters``; all on the event loop.
@@ -59,28 +60,40 @@ class Failures:
 
 
 class Room:
-    def __init__(self) -> None:
-        self._freed: asyncio.Event | None = None
-        self.waiters = 0
+    """Wakes the requests waiting for a slot of an adapter's base to change.
 
-    async def wait(self, remaining: float) -> bool:
-        """Wait until a slot may have freed; False on timeout."""
+    A generation counter, bumped by every ``notify`` (the slot book calls it on every
+    change a waiter may be waiting for, ``AdapterLoader`` wires it): a request reads
+    ``generation`` *before* it looks at the slots and hands it to ``wait``, which
+    returns at once if anything changed since. So a change between the look and the
+    wait (a request ending while the waiter was still on its way, nobody waiting
+    yet) is never lost, and no waiter needs to poll. Otherwise it waits for the next
+    ``notify``: one event per generation, set and replaced, so every waiter wakes once.
+    """
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._next: asyncio.Event | None = None
+
+    async def wait(self, remaining: float, seen: int) -> bool:
+        """True once the generation has moved past ``seen`` (at once if it has already);
+        False after ``remaining`` seconds without a change."""
+        if self.generation != seen:
+            return True
         if remaining <= 0:
             return False
-        if self._freed is None:
-            self._freed = asyncio.Event()
-        event = self._freed
-        self.waiters += 1
+        if self._next is None:
+            self._next = asyncio.Event()
         try:
-            await asyncio.wait_for(event.wait(), remaining)
+            await asyncio.wait_for(self._next.wait(), remaining)
             return True
         except TimeoutError:
             return False
-        finally:
-            self.waiters -= 1
 
     def notify(self) -> None:
-        event, self._freed = self._freed, None
+        """A slot changed: every waiter looks again, and so does one about to wait."""
+        self.generation += 1
+        event, self._next = self._next, None
         if event is not None:
             event.set()
 

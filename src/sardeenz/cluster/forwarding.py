@@ -2,14 +2,15 @@
 
 Sending pod (the proxy's remote branch): the request goes to the serving
 pod's own proxy, as the client sent it, plus ``X-Sardeenz-Hop`` (our pod id)
-and the HMAC headers over ``POST\\nPATH\\nTIMESTAMP\\nTARGET\\nBODY``, TARGET
-being the serving pod's id (so no other pod accepts it). A request that
-already carries the hop header is never forwarded again (one hop at most).
+and the HMAC headers over ``POST\\nPATH\\nTIMESTAMP\\nTARGET\\nSOURCE\\nBODY``,
+TARGET being the serving pod's id (so no other pod accepts it) and SOURCE ours. A
+request that already carries the hop header is never forwarded again (one hop at most).
 
 Receiving pod (the gateway, only when the client's API key check failed):
 a request whose cluster signature is valid was authenticated where it
-entered the cluster, so it is served without the client's key; a replay or a
-bad signature gets the same 401 as a bad key. The signature's headers are
+entered the cluster, so it is served without the client's key; a replay, a bad
+signature, or a hop header that is not the signing pod (``X-Cluster-Source``)
+gets the same 401 as a bad key. The signature's headers are
 checked before the body is read, and the body counts against the node-wide
 budget of unverified bytes until the signature is checked (security/unverified.py).
 """
@@ -56,11 +57,16 @@ def trusted_forward(
 
     async def run(scope: Scope, receive: Receive, send: Send, handler: Handler) -> None:
         try:
-            body, signed_for = await read_verified(
+            body, checked = await read_verified(
                 verifier, scope, receive, unverified, max_body_bytes
             )
-            if signed_for == ANY_TARGET:  # only a ping may be for anyone
+            if checked.target == ANY_TARGET:  # only a ping may be for anyone
                 raise ClusterAuthError("a forwarded request must name this pod", "wrong_target")
+            hop = header(scope["headers"], HOP_HEADER)
+            if checked.source is not None and hop != checked.source.encode("latin-1"):
+                # Signed by one pod, presented as forwarded by another (or not as forwarded
+                # at all, so it could be forwarded again): not what the sender signed.
+                raise ClusterAuthError("X-Sardeenz-Hop is not the signing pod", "wrong_source")
         except ClusterAuthError:
             await send_json(
                 send, 401, INVALID_API_KEY, [*_REFUSED, (b"www-authenticate", b"Bearer")]

@@ -26,7 +26,8 @@ side would be needed again at once). Each change of term or of the live set
 starts the wait again, so nothing is reduced during a partition or an election.
 
 How: the careful retirement a move uses for its source (cluster/move_steps.py,
-cluster/handover.py): wait until every live pod routes the copy kept, withdraw
+cluster/handover.py): advertise the copy kept again (a leader that died mid-retirement
+may have withdrawn it), wait until every live pod routes it, withdraw
 the surplus copy (it keeps serving its own pod), wait until no other pod routes
 to it, the transit grace, drain its requests in flight (the unload's hold;
 ``stop_grace_seconds``, as a move gives its source), then unload it. A sleeping
@@ -185,6 +186,11 @@ class SurplusReducer(MoveSteps):
             iid,
             pod,
         )
+        # The kept copy may be one a previous leader withdrew to retire it and then died
+        # (a withdrawal outlives its leader for its TTL, a minute and more): advertised
+        # again, or the only copy left would be routed by its own pod alone until then
+        # (the Kubernetes soak: every other pod answered model_not_ready for ~60 s).
+        await self._call(self._pods.restore(keep.pod_id, keep.instance.id), "surplus_restore")
         if go.instance.status is InstanceStatus.ACTIVE:  # then the kept copy is active too
             await self._wait_routes(keep.pod_id, keep.instance.id, present=True)
             ttl = self.route_timeout * 2 + 60

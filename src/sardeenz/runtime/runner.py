@@ -449,11 +449,20 @@ class InstanceRunner:
         await self.fail(f"{cause}" if cause else f"{what}{code}")
 
     async def fail(self, message: str) -> None:
-        """Mark failed and make sure nothing of the engine is left running."""
+        """Make sure nothing of the engine is left running, then mark it failed.
+
+        Killed and reaped first: whoever sees ``failed`` (the supervisor's retry, an
+        event stream, another pod) may act on it at once, and a retry started while
+        the old engine still ran would put two engines on one instance's memory and
+        port. The kill has no grace (SIGKILL), so the routing table hears of it only
+        as long after as the reaping takes.
+        """
         self.instance.error_message = message
         self.instance.stopped_at = utcnow()
-        await self.set_status(InstanceStatus.FAILED)
-        await self.kill_tree(grace=0.0)
+        try:
+            await self.kill_tree(grace=0.0)
+        finally:
+            await self.set_status(InstanceStatus.FAILED)
         self.ended()
         log.warning("instance %s failed: %s", self.instance.id, message)
 

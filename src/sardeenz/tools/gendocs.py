@@ -221,6 +221,11 @@ MEANINGS: dict[str, str] = {
     "cluster_secret_previous": (
         "during a secret rotation, the old secret: still accepted, never used to sign"
     ),
+    "cluster_unsourced_signatures": (
+        "during a rolling upgrade from a version whose pods do not sign their own id: "
+        "accept their signatures and sign so that they accept ours "
+        "([cluster.md](cluster.md#inter-pod-authentication-hmac))"
+    ),
     "pod_name": "this pod's id (the lowest id wins elections)",
     "advertise_address": "address other pods reach this one at",
     "advertise_port": "port other pods reach this one at",

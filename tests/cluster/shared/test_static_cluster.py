@@ -17,11 +17,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
-from testkit.cluster import SECRET, Cluster
+from testkit.cluster import (
+    SECRET,
+    TESTER,
+    Cluster,
+    assert_answers_through,
+    listed_models,
+    wait_listed,
+)
 from testkit.servers import engine_processes
 
 pytestmark = pytest.mark.slow
@@ -62,19 +68,6 @@ def test_one_leader_within_15s_and_the_same_term_everywhere(shared_cluster: Clus
     assert cli.stdout.count("healthy") == 3
 
 
-def _models(url: str) -> list[str]:
-    return [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]]
-
-
-def _wait_models(url: str, want: bool, name: str, timeout: float = 10.0) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if (name in _models(url)) is want:
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    raise AssertionError(f"{name} {'not ' if want else ''}listed at {url} in {timeout}s")
-
-
 @pytest.fixture(scope="module")
 def remote_b(shared_cluster: Cluster) -> Iterator[dict[str, Any]]:
     """``remote-b`` on pod B for the module's tests, unloaded after them."""
@@ -90,26 +83,9 @@ def test_model_on_pod_b_answers_through_pod_a(
 ) -> None:
     a, b = shared_cluster.pods["pod-a"], shared_cluster.pods["pod-b"]
     assert remote_b["status"] == "active"
-    _wait_models(a.url, True, "remote-b")
-    assert "remote-b" in _models(shared_cluster.pods["pod-c"].url)
-
-    oai = openai.OpenAI(base_url=f"{a.url}/v1", api_key="unused", max_retries=0)
-    reply = oai.chat.completions.create(
-        model="remote-b", messages=[{"role": "user", "content": "hello there"}], max_tokens=8
-    )
-    assert reply.model == "remote-b"
-    assert reply.choices[0].message.content
-    chunks = list(
-        oai.chat.completions.create(
-            model="remote-b",
-            messages=[{"role": "user", "content": "hello there"}],
-            max_tokens=8,
-            stream=True,
-        )
-    )
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert len(chunks) >= 3
-    assert text
+    wait_listed(a.url, "remote-b", True)
+    assert "remote-b" in listed_models(shared_cluster.pods["pod-c"].url)
+    assert_answers_through(a.url, "remote-b")
     # The engine ran on pod B: pod A (the leader) lists it as pod B's and runs none itself.
     with a.client() as ca:
         listed = ca.get("/api/v1/models").json()
@@ -280,7 +256,7 @@ def test_leader_lists_every_pods_instances_and_sleeps_and_wakes_a_remote_one(
 def test_orders_of_an_old_term_are_refused(shared_cluster: Cluster) -> None:
     _, term = shared_cluster.wait_one_leader(10.0)
     c = shared_cluster.pods["pod-c"]
-    signer = Signer(SECRET.encode())
+    signer = Signer(SECRET.encode(), source=TESTER)
     body = b'{"term": 0, "level": 1}'
     path = "/internal/models/nope/sleep"
     resp = httpx.post(

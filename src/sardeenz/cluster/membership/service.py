@@ -118,8 +118,11 @@ class Membership:
             ]
             secret = settings.cluster_secret.get_secret_value().encode()
             previous = settings.cluster_secret_previous.get_secret_value().encode()
-            self.signer = Signer(secret)
-            self.verifier = Verifier([secret, previous], me=identity.pod_id)
+            unsourced = settings.cluster_unsourced_signatures  # a rolling upgrade only
+            self.signer = Signer(secret, source=identity.pod_id, unsourced=unsourced)
+            self.verifier = Verifier(
+                [secret, previous], me=identity.pod_id, accept_unsourced=unsourced
+            )
             self.client = PodClient(
                 self.signer,
                 self,
@@ -337,15 +340,22 @@ class Membership:
 
         async def vote(request: InternalRequest) -> dict[str, Any]:
             v = request.parse(_Vote)
+            request.check_sender(v.candidate)
             return await self.on_vote(v.candidate, v.term)
 
         def prevote(request: InternalRequest) -> dict[str, Any]:
             v = request.parse(_Vote)
+            request.check_sender(v.candidate)
             return self.on_prevote(v.candidate, v.term)
+
+        def heartbeat(request: InternalRequest) -> dict[str, Any]:
+            hb = request.parse(Heartbeat)
+            request.check_sender(hb.pod_id)
+            return self.on_heartbeat(hb)
 
         return [
             (routes.PING, lambda _: self.ping()),
-            (routes.HEARTBEAT, lambda r: self.on_heartbeat(r.parse(Heartbeat))),
+            (routes.HEARTBEAT, heartbeat),
             (routes.STATE, lambda _: status()),
             (routes.PREVOTE, prevote),
             (routes.VOTE, vote),

@@ -35,14 +35,7 @@ from sardeenz.asgi import Receive, Scope, Send, header
 from sardeenz.cluster.transport.routes import PREFIX, InternalRoute
 from sardeenz.errors import Conflict, SardeenzError
 from sardeenz.proxy.wire import api_error, send_json
-from sardeenz.security.cluster_hmac import (
-    ANY_TARGET,
-    SIGNATURE_HEADER,
-    TARGET_HEADER,
-    TIMESTAMP_HEADER,
-    ClusterAuthError,
-    Verifier,
-)
+from sardeenz.security.cluster_hmac import ANY_TARGET, Checked, ClusterAuthError, Signed, Verifier
 from sardeenz.security.unverified import DEFAULT_LIMIT, BodyRefused, UnverifiedBodies
 
 log = logging.getLogger(__name__)
@@ -109,24 +102,25 @@ async def read_verified(
     receive: Receive,
     unverified: UnverifiedBodies,
     limit: int = MAX_BODY,
-) -> tuple[bytes, str]:
-    """The body of a signed request and the pod it was signed for, once verified.
+) -> tuple[bytes, Checked]:
+    """The body of a signed request and what its signature says (the pod it was signed
+    for, the pod that signed it), once verified.
 
     The signature's headers are checked before a byte of the body is read (an
     unsigned, misdirected, stale or replayed request costs nothing), the body is
     read under the node-wide budget of unverified bytes (security/unverified.py),
     and the signature checked over it. Raises ``ClusterAuthError`` or ``BodyError``.
     """
-    headers = scope["headers"]
-    verifier.check_headers(
-        header(headers, TIMESTAMP_HEADER),
-        header(headers, SIGNATURE_HEADER),
-        header(headers, TARGET_HEADER),
-    )
+    verifier.check_headers(signed_headers(scope))
     try:
         return await unverified.read(receive, limit, lambda body: verify(verifier, scope, body))
     except BodyRefused as exc:
         raise BodyError(exc.status, exc.detail, exc.code) from None
+
+
+def signed_headers(scope: Scope) -> Signed:
+    headers = scope["headers"]
+    return Signed.of(lambda name: header(headers, name))
 
 
 def target_of(scope: Scope) -> str:
@@ -136,18 +130,17 @@ def target_of(scope: Scope) -> str:
     return (raw + b"?" + query if query else raw).decode("latin-1")
 
 
-def verify(verifier: Verifier, scope: Scope, body: bytes) -> str:
+def verify(verifier: Verifier, scope: Scope, body: bytes) -> Checked:
     """Raise ``ClusterAuthError`` unless the request carries a valid, fresh, new signature
-    for this pod; the pod id it was signed for (this pod's, or ``*``: any pod)."""
-    headers = scope["headers"]
-    return verifier.verify(
-        scope["method"],
-        target_of(scope),
-        header(headers, TIMESTAMP_HEADER),
-        header(headers, SIGNATURE_HEADER),
-        body,
-        header(headers, TARGET_HEADER),
-    )
+    for this pod; what it says (signed for this pod or ``*``: any pod; by which pod)."""
+    return verifier.verify(scope["method"], target_of(scope), signed_headers(scope), body)
+
+
+class WrongSource(SardeenzError):
+    """A request speaking for another pod than the one that signed it."""
+
+    status = 401
+    code = "wrong_source"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +153,16 @@ class InternalRequest:
     body: bytes
     term: int | None
     """A fenced route's term (already accepted); None on other routes."""
+    source: str | None = None
+    """The pod that signed it (``X-Cluster-Source``); None for a request of a pod of the
+    previous version, signed without it (accepted only during a rolling upgrade)."""
+
+    def check_sender(self, pod_id: str) -> None:
+        """Raise :class:`WrongSource` (401) unless ``pod_id``, the pod the body speaks for
+        (a heartbeat's sender, a vote's candidate), signed the request. A request of a
+        previous-version pod (no source) passes: it is accepted only during an upgrade."""
+        if self.source is not None and self.source != pod_id:
+            raise WrongSource(f"signed by {self.source}, speaking for {pod_id[:253]}")
 
     def parse(self, model: type[M]) -> M:
         """The JSON body as ``model`` (an empty body is ``{}``); 400 when it does not fit."""
@@ -217,7 +220,7 @@ class InternalRouter:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             try:
-                body, signed_for = await read_verified(
+                body, checked = await read_verified(
                     self._verifier, scope, receive, self._unverified, self._max_body
                 )
             except ClusterAuthError as exc:
@@ -232,7 +235,7 @@ class InternalRouter:
             # The raw path: a percent-encoded "/" inside a parameter stays inside it.
             raw: bytes = scope.get("raw_path") or scope["path"].encode()
             status, data = await self._dispatch(
-                scope["method"], raw.decode("latin-1"), body, signed_for
+                scope["method"], raw.decode("latin-1"), body, checked
             )
             if isinstance(data, Streamed):
                 await data.run(receive, send)
@@ -256,21 +259,21 @@ class InternalRouter:
         )
 
     async def _dispatch(
-        self, method: str, path: str, body: bytes, signed_for: str
+        self, method: str, path: str, body: bytes, checked: Checked
     ) -> tuple[int, Any]:
         if path.startswith(PREFIX):
             for route, handler in self._routes:
                 params = route.match(method, path)
                 if params is None:
                     continue
-                if signed_for == ANY_TARGET and not route.any_target:
+                if checked.target == ANY_TARGET and not route.any_target:
                     log.warning("cluster: refused %s signed for any pod", route)
                     raise BodyError(401, f"{route} must be signed for this pod", "wrong_target")
                 term = None
                 if route.fenced:
                     term = _Term.model_validate_json(body or b"{}").term
                     fence(self._fencing, term)
-                result = handler(InternalRequest(route, params, body, term))
+                result = handler(InternalRequest(route, params, body, term, checked.source))
                 if inspect.isawaitable(result):
                     result = await result
                 return 200, result

@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 
 from testkit.cluster import SECRET, TIMING, Cluster
+from testkit.kube import SARDEENZ_RULES, KubeApiServer
 from testkit.ports import free_port
 from testkit.servers import ServerProcess
-from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
 
 LEASE_TIMING = {
     "SARDEENZ_KUBE_LEASE_DURATION_SECONDS": "3",
