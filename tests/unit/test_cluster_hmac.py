@@ -149,6 +149,21 @@ def test_same_request_twice_in_one_millisecond_is_not_a_replay() -> None:
         verifier.verify("POST", "/internal/x", ts, sig, b"{}", ME)
 
 
+def test_a_signer_whose_clock_was_ahead_signs_fresh_once_corrected() -> None:
+    """The soak's clock jump (a pod's wall clock an hour ahead, then set right): its
+    signer must not keep signing from the hour ahead, refused by every pod as stale."""
+    clock, peer = Clock(), Clock()
+    signer, verifier = Signer(SECRET, clock), verifier_of(peer)
+    clock.t += 3600
+    ahead, _ = signed(signer)
+    clock.t -= 3600
+    ts, sig = signed(signer)
+    assert int(ts) < int(ahead)
+    assert verifier.verify("POST", "/internal/x", ts, sig, b"{}", ME) == ME
+    clock.t -= 0.0005  # a step back under a millisecond: still strictly increasing
+    assert int(signed(signer)[0]) == int(ts) + 1
+
+
 def test_memory_is_bounded() -> None:
     clock = Clock()
     signer, verifier = Signer(SECRET, clock), verifier_of(clock, max_remembered=50)
