@@ -6,7 +6,8 @@ traffic), every fault, heal and admin operation as it happens, each invariant vi
 with its timeline, and at the end the figures: requests sent, completed, failed (and
 why), faults by kind, the longest unavailability of each model, the longest time routing
 took to converge, and each pod's controller RSS curve. Exit status 1 if any invariant
-was violated. Needs root (network namespaces).
+was violated. Needs root (network namespaces, a tmpfs for the disk that fills) and
+Debian's libfaketime for the clock jumps (``make soak-deps``).
 
 Usage: sudo .venv/bin/python benchmarks/soak.py [--duration 600] [--seed N] [--clients 6]
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from testkit import netns
+from testkit.soak_faults import clock_unavailable
 from testkit.soak_run import run, summary
 
 
@@ -33,6 +35,9 @@ def main() -> int:
     args = parser.parse_args()
     if not netns.available():
         print("soak: needs root and iproute2 (ip netns)", file=sys.stderr)
+        return 2
+    if (why := clock_unavailable()) is not None:
+        print(f"soak: {why}", file=sys.stderr)
         return 2
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     print(f"seed: {seed}  (replay: --seed {seed})", flush=True)

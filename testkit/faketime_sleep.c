@@ -7,8 +7,10 @@
  * - clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME): Python >= 3.11's time.sleep() fails
  *   with EINVAL (an offset ahead) or sleeps for the offset (one behind);
  * - pthread_cond_timedwait on a condition variable of the monotonic clock (the GIL's
- *   5 ms switch interval): returns at once, so two Python threads hand the GIL back and
- *   forth without end and the process crawls.
+ *   switch interval, threading's timed waits): a `sardeenz serve` under libfaketime
+ *   with only the fix above never became ready, its threads in a futex and
+ *   rt_sigprocmask storm (libfaketime's lock); with this one too it starts as fast as
+ *   without libfaketime.
  *
  * Monotonic deadlines need no faking, so these two go to the C library unchanged.
  */

@@ -16,8 +16,9 @@ Faults: ``partition()``/``heal()`` unplug and plug the cable, ``isolate(i)``/
 block), ``degrade(i)``/``restore(i)`` make one pod's data link lossy and slow in
 one direction only (what it sends; what it receives is untouched): ``tc netem``
 loss and delay where the kernel has netem, else the same loss with nftables
-(``numgen random``) and the delay of an ``htb`` rate limit (this machine's kernel
-has no ``sch_netem``; ``degrade`` says which it used).
+(``numgen random`` at the ingress of the link's outer end, so on the wire) and the
+delay of an ``htb`` rate limit (this machine's kernel has no ``sch_netem``;
+``degrade`` says which it used).
 
 ``N`` is random per fabric, names carry a random suffix, and everything is
 deleted in ``close()`` (deleting a namespace deletes its interfaces; the
@@ -48,6 +49,10 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
+def _nft(*args: str) -> None:
+    subprocess.run(["nft", *args], check=True, capture_output=True, timeout=10)
+
+
 def _tc(ns: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["ip", "netns", "exec", ns, *args], capture_output=True, text=True, timeout=10
@@ -66,6 +71,8 @@ class Fabric:
         self.left = left
         self.namespaces: list[str] = []
         self._links: list[str] = []
+        self._tables: list[str] = []
+        """nftables tables of ``degrade`` (in this namespace)."""
 
     def data_ip(self, i: int) -> str:
         return f"10.77.{self.net}.{i + 1}"
@@ -146,8 +153,9 @@ class Fabric:
         rest (its inbound traffic is untouched: an asymmetric fault); what was applied.
 
         ``tc netem`` where the kernel has it; without ``sch_netem`` the loss is an
-        nftables rule (``numgen random``) and the delay a ``htb`` rate limit of the
-        link (the queue a burst waits in), so the fault still exists, only coarser.
+        nftables rule (``numgen random``) at the far end of the pod's cable and the
+        delay a ``htb`` rate limit of the link (the queue a burst waits in), so the
+        fault still exists, only coarser.
         """
         ns, dev = self.namespaces[i], f"szd{self.tag}{i}i"
         done = _tc(
@@ -158,12 +166,17 @@ class Fabric:
             return f"netem loss {loss_pct}% delay {delay_ms}ms on {dev} egress"
         if "unknown" not in done.stderr:
             raise RuntimeError(f"tc netem on {dev}: {done.stderr.strip()}")
+        # The loss on the wire: at the ingress of the link's outer end (in this
+        # namespace), after the pod's stack has sent the packet, so the sender sees a
+        # lost packet (TCP retransmits), not an error from its own firewall.
+        outer, table = f"szd{self.tag}{i}", f"szloss{self.tag}{i}"
+        self._tables.append(table)
+        _nft("add", "table", "netdev", table)
+        _nft("add", "chain", "netdev", table, "in",
+             f"{{ type filter hook ingress device {outer} priority 0 ; }}")  # fmt: skip
+        _nft("add", "rule", "netdev", table, "in",
+             "numgen", "random", "mod", "100", "<", str(loss_pct), "drop")  # fmt: skip
         for cmd in (
-            ["nft", "add", "table", "ip", "szloss"],
-            ["nft", "add", "chain", "ip", "szloss", "out",
-             "{ type filter hook output priority 0 ; }"],
-            ["nft", "add", "rule", "ip", "szloss", "out", "oifname", dev,
-             "numgen", "random", "mod", "100", "<", str(loss_pct), "drop"],
             ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
             ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
              "rate", "512kbit", "burst", "4k"],
@@ -177,9 +190,16 @@ class Fabric:
         """Undo ``degrade(i)`` (either form; a missing rule or qdisc is not an error)."""
         ns, dev = self.namespaces[i], f"szd{self.tag}{i}i"
         _tc(ns, "tc", "qdisc", "del", "dev", dev, "root")
-        _tc(ns, "nft", "delete", "table", "ip", "szloss")
+        table = f"szloss{self.tag}{i}"
+        if table in self._tables:
+            _nft("delete", "table", "netdev", table)
+            self._tables.remove(table)
 
     def close(self) -> None:
+        for table in self._tables:
+            with contextlib.suppress(subprocess.SubprocessError):
+                _nft("delete", "table", "netdev", table)
+        self._tables = []
         for ns in self.namespaces:
             with contextlib.suppress(subprocess.SubprocessError):
                 _ip("netns", "del", ns)

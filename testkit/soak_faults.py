@@ -64,7 +64,7 @@ class SkewedClock:
         where.mkdir(parents=True, exist_ok=True)
         self.file = where / "faketime-offset"
         self.offset = 0.0
-        self._write(0)
+        self.set(0)
 
     def env(self) -> dict[str, str]:
         """The environment that puts the pod (and its engines) on this clock."""
@@ -77,7 +77,8 @@ class SkewedClock:
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         }
 
-    def _write(self, seconds: int) -> None:
+    def set(self, seconds: int) -> None:
+        """Write the offset (taken up by the pod within a second; ``jump`` waits for it)."""
         tmp = self.file.with_suffix(".tmp")
         tmp.write_text(f"{seconds:+d}\n")
         tmp.replace(self.file)  # libfaketime never reads half a line
@@ -85,7 +86,7 @@ class SkewedClock:
     def jump(self, url: str, seconds: int, within: float = 10.0) -> float:
         """Set the offset to ``seconds`` and wait until the pod at ``url`` shows it in
         its Date header; the offset it showed (a pod that does not answer: raises)."""
-        self._write(seconds)
+        self.set(seconds)
         self.offset = seconds
         deadline = time.monotonic() + within
         seen = float("nan")

@@ -217,17 +217,18 @@ class Chaos:
             await asyncio.sleep(1.0)
 
     async def _check_marks(self, http: httpx.AsyncClient) -> None:
-        """Every catalog write acknowledged during a full disk is on every pod up (they
-        have converged), then is deleted again (so the catalog stays small)."""
+        """Every catalog write acknowledged during a full disk is in every pod's own copy
+        of the catalog (they have converged), then is deleted (the catalog stays small)."""
         s = self.s
         if not self._marks:
             return
         for name in s.up():
-            try:
-                r = await http.get(f"{s.url(name)}/api/v1/catalog", timeout=5)
-                have = {e["name"] for e in r.json()}
+            try:  # the pod's own copy (GET /api/v1/catalog on a follower is the leader's)
+                r = await http.get(f"{s.url(name)}/api/cluster/control", timeout=5)
+                docs = r.json()["documents"]
+                have = set(next((d["body"] for d in docs if d["key"] == "catalog"), {}))
             except (httpx.HTTPError, ValueError, KeyError, TypeError):
-                s.violate("acknowledged-write-kept", f"{name}: no catalog to check")
+                s.violate("acknowledged-write-kept", f"{name}: no control state to check")
                 continue
             lost = [m for m in self._marks if m not in have]
             if lost:
