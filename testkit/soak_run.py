@@ -137,13 +137,26 @@ class Chaos:
             s.note(f"FAULT degrade-link {victim}: {how}")
             return Fault(kind, victim, now)
         if kind == "clock-jump":
-            # Within the cluster's signing window (30 s) or far past it, ahead or behind.
-            size = self.rng.choice((10, 25, 120, 3600)) * self.rng.choice((1, -1))
+            # Within the cluster's signing window (30 s) or far past it, ahead or behind;
+            # the opening one far ahead, then back: the pod is cut off (its signatures
+            # stale to the others, theirs to it) and must rejoin once its clock is right.
+            if "clock-jump" in self.opening:
+                size = self.rng.choice((120, 3600))
+            else:
+                size = self.rng.choice((10, 25, 120, 3600)) * self.rng.choice((1, -1))
             victim = s.clock_pod
             if victim in s.down:
                 return None
             seen = await asyncio.to_thread(s.clock.jump, s.url(victim), size)
-            s.note(f"FAULT clock-jump {victim}: wall clock {size:+d}s (Date header {seen:+.0f}s)")
+            procs = await asyncio.to_thread(engine_processes, s.servers[victim].data_dir)
+            faked = 0
+            for engine_proc in procs:  # its engines inherit the preload: their clock jumps too
+                with contextlib.suppress(psutil.Error):
+                    faked += "faketime" in engine_proc.environ().get("LD_PRELOAD", "")
+            s.note(
+                f"FAULT clock-jump {victim}: wall clock {size:+d}s (Date header {seen:+.0f}s; "
+                f"{faked} of its {len(procs)} engine processes under libfaketime)"
+            )
             return Fault(kind, f"{victim} {size:+d}s", now)
         if kind == "disk-full":
             written = await asyncio.to_thread(s.disk.fill)
