@@ -22,7 +22,7 @@ KUBE_ENV_BIN := $(KUBE_ENV_DIR)/bin
 DEPLOY_BASE      := localhost/sardeenz-deploy-base:bookworm
 DEPLOY_NODE_BASE := localhost/sardeenz-deploy-node:bookworm
 
-.PHONY: docs run test lint typecheck pytest clean demo vllm-env kube-env deploy-base web frontend-test browser-deps
+.PHONY: docs run test lint typecheck pytest clean demo vllm-env kube-env deploy-base web frontend-test browser-deps soak-deps
 
 # The dashboard (frontend/, React + Vite) builds into src/sardeenz/web/, which `serve`
 # serves at /. Not committed; rebuilt only when a source or the lock file changed.
@@ -63,6 +63,12 @@ frontend-test: $(NODE_MODULES)
 browser-deps:
 	@test -x $(CHROMIUM) || { echo "browser-deps: installing Debian's chromium with apt-get (about a minute once)" >&2; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+# The soak's clock jumps preload Debian's libfaketime into one pod (testkit/soak_faults.py).
+FAKETIME_LIB := /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1
+soak-deps:
+	@test -e $(FAKETIME_LIB) || { echo "soak-deps: installing Debian's libfaketime with apt-get" >&2; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libfaketime >/dev/null; }
 
 # Real mode when this node has an NVIDIA driver and a Python that imports vLLM;
 # otherwise the demo: simulated GPUs and the simulated engine, said so loudly.
@@ -105,7 +111,7 @@ deploy-base:
 # the longest files first (tests/scheduling.py): the real-vLLM modules and the image
 # build start at once, side by side, and the short files fill in around them.
 PYTEST_WORKERS ?= 2
-pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps
+pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps soak-deps
 	@echo "pytest: every tier on $(PYTEST_WORKERS) workers, longest files first (about 15 minutes on a quiet 2-core machine)" >&2
 	@# Bytecode once, before the hundreds of server, engine and CLI processes the suite starts:
 	@# where PYTHONDONTWRITEBYTECODE is set, each of them would compile the package again.

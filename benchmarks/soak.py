@@ -10,7 +10,8 @@ end each cluster's figures: requests sent, completed, failed (and why), faults b
 the longest unavailability of each model, the longest time routing took to converge,
 and each pod's controller RSS curve. Exit status 1 if any invariant was violated.
 
-The static cluster needs root (network namespaces); the Kubernetes one the kube tier's
+The static cluster needs root (network namespaces, a tmpfs for the disk that fills) and
+Debian's libfaketime for the clock jumps (``make soak-deps``); the Kubernetes one the kube tier's
 binaries (``SARDEENZ_KUBE_APISERVER``, ``SARDEENZ_ETCD``: ``make kube-env``).
 ``--only static`` or ``--only kube`` runs one of them.
 
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from testkit import netns
 from testkit.kube import KubeBinariesMissing, find_binaries, started_apiserver
 from testkit.soak import Report
+from testkit.soak_faults import clock_unavailable
 from testkit.soak_kube import run_kube
 from testkit.soak_run import run, summary
 
@@ -76,6 +78,9 @@ def main() -> int:
         except (KubeBinariesMissing, FileNotFoundError) as exc:
             print(f"soak: the Kubernetes cluster: {exc}", file=sys.stderr)
             return 2
+    if args.only != "kube" and (why := clock_unavailable()) is not None:
+        print(f"soak: {why}", file=sys.stderr)
+        return 2
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     print(f"seed: {seed}  (replay: --seed {seed})", flush=True)
     with contextlib.ExitStack() as stack:

@@ -11,9 +11,19 @@ Each pod gets its own namespace with two interfaces:
   address in this (the test's) namespace, so the test reaches every pod on
   both sides of a partition. Pods never use it to reach each other.
 
+Faults: ``partition()``/``heal()`` unplug and plug the cable, ``isolate(i)``/
+``rejoin(i)`` one pod's data link (``cut(i)`` and ``split()`` do both around a
+block), ``degrade(i)``/``restore(i)`` make one pod's data link lossy and slow in
+one direction only (what it sends; what it receives is untouched): ``tc netem``
+loss and delay where the kernel has netem, else the same loss with nftables
+(``numgen random`` at the ingress of the link's outer end, so on the wire) and the
+delay of an ``htb`` rate limit (this machine's kernel has no ``sch_netem``;
+``degrade`` says which it used).
+
 ``N`` is random per fabric, names carry a random suffix, and everything is
 deleted in ``close()`` (deleting a namespace deletes its interfaces; the
 bridges and the cable are deleted explicitly). Needs root (``ip netns``).
+``running_pods`` starts one static-peers pod per namespace and stops them all.
 """
 
 from __future__ import annotations
@@ -22,15 +32,31 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from testkit.cluster import SECRET
-from testkit.servers import ServerProcess
+from testkit.servers import ServerProcess, kill_engines
 
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+def _nft(*args: str) -> None:
+    subprocess.run(["nft", *args], check=True, capture_output=True, timeout=10)
+
+
+def _tc(ns: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, *args], capture_output=True, text=True, timeout=10
+    )
 
 
 def available() -> bool:
@@ -45,6 +71,8 @@ class Fabric:
         self.left = left
         self.namespaces: list[str] = []
         self._links: list[str] = []
+        self._tables: list[str] = []
+        """nftables tables of ``degrade`` (in this namespace)."""
 
     def data_ip(self, i: int) -> str:
         return f"10.77.{self.net}.{i + 1}"
@@ -102,7 +130,76 @@ class Fabric:
     def rejoin(self, i: int) -> None:
         _ip("link", "set", f"szd{self.tag}{i}", "up")
 
+    @contextlib.contextmanager
+    def cut(self, i: int) -> Iterator[None]:
+        """Pod ``i`` isolated for the block, rejoined after it (even if it raises)."""
+        self.isolate(i)
+        try:
+            yield
+        finally:
+            self.rejoin(i)
+
+    @contextlib.contextmanager
+    def split(self) -> Iterator[None]:
+        """The cable unplugged for the block (left | right), plugged back after it."""
+        self.partition()
+        try:
+            yield
+        finally:
+            self.heal()
+
+    def degrade(self, i: int, loss_pct: int, delay_ms: int) -> str:
+        """Drop ``loss_pct`` % of what pod ``i`` sends on its data link and delay the
+        rest (its inbound traffic is untouched: an asymmetric fault); what was applied.
+
+        ``tc netem`` where the kernel has it; without ``sch_netem`` the loss is an
+        nftables rule (``numgen random``) at the far end of the pod's cable and the
+        delay a ``htb`` rate limit of the link (the queue a burst waits in), so the
+        fault still exists, only coarser.
+        """
+        ns, dev = self.namespaces[i], f"szd{self.tag}{i}i"
+        done = _tc(
+            ns, "tc", "qdisc", "replace", "dev", dev, "root", "netem",
+            "loss", f"{loss_pct}%", "delay", f"{delay_ms}ms", f"{delay_ms // 4}ms",
+        )  # fmt: skip
+        if done.returncode == 0:
+            return f"netem loss {loss_pct}% delay {delay_ms}ms on {dev} egress"
+        if "unknown" not in done.stderr:
+            raise RuntimeError(f"tc netem on {dev}: {done.stderr.strip()}")
+        # The loss on the wire: at the ingress of the link's outer end (in this
+        # namespace), after the pod's stack has sent the packet, so the sender sees a
+        # lost packet (TCP retransmits), not an error from its own firewall.
+        outer, table = f"szd{self.tag}{i}", f"szloss{self.tag}{i}"
+        self._tables.append(table)
+        _nft("add", "table", "netdev", table)
+        _nft("add", "chain", "netdev", table, "in",
+             f"{{ type filter hook ingress device {outer} priority 0 ; }}")  # fmt: skip
+        _nft("add", "rule", "netdev", table, "in",
+             "numgen", "random", "mod", "100", "<", str(loss_pct), "drop")  # fmt: skip
+        for cmd in (
+            ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
+            ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+             "rate", "512kbit", "burst", "4k"],
+        ):  # fmt: skip
+            out = _tc(ns, *cmd)
+            if out.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd[:3])} on {dev}: {out.stderr.strip()}")
+        return f"nft loss {loss_pct}% + htb 512kbit on {dev} egress (no netem in this kernel)"
+
+    def restore(self, i: int) -> None:
+        """Undo ``degrade(i)`` (either form; a missing rule or qdisc is not an error)."""
+        ns, dev = self.namespaces[i], f"szd{self.tag}{i}i"
+        _tc(ns, "tc", "qdisc", "del", "dev", dev, "root")
+        table = f"szloss{self.tag}{i}"
+        if table in self._tables:
+            _nft("delete", "table", "netdev", table)
+            self._tables.remove(table)
+
     def close(self) -> None:
+        for table in self._tables:
+            with contextlib.suppress(subprocess.SubprocessError):
+                _nft("delete", "table", "netdev", table)
+        self._tables = []
         for ns in self.namespaces:
             with contextlib.suppress(subprocess.SubprocessError):
                 _ip("netns", "del", ns)
@@ -138,3 +235,81 @@ def pod_servers(
         srv.url = f"http://{fabric.mgmt_ip(i)}:3000"
         servers[name] = srv
     return servers
+
+
+def until(what: str, seconds: float, check: Callable[[], Any], every: float = 0.1) -> Any:
+    """Poll ``check`` until it returns something truthy (returned), at most ``seconds``;
+    else raise naming ``what``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"not reached in {seconds}s: {what}")
+
+
+class Pods:
+    """Pods started in the namespaces of ``fabric`` (``running_pods``), read over the
+    management network."""
+
+    def __init__(self, fabric: Fabric, servers: dict[str, ServerProcess]) -> None:
+        self.fabric = fabric
+        self.servers = servers
+        self.names = list(servers)
+
+    def url(self, name: str) -> str:
+        return self.servers[name].url
+
+    def index(self, name: str) -> int:
+        return self.names.index(name)
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        """``/api/cluster/status`` of ``name``; None if it does not answer 200 in 1 s."""
+        try:
+            resp = httpx.get(f"{self.url(name)}/api/cluster/status", timeout=1)
+        except httpx.HTTPError:
+            return None
+        return resp.json() if resp.status_code == 200 else None
+
+    def leader(self, among: list[str] | None = None) -> str | None:
+        """The leader every pod of ``among`` (default: all) names, if they agree on one."""
+        seen = [self.status(n) for n in among or self.names]
+        leaders = {s["leader"] if s is not None else None for s in seen}
+        return next(iter(leaders)) if len(leaders) == 1 else None
+
+    @contextlib.contextmanager
+    def cut(self, name: str) -> Iterator[None]:
+        """``name`` isolated from the other pods for the block."""
+        with self.fabric.cut(self.index(name)):
+            yield
+
+
+@contextlib.contextmanager
+def running_pods(
+    root: Path, names: list[str], env: dict[str, str], *, left: int | None = None
+) -> Iterator[Pods]:
+    """A fabric (``left`` pods on the left switch, default all), one pod per namespace,
+    the first started before the others (it leads, as in a one-by-one start); on exit
+    every pod and engine is killed and the fabric deleted."""
+    fabric = Fabric(len(names) if left is None else left, 0 if left is None else len(names) - left)
+    fabric.open()
+    try:
+        pods = Pods(fabric, pod_servers(fabric, root, names, env))
+        try:
+            first, *rest = pods.servers.values()
+            first.start(90.0)
+            for srv in rest:
+                srv.spawn()
+            for srv in rest:
+                srv.wait_ready(90.0)
+            yield pods
+        finally:
+            for srv in pods.servers.values():
+                if srv.proc is not None and srv.proc.poll() is None:
+                    with contextlib.suppress(OSError):
+                        os.kill(srv.proc.pid, signal.SIGCONT)  # a stopped pod dies too
+                srv.stop(signal.SIGKILL)
+                kill_engines(srv.data_dir)
+    finally:
+        fabric.close()

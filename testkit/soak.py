@@ -3,7 +3,11 @@ steady traffic and a seeded schedule of faults, its invariants checked all along
 (benchmarks/soak.py runs it for minutes, tests/soak/ for ~90 s; docs/testing.md).
 
 Faults, one at a time, drawn from ``random.Random(seed)``: SIGKILL or SIGSTOP of the
-leader, of a follower, SIGKILL of an engine, a 2|3 partition, one pod isolated. Admin
+leader, of a follower, SIGKILL of an engine, a 2|3 partition, one pod isolated, one
+pod's outbound data link lossy and slow (asymmetric), one pod's wall clock jumping
+(libfaketime; its monotonic clock does not move), one pod's data dir (a small tmpfs)
+full. A run opens with the last three (``OPENING``, in a seeded order) so that even
+the short variant has each of them; the rest are drawn uniformly. Admin
 operations run beside them (their own seeded loop): preset applies, moves, sleeps,
 wakes, unloads, loads. Models: ``soak-a`` (a preset, 2 replicas), ``soak-b`` (the same
 preset, 1 or 2 replicas as the applies switch it) and ``soak-cat`` (a catalog model
@@ -17,7 +21,10 @@ Invariants (each a named ``Violation`` with the timeline around it):
   by that pod with 409 ``stale_term`` (testkit/soak_fence.py);
 * ``every-request-answered``: a request ends ok or with a clean OpenAI error within its
   deadline; one that broke or hung is allowed only while a fault killed or stopped a pod
-  or an engine (counted, printed), never for a network cut;
+  or an engine (counted, printed), never for a network cut, a lossy link, a clock jump
+  or a full disk;
+* ``acknowledged-write-kept``: a catalog write the leader acknowledged while a pod's
+  disk was full is on every pod once the disk is freed (a 507 is not acknowledged);
 * ``routing-converges``: after each fault heals, within ``bound`` every pod lists every
   model that runs somewhere and none that runs nowhere, and all agree on one leader;
 * ``no-orphan-or-double-engine``: after each step, every engine process of a pod is an
@@ -52,6 +59,7 @@ import psutil
 from testkit import netns
 from testkit.cluster import TIMING
 from testkit.servers import ServerProcess, engine_processes, kill_engines
+from testkit.soak_faults import SkewedClock, SmallDisk
 from testkit.soak_fence import FenceProbe
 from testkit.soak_traffic import TrafficLog
 
@@ -69,7 +77,12 @@ FAULTS = (
     "kill-engine",
     "partition-2-3",
     "isolate-one",
+    "degrade-link",
+    "clock-jump",
+    "disk-full",
 )
+OPENING = ("degrade-link", "clock-jump", "disk-full")
+"""Injected first, in an order drawn from the seed, before the uniform draws."""
 ADMIN_OPS = ("apply", "move", "sleep", "wake", "unload", "load", "unload-extra")
 SOAK_ENV = {
     **TIMING,
@@ -118,6 +131,8 @@ class Report:
     """Stale-term orders the harness sent, by the answer (``409 stale_term`` expected)."""
     terms: set[int] = field(default_factory=set)
     """Every term the harness saw a pod in."""
+    acknowledged: dict[str, int] = field(default_factory=dict)
+    """Catalog writes sent while a disk was full, by the answer."""
 
 
 class Soak:
@@ -146,6 +161,11 @@ class Soak:
         self._claims: dict[int, set[str]] = {}
         self.fence = FenceProbe()
         self._catalog_states: dict[str, str] = {}
+        self.clock_pod, self.disk_pod = self.rng.sample(NAMES, 2)
+        """The pod whose wall clock jumps, the pod whose data dir fills (fixed per run:
+        one is started under libfaketime, the other on a tmpfs)."""
+        self.clock = SkewedClock(root / "clock")
+        self.disk = SmallDisk(root / self.disk_pod)
 
     # ------------------------------------------------------------ timeline
     def note(self, what: str) -> None:
@@ -171,6 +191,13 @@ class Soak:
     def open(self) -> Soak:
         self.fabric.open()
         self.servers.update(netns.pod_servers(self.fabric, self.root, NAMES, SOAK_ENV))
+        self.servers[self.clock_pod].env.update(self.clock.env())
+        self.disk.mount()
+        logs = self.root / "logs"
+        logs.mkdir(exist_ok=True)
+        # Its log stays whole (and readable) off the disk that fills.
+        self.servers[self.disk_pod].log_path = logs / f"{self.disk_pod}.log"
+        self.note(f"clock jumps on {self.clock_pod}, disk fills on {self.disk_pod}")
         first, *rest = self.servers.values()
         first.start(90)
         for srv in rest:
@@ -189,6 +216,7 @@ class Soak:
             kill_engines(srv.data_dir)
             self.down.discard(name)
         self.fabric.close()
+        self.disk.unmount()
 
     def url(self, name: str) -> str:
         return self.servers[name].url

@@ -171,6 +171,7 @@ class KubeChaos(Chaos):
     once and comes back Ready after its restart."""
 
     kinds = KINDS
+    opening_kinds = ()  # the link, clock and disk faults need the static pods' namespaces
 
     def __init__(self, soak: KubeSoak) -> None:
         super().__init__(soak)

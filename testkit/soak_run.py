@@ -20,7 +20,17 @@ import httpx
 import psutil
 
 from testkit.servers import engine_processes
-from testkit.soak import ADMIN_OPS, CATALOG_MODEL, FAULTS, NAMES, SIM, Fault, Report, Soak
+from testkit.soak import (
+    ADMIN_OPS,
+    CATALOG_MODEL,
+    FAULTS,
+    NAMES,
+    OPENING,
+    SIM,
+    Fault,
+    Report,
+    Soak,
+)
 from testkit.soak_fence import check_fencing
 from testkit.soak_traffic import run_traffic
 
@@ -30,6 +40,8 @@ PROCESS_FAULTS = {"kill-leader", "stop-leader", "kill-follower", "stop-follower"
 class Chaos:
     kinds: tuple[str, ...] = FAULTS
     """The faults this soak's cluster can be given (testkit/soak_kube.py: processes only)."""
+    opening_kinds: tuple[str, ...] = OPENING
+    """Faults every run opens with, in a seeded order (so a short run has each of them)."""
 
     def __init__(self, soak: Soak) -> None:
         self.s = soak
@@ -37,6 +49,10 @@ class Chaos:
         self.admin_rng = random.Random(soak.rng.randrange(2**32))
         self.traffic_rng = random.Random(soak.rng.randrange(2**32))
         self.catalog_on = True
+        self.opening = list(self.opening_kinds)
+        self.rng.shuffle(self.opening)
+        self._marks: list[str] = []
+        """Catalog entries acknowledged while the disk was full (checked after the heal)."""
 
     # ------------------------------------------------------------ traffic
     def pick_entry(self) -> tuple[str, str] | None:
@@ -68,19 +84,25 @@ class Chaos:
                 await asyncio.wait_for(stop.wait(), self.rng.uniform(3.0, 8.0))
             if stop.is_set():
                 return
-            kind = self.rng.choice(self.kinds)
+            kind = self.opening[0] if self.opening else self.rng.choice(self.kinds)
             hold = self.rng.uniform(2.0, 6.0)
             victim_pick = self.rng.random()
             fault = await self._inject(http, kind, victim_pick)
             if fault is None:
                 continue
+            if self.opening and self.opening[0] == kind:
+                self.opening.pop(0)
             s.report.faults.append(fault)
-            await asyncio.sleep(hold)
+            if kind == "disk-full":
+                await self._write_while_full(http, hold)
+            else:
+                await asyncio.sleep(hold)
             await self._heal(fault)
             fault.end = time.monotonic()
             await s.converged(http, f"{fault.kind} {fault.target}", s.bound)
             await s.check_engines()
             await s.check_agreement(http, s.bound)
+            await self._check_marks(http)
             await check_fencing(s, http)
 
     async def _inject(self, http: httpx.AsyncClient, kind: str, pick: float) -> Fault | None:
@@ -113,6 +135,38 @@ class Chaos:
                 engine.kill()
             s.note(f"FAULT kill-engine: {iid} on {name}")
             return Fault(kind, f"{name}/{iid}", now)
+        if kind == "degrade-link":
+            victim = NAMES[int(pick * len(NAMES))]
+            loss, delay = 10 + int(pick * 1000) % 21, 50 + int(pick * 10000) % 151
+            how = await asyncio.to_thread(s.fabric.degrade, NAMES.index(victim), loss, delay)
+            s.note(f"FAULT degrade-link {victim}: {how}")
+            return Fault(kind, victim, now)
+        if kind == "clock-jump":
+            # Within the cluster's signing window (30 s) or far past it, ahead or behind;
+            # the opening one far ahead, then back: the pod is cut off (its signatures
+            # stale to the others, theirs to it) and must rejoin once its clock is right.
+            if "clock-jump" in self.opening:
+                size = self.rng.choice((120, 3600))
+            else:
+                size = self.rng.choice((10, 25, 120, 3600)) * self.rng.choice((1, -1))
+            victim = s.clock_pod
+            if victim in s.down:
+                return None
+            seen = await asyncio.to_thread(s.clock.jump, s.url(victim), size)
+            procs = await asyncio.to_thread(engine_processes, s.servers[victim].data_dir)
+            faked = 0
+            for engine_proc in procs:  # its engines inherit the preload: their clock jumps too
+                with contextlib.suppress(psutil.Error):
+                    faked += "faketime" in engine_proc.environ().get("LD_PRELOAD", "")
+            s.note(
+                f"FAULT clock-jump {victim}: wall clock {size:+d}s (Date header {seen:+.0f}s; "
+                f"{faked} of its {len(procs)} engine processes under libfaketime)"
+            )
+            return Fault(kind, f"{victim} {size:+d}s", now)
+        if kind == "disk-full":
+            written = await asyncio.to_thread(s.disk.fill)
+            s.note(f"FAULT disk-full {s.disk_pod}: filled ({written / 2**20:.1f} MiB)")
+            return Fault(kind, s.disk_pod, now)
         if kind == "partition-2-3":
             s.fabric.partition()
             s.note("FAULT partition 2|3")
@@ -145,6 +199,66 @@ class Chaos:
             s.fabric.rejoin(NAMES.index(fault.target))
             s.isolated.discard(fault.target)
             s.note(f"HEAL {fault.target} rejoined")
+        elif fault.kind == "degrade-link":
+            await asyncio.to_thread(s.fabric.restore, NAMES.index(fault.target))
+            s.note(f"HEAL {fault.target} link restored")
+        elif fault.kind == "clock-jump":
+            seen = await asyncio.to_thread(s.clock.jump, s.url(s.clock_pod), 0)
+            s.note(f"HEAL {s.clock_pod} wall clock back (Date header {seen:+.0f}s)")
+        elif fault.kind == "disk-full":
+            await asyncio.to_thread(s.disk.free)
+            s.note(f"HEAL {s.disk_pod} disk freed")
+
+    async def _write_while_full(self, http: httpx.AsyncClient, hold: float) -> None:
+        """Hold the full disk for ``hold`` s, writing a catalog entry through the leader
+        about every second: each one acknowledged must survive (``_check_marks``)."""
+        s = self.s
+        end = time.monotonic() + hold
+        while time.monotonic() < end:
+            leader = await s.leader(http)
+            if leader is not None:
+                key = f"soak-mark-{len(s.report.faults)}-{len(self._marks)}"
+                entry = {"modelPath": key, "engine": "sim", "extraArgs": SIM}
+                try:
+                    r = await http.put(
+                        f"{s.url(leader)}/api/v1/catalog/{key}", json=entry, timeout=10
+                    )
+                    code = r.json().get("code", "") if r.status_code >= 400 else ""
+                    answer = f"{r.status_code} {code}"
+                except (httpx.HTTPError, ValueError) as exc:
+                    answer = type(exc).__name__
+                answer = answer.strip()
+                s.report.acknowledged[answer] = s.report.acknowledged.get(answer, 0) + 1
+                s.note(f"WRITE {key} via {leader} (disk of {s.disk_pod} full): {answer}")
+                if answer == "200":
+                    self._marks.append(key)
+            await asyncio.sleep(1.0)
+
+    async def _check_marks(self, http: httpx.AsyncClient) -> None:
+        """Every catalog write acknowledged during a full disk is in every pod's own copy
+        of the catalog (they have converged), then is deleted (the catalog stays small)."""
+        s = self.s
+        if not self._marks:
+            return
+        for name in s.up():
+            try:  # the pod's own copy (GET /api/v1/catalog on a follower is the leader's)
+                r = await http.get(f"{s.url(name)}/api/cluster/control", timeout=5)
+                docs = r.json()["documents"]
+                have = set(next((d["body"] for d in docs if d["key"] == "catalog"), {}))
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                s.violate("acknowledged-write-kept", f"{name}: no control state to check")
+                continue
+            lost = [m for m in self._marks if m not in have]
+            if lost:
+                s.violate("acknowledged-write-kept", f"{name} lacks acknowledged {lost}")
+        leader = await s.leader(http)
+        if leader is None:
+            return
+        for key in list(self._marks):
+            with contextlib.suppress(httpx.HTTPError):
+                r = await http.delete(f"{s.url(leader)}/api/v1/catalog/{key}", timeout=10)
+                if r.status_code in (200, 204, 404):
+                    self._marks.remove(key)
 
     # ------------------------------------------------------------- admin
     async def admin(self, http: httpx.AsyncClient, stop: asyncio.Event) -> None:
@@ -311,6 +425,8 @@ def summary(report: Report) -> str:
     for f in report.faults:
         by_kind[f.kind] = by_kind.get(f.kind, 0) + 1
     lines.append(f"faults: {len(report.faults)} {by_kind}")
+    if report.acknowledged:
+        lines.append(f"catalog writes while a disk was full, by answer: {report.acknowledged}")
     lines.append(f"admin operations: {report.admin}")
     lines.append(f"catalog model, instances seen entering a state: {report.transitions}")
     lines.append(

@@ -12,11 +12,9 @@ has an active instance of its model.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,7 +22,6 @@ import pytest
 
 from testkit import netns
 from testkit.cluster import TIMING
-from testkit.servers import kill_engines
 from tests.hostnet import host_network
 
 pytestmark = [
@@ -39,23 +36,7 @@ DEADLINE = 30.0  # the soak's per-request deadline
 CUT_SECONDS = 6.0  # as long as the soak's isolation that found the hang
 
 
-class Pods:
-    def __init__(self, fabric: netns.Fabric, root: Path) -> None:
-        self.fabric = fabric
-        self.servers = netns.pod_servers(
-            fabric, root, NAMES, {"SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB", **TIMING}
-        )
-
-    def url(self, name: str) -> str:
-        return self.servers[name].url
-
-    def status(self, name: str) -> dict[str, Any] | None:
-        try:
-            resp = httpx.get(f"{self.url(name)}/api/cluster/status", timeout=1)
-        except httpx.HTTPError:
-            return None
-        return resp.json() if resp.status_code == 200 else None
-
+class Pods(netns.Pods):
     def lists(self, name: str) -> bool:
         try:
             data = httpx.get(f"{self.url(name)}/v1/models", timeout=1).json()["data"]
@@ -66,44 +47,19 @@ class Pods:
             m["id"] == MODEL and m.get("state", "active") in ("active", "sleeping") for m in data
         )
 
-    def agreed_leader(self) -> str | None:
-        seen = [self.status(n) for n in NAMES]
-        leaders = {s["leader"] if s is not None else None for s in seen}
-        return next(iter(leaders)) if len(leaders) == 1 else None
-
     def own_instances(self, name: str) -> list[dict[str, Any]]:
         status = self.status(name)
         assert status is not None
         me = next(p for p in status["pods"] if p.get("self"))
         return [i for i in me["instances"] if i["servedModelName"] == MODEL]
 
-    def until(self, what: str, seconds: float, check: Any) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if check():
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"not reached in {seconds}s: {what}")
-
 
 @pytest.fixture(scope="module")
 def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
-    with host_network(changes=True):
-        fabric = netns.Fabric(len(NAMES), 0).open()
-        cluster = Pods(fabric, tmp_path_factory.mktemp("ondemand-isolated"))
-        try:
-            first, *rest = cluster.servers.values()
-            first.start()
-            for srv in rest:
-                srv.spawn()
-            for srv in rest:
-                srv.wait_ready(60.0)
-            yield cluster
-        finally:
-            for srv in cluster.servers.values():
-                srv.stop(signal.SIGKILL)
-                kill_engines(srv.data_dir)
-            fabric.close()
+    root = tmp_path_factory.mktemp("ondemand-isolated")
+    env = {"SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB", **TIMING}
+    with host_network(changes=True), netns.running_pods(root, NAMES, env) as running:
+        yield Pods(running.fabric, running.servers)
 
 
 class Sent:
@@ -144,9 +100,7 @@ class Sent:
 def test_requests_through_an_isolated_pod_end_once_it_heals(
     pods: Pods, victim: str, asleep: bool
 ) -> None:
-    pods.until("one leader everywhere", 30, lambda: pods.agreed_leader() is not None)
-    leader_id = pods.agreed_leader()
-    assert leader_id is not None
+    leader_id = netns.until("one leader everywhere", 30, pods.leader)
     leader = pods.url(leader_id)
     if not pods.lists("pod-c"):  # the first case puts the model on pod-c
         entry = {"modelPath": MODEL, "engine": "sim", "extraArgs": SIM, "sleepLevel": 1}
@@ -158,7 +112,7 @@ def test_requests_through_an_isolated_pod_end_once_it_heals(
             timeout=30,
         )
         assert resp.status_code == 202, resp.text
-    pods.until("every pod routes the model", 30, lambda: all(pods.lists(n) for n in NAMES))
+    netns.until("every pod routes the model", 30, lambda: all(pods.lists(n) for n in NAMES))
 
     if asleep:  # the isolated pod has a copy of its own, asleep
         mine = pods.own_instances(victim)
@@ -169,22 +123,19 @@ def test_requests_through_an_isolated_pod_end_once_it_heals(
                     f"{leader}/api/v1/models/{inst['id']}/sleep", json={"level": 1}, timeout=30
                 )
                 assert resp.status_code in (200, 202), resp.text
-        pods.until(
+        netns.until(
             f"{victim}'s copies asleep",
             30,
             lambda: all(i["status"] == "sleeping" for i in pods.own_instances(victim)),
         )
 
     t0 = time.monotonic()
-    pods.fabric.isolate(NAMES.index(victim))
     sent: list[Sent] = []
-    try:
+    with pods.cut(victim):
         # From the cut on (before and after the pod notices it), then past the heal.
         while time.monotonic() - t0 < CUT_SECONDS:
             sent.append(Sent(pods.url(victim), t0))
             time.sleep(0.5)
-    finally:
-        pods.fabric.rejoin(NAMES.index(victim))
     healed = time.monotonic() - t0
     for _ in range(4):
         sent.append(Sent(pods.url(victim), t0))

@@ -12,11 +12,9 @@ succeed throughout.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,7 +23,6 @@ import pytest
 
 from testkit import netns
 from testkit.cluster import TIMING
-from testkit.servers import kill_engines
 from tests.hostnet import host_network
 
 pytestmark = [
@@ -40,28 +37,7 @@ SETTLE = 2 * float(TIMING["SARDEENZ_CLUSTER_UNAVAILABLE_AFTER_SECONDS"])
 REDUCED_WITHIN = SETTLE + 40.0  # the settle bound, route waits, the drain, the unload
 
 
-class Pods:
-    def __init__(self, fabric: netns.Fabric, root: Path) -> None:
-        self.fabric = fabric
-        self.servers = netns.pod_servers(
-            fabric, root, NAMES, {"SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB", **TIMING}
-        )
-
-    def url(self, name: str) -> str:
-        return self.servers[name].url
-
-    def status(self, name: str) -> dict[str, Any] | None:
-        try:
-            resp = httpx.get(f"{self.url(name)}/api/cluster/status", timeout=1)
-        except httpx.HTTPError:
-            return None
-        return resp.json() if resp.status_code == 200 else None
-
-    def leader(self, among: list[str]) -> str | None:
-        seen = [self.status(n) for n in among]
-        leaders = {s["leader"] if s is not None else None for s in seen}
-        return next(iter(leaders)) if len(leaders) == 1 else None
-
+class Pods(netns.Pods):
     def copies(self, leader: str) -> list[dict[str, Any]]:
         """Every live instance of the model, as the leader lists them."""
         resp = httpx.get(f"{self.url(leader)}/api/v1/models", timeout=5)
@@ -72,33 +48,13 @@ class Pods:
             if i["servedModelName"] == MODEL and i["status"] in ("starting", "active", "sleeping")
         ]
 
-    def until(self, what: str, seconds: float, check: Any) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if check():
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"not reached in {seconds}s: {what}")
-
 
 @pytest.fixture(scope="module")
 def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
-    with host_network(changes=True):
-        fabric = netns.Fabric(len(NAMES), 0).open()
-        cluster = Pods(fabric, tmp_path_factory.mktemp("ondemand-surplus"))
-        try:
-            first, *rest = cluster.servers.values()
-            first.start()
-            for srv in rest:
-                srv.spawn()
-            for srv in rest:
-                srv.wait_ready(60.0)
-            yield cluster
-        finally:
-            for srv in cluster.servers.values():
-                srv.stop(signal.SIGKILL)
-                kill_engines(srv.data_dir)
-            fabric.close()
+    root = tmp_path_factory.mktemp("ondemand-surplus")
+    env = {"SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB", **TIMING}
+    with host_network(changes=True), netns.running_pods(root, NAMES, env) as running:
+        yield Pods(running.fabric, running.servers)
 
 
 def _complete(url: str) -> str:
@@ -142,20 +98,15 @@ class Traffic:
 
 
 def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
-    pods.until("one leader everywhere", 30, lambda: pods.leader(NAMES) is not None)
-    leader = pods.leader(NAMES)
-    assert leader is not None
+    leader = netns.until("one leader everywhere", 30, pods.leader)
     assert leader != "pod-c"  # the Bully election: pod-a
     entry = {"modelPath": MODEL, "engine": "sim", "extraArgs": SIM}
     resp = httpx.put(f"{pods.url(leader)}/api/v1/catalog/{MODEL}", json=entry, timeout=30)
     assert resp.status_code == 200, resp.text
 
-    pods.fabric.isolate(NAMES.index("pod-c"))
-    try:
-        pods.until("pod-c sees no leader", 30, lambda: pods.leader(["pod-c"]) is None)
-        pods.until("the majority agrees on a leader", 30, lambda: pods.leader(NAMES[:2]))
-        leader = pods.leader(NAMES[:2])
-        assert leader is not None
+    with pods.cut("pod-c"):
+        netns.until("pod-c sees no leader", 30, lambda: pods.leader(["pod-c"]) is None)
+        leader = netns.until("the majority agrees on a leader", 30, lambda: pods.leader(NAMES[:2]))
         _complete(pods.url("pod-a"))  # placed by the leader
         [placed] = pods.copies(leader)
         assert placed["onDemand"] is True, placed
@@ -169,14 +120,12 @@ def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
         admin = resp.json()
         assert admin["onDemand"] is False, admin
         _complete(pods.url("pod-c"))  # no leader on its side: its own copy
-    finally:
-        pods.fabric.rejoin(NAMES.index("pod-c"))
     healed = time.monotonic()
 
-    pods.until("the leader sees all three copies", 30, lambda: len(pods.copies(leader)) == 3)
+    netns.until("the leader sees all three copies", 30, lambda: len(pods.copies(leader)) == 3)
     traffic = Traffic(pods)
     try:
-        pods.until(
+        netns.until(
             "the surplus copy is unloaded",
             REDUCED_WITHIN,
             lambda: len(pods.copies(leader)) == 2 and traffic.ok > 0,

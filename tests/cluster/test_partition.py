@@ -12,10 +12,8 @@ healing, one leader and one term everywhere and the same model list.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +21,6 @@ import pytest
 
 from testkit import netns
 from testkit.cluster import TIMING
-from testkit.servers import kill_engines
 from tests.hostnet import host_network
 
 pytestmark = [
@@ -35,19 +32,15 @@ NAMES = ["pod-a", "pod-b", "pod-c", "pod-d", "pod-e"]
 LEFT = 2
 
 
-class Pods:
-    def __init__(self, fabric: netns.Fabric, root: Path) -> None:
-        self.fabric = fabric
-        self.servers = netns.pod_servers(fabric, root, NAMES, TIMING)
+class Pods(netns.Pods):
+    def __init__(self, running: netns.Pods) -> None:
+        super().__init__(running.fabric, running.servers)
         self.timeline: list[tuple[float, str, dict[str, tuple[str | None, int]]]] = []
         self.t0 = time.monotonic()
-
-    def status(self, name: str) -> dict[str, Any] | None:
-        try:
-            resp = httpx.get(f"{self.servers[name].url}/api/cluster/status", timeout=1)
-        except httpx.HTTPError:
-            return None
-        return resp.json() if resp.status_code == 200 else None
+        self.term1 = 0
+        """The majority's term during the cut."""
+        self.settled = 0.0
+        """Seconds from the cut until the minority was leaderless and the majority led."""
 
     def sample(self, phase: str) -> dict[str, dict[str, Any]]:
         """One round of every pod's status; asserts no two pods claim leadership."""
@@ -94,23 +87,13 @@ def agreed(names: list[str]) -> Any:
 
 @pytest.fixture(scope="module")
 def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
-    with host_network(changes=True):
-        fabric = netns.Fabric(LEFT, len(NAMES) - LEFT).open()
-        cluster = Pods(fabric, tmp_path_factory.mktemp("partition"))
+    root = tmp_path_factory.mktemp("partition")
+    # pod-a first (it must lead, as in a one-by-one start), the rest side by side.
+    with host_network(changes=True), netns.running_pods(root, NAMES, TIMING, left=LEFT) as run:
+        cluster = Pods(run)
         try:
-            # pod-a first (it must lead, as in a one-by-one start), the rest side by side.
-            first, *rest = cluster.servers.values()
-            first.start()
-            for srv in rest:
-                srv.spawn()
-            for srv in rest:
-                srv.wait_ready(60.0)
             yield cluster
         finally:
-            for srv in cluster.servers.values():
-                srv.stop(signal.SIGKILL)
-                kill_engines(srv.data_dir)
-            fabric.close()
             cluster.print_timeline()
 
 
@@ -134,9 +117,34 @@ def test_partition_2_3_then_heal(pods: Pods) -> None:
         assert resp.status_code == 202, resp.text
     pods.watch("spread", 10, lambda s: all(_lists(pods, n, "right-model") for n in NAMES))
 
-    left, right = NAMES[:LEFT], NAMES[LEFT:]
     cut = time.monotonic()
-    pods.fabric.partition()
+    with pods.fabric.split():
+        _while_cut(pods, cut, term0)
+    healed = time.monotonic()
+    seen = pods.watch(
+        "healed",
+        15,
+        lambda s: agreed(NAMES)(s) and all(_lists(pods, n, "right-model") for n in NAMES),
+    )
+    rejoined = time.monotonic() - healed
+    leader, term = seen["pod-a"]["leader"], seen["pod-a"]["term"]
+    assert leader == "pod-c"  # a leader holding its quorum is not deposed by the return
+    assert term == pods.term1
+    models = {
+        n: sorted(m["id"] for m in httpx.get(f"{pods.servers[n].url}/v1/models").json()["data"])
+        for n in NAMES
+    }
+    assert len({tuple(v) for v in models.values()}) == 1, models
+    print(
+        f"\npartition 2|3: minority leaderless and majority led by pod-c (term {pods.term1}) "
+        f"{pods.settled:.2f}s after the cut; one leader and one routing table {rejoined:.2f}s "
+        "after healing"
+    )
+
+
+def _while_cut(pods: Pods, cut: float, term0: int) -> None:
+    """The checks of the partition itself (the cable is unplugged throughout)."""
+    left, right = NAMES[:LEFT], NAMES[LEFT:]
     # Minority: the old leader loses its lease (E) and nobody there can win a vote.
     pods.watch(
         "cut",
@@ -147,12 +155,12 @@ def test_partition_2_3_then_heal(pods: Pods) -> None:
             and s["pod-c"]["leader"] != "pod-a"
         ),
     )
-    settled = time.monotonic() - cut
+    pods.settled = time.monotonic() - cut
     seen = pods.watch("cut", 2.0)  # and it stays that way
     assert all(seen[n]["leader"] is None for n in left)
     assert seen["pod-c"]["leader"] == "pod-c"  # lowest id of the majority
-    term1 = seen["pod-c"]["term"]
-    assert term1 > term0
+    pods.term1 = seen["pod-c"]["term"]
+    assert pods.term1 > term0
     # The minority refuses admin writes (no leader); reads still answer locally.
     for name in left:
         with pods.servers[name].client() as client:
@@ -168,25 +176,3 @@ def test_partition_2_3_then_heal(pods: Pods) -> None:
     # The minority's routes to the majority are gone; the majority keeps serving.
     pods.watch("cut", 10, lambda s: not _lists(pods, "pod-a", "right-model"))
     assert _lists(pods, "pod-c", "right-model")
-
-    healed = time.monotonic()
-    pods.fabric.heal()
-    seen = pods.watch(
-        "healed",
-        15,
-        lambda s: agreed(NAMES)(s) and all(_lists(pods, n, "right-model") for n in NAMES),
-    )
-    rejoined = time.monotonic() - healed
-    leader, term = seen["pod-a"]["leader"], seen["pod-a"]["term"]
-    assert leader == "pod-c"  # a leader holding its quorum is not deposed by the return
-    assert term == term1
-    models = {
-        n: sorted(m["id"] for m in httpx.get(f"{pods.servers[n].url}/v1/models").json()["data"])
-        for n in NAMES
-    }
-    assert len({tuple(v) for v in models.values()}) == 1, models
-    print(
-        f"\npartition 2|3: minority leaderless and majority led by pod-c (term {term1}) "
-        f"{settled:.2f}s after the cut; one leader and one routing table {rejoined:.2f}s "
-        "after healing"
-    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,6 +182,29 @@ async def test_a_refusal_comes_back_as_the_same_error(rig: Rig) -> None:
     assert await rig.client.ask("pod-b", REFUSE) is None
 
 
+async def test_a_refused_signature_is_the_pod_unavailable_not_a_401(rig: Rig) -> None:
+    """The soak's clock jump: a pod whose wall clock runs 2 min ahead signs requests every
+    other pod refuses (stale_timestamp). Its caller, an operator's unload through the
+    leader, got that 401 as if their own credentials were wrong."""
+    ahead = PodClient(
+        Signer(SECRET, clock=lambda: time.time() + 120, source="pod-a"),
+        rig.directory,
+        timeout=5,
+        order_timeout=5,
+        backoff_base=30,
+        backoff_cap=60,
+    )
+    await ahead.start()
+    try:
+        with pytest.raises(Unavailable) as caught:
+            await ahead.call("pod-b", ECHO, {"n": 1}, name="x")
+    finally:
+        await ahead.close()
+    assert (caught.value.status, caught.value.code) == (503, "pod_unavailable")
+    assert caught.value.extra == {"peerCode": "stale_timestamp"}
+    assert "refused this pod's signature" in caught.value.message
+
+
 async def test_bad_input_is_400_and_an_unknown_route_404(rig: Rig) -> None:
     with pytest.raises(SardeenzError) as caught:
         await rig.client.call("pod-b", ECHO, {"n": "many"}, name="x")
@@ -253,7 +277,10 @@ async def test_only_a_route_declared_any_target_takes_a_request_signed_for_any_p
 async def test_the_handler_knows_the_signing_pod_and_a_body_speaking_for_another_is_401(
     rig: Rig,
 ) -> None:
+    """The receiver answers 401 ``wrong_source``; its caller raises that refusal of its
+    signature as the pod being unavailable, the code as ``peerCode``."""
     assert await rig.client.call("pod-b", SPEAKS_FOR, {}, pod="pod-a") == {"source": "pod-a"}
     with pytest.raises(SardeenzError) as refused:
         await rig.client.call("pod-b", SPEAKS_FOR, {}, pod="pod-c")
-    assert (refused.value.status, refused.value.code) == (401, "wrong_source")
+    assert (refused.value.status, refused.value.code) == (503, "pod_unavailable")
+    assert refused.value.extra == {"peerCode": "wrong_source"}

@@ -196,6 +196,26 @@ def test_same_request_twice_in_one_millisecond_is_not_a_replay() -> None:
         verifier.verify("POST", "/internal/x", signed(signer), b"{}")
 
 
+def _ms(sig: Signed) -> int:
+    assert sig.timestamp is not None
+    return int(sig.timestamp)
+
+
+def test_a_signer_whose_clock_was_ahead_signs_fresh_once_corrected() -> None:
+    """The soak's clock jump (a pod's wall clock an hour ahead, then set right): its
+    signer must not keep signing from the hour ahead, refused by every pod as stale."""
+    clock, peer = Clock(), Clock()
+    signer, verifier = signer_of(clock), verifier_of(peer)
+    clock.t += 3600
+    ahead = signed(signer)
+    clock.t -= 3600
+    now = signed(signer)
+    assert _ms(now) < _ms(ahead)
+    assert verifier.verify("POST", "/internal/x", now, b"{}").target == ME
+    clock.t -= 0.0005  # a step back under a millisecond: still strictly increasing
+    assert _ms(signed(signer)) == _ms(now) + 1
+
+
 def test_memory_is_bounded() -> None:
     clock = Clock()
     signer, verifier = signer_of(clock), verifier_of(clock, max_remembered=50)

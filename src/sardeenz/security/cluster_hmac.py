@@ -39,7 +39,11 @@ of any replay older than the entries that remain).
 
 Two requests of one signer never share a timestamp (``Signer`` makes its
 timestamps strictly increasing), so two identical legitimate requests within
-one millisecond do not look like a replay of each other.
+one millisecond do not look like a replay of each other. Strictly increasing
+only across small steps: when the wall clock is stepped back by more than
+``STEP_BACK_SECONDS`` (a clock that ran ahead being corrected), the signer
+follows it; pinned to the highest timestamp it ever sent, it would sign from the
+future, and be refused by every pod, for as long as the clock had been ahead.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ ANY_TARGET: Final = "*"
 """Signed for whichever pod answers (only routes that allow it accept it)."""
 MAX_TARGET_CHARS: Final = 253
 REPLAY_WINDOW_SECONDS: Final = 30.0
+STEP_BACK_SECONDS: Final = 1.0
+"""A wall clock that goes back by more than this was stepped: the signer follows it."""
 SIGNATURE_HEX_CHARS: Final = 64
 """Length of the hex HMAC-SHA256 in ``X-Cluster-Signature``."""
 _HEX_DIGITS: Final = b"0123456789abcdef"
@@ -134,7 +140,7 @@ class Signer:
 
     def timestamp(self) -> str:
         now_ms = int(self._clock() * 1000)
-        if now_ms <= self._last_ms:
+        if self._last_ms - STEP_BACK_SECONDS * 1000 < now_ms <= self._last_ms:
             now_ms = self._last_ms + 1
         self._last_ms = now_ms
         return str(now_ms)

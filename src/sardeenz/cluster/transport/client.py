@@ -8,8 +8,10 @@ errors (or ``None`` for the callers that only want an answer if there is one):
 * ``await client.call(pod_id, ROUTE, payload, **params)`` -> the pod's JSON
   object. Raises ``NotFound`` ``pod_not_found`` (no such pod),
   ``Conflict`` ``not_leader`` (a fenced route while this pod does not lead),
-  ``Unavailable`` ``pod_unavailable`` (the failure detector says so, or no
-  answer in time), or the pod's own refusal with its status, code and extras.
+  ``Unavailable`` ``pod_unavailable`` (the failure detector says so, no
+  answer in time, or the pod refused our signature: its 401 is not passed on,
+  a clock skewed past the signing window or another secret shows as
+  ``peerCode``), or the pod's own refusal with its status, code and extras.
   A pod just discovered (listed by ``GET /api/cluster/status``, never heard
   from yet) is waited for, within the call's deadline, until its first sign of
   life: a load placed on it right after it joined is not refused for the
@@ -144,6 +146,8 @@ class PodClient:
             raise Unavailable(
                 f"pod {pod_id!r} did not answer: {exc}", code="pod_unavailable"
             ) from exc
+        if status == 401:
+            raise _signature_refused(pod_id, data)
         if status >= 400:
             raise _refusal(pod_id, status, data)
         if not isinstance(data, dict):
@@ -250,6 +254,21 @@ class PodClient:
             return resp.status_code, resp.json()
         except ValueError:
             return resp.status_code, resp.text[:200]
+
+
+def _signature_refused(pod_id: str, data: Any) -> Unavailable:
+    """A pod that refused this pod's signature cannot be told anything: to the caller it
+    is unavailable (503 ``pod_unavailable``, its reason as ``peerCode``), never a 401,
+    which would tell an operator whose own credentials are fine that they are not."""
+    info: dict[str, Any] = data if isinstance(data, dict) else {}
+    peer_code = str(info.get("code") or "unauthorized")
+    detail = str(info.get("detail") or data)[:200]
+    return Unavailable(
+        f"pod {pod_id!r} refused this pod's signature ({peer_code}: {detail}); the two "
+        "clocks must agree within 30 s and the cluster secret must be the same",
+        code="pod_unavailable",
+        peerCode=peer_code,
+    )
 
 
 def _refusal(pod_id: str, status: int, data: Any) -> SardeenzError:
