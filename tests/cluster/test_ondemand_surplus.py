@@ -25,7 +25,7 @@ import pytest
 
 from testkit import netns
 from testkit.cluster import TIMING
-from testkit.servers import kill_engines
+from testkit.servers import HTTP, kill_engines
 from tests.hostnet import host_network
 
 pytestmark = [
@@ -52,7 +52,7 @@ class Pods:
 
     def status(self, name: str) -> dict[str, Any] | None:
         try:
-            resp = httpx.get(f"{self.url(name)}/api/cluster/status", timeout=1)
+            resp = HTTP.get(f"{self.url(name)}/api/cluster/status", timeout=1)
         except httpx.HTTPError:
             return None
         return resp.json() if resp.status_code == 200 else None
@@ -64,7 +64,7 @@ class Pods:
 
     def copies(self, leader: str) -> list[dict[str, Any]]:
         """Every live instance of the model, as the leader lists them."""
-        resp = httpx.get(f"{self.url(leader)}/api/v1/models", timeout=5)
+        resp = HTTP.get(f"{self.url(leader)}/api/v1/models", timeout=5)
         assert resp.status_code == 200, resp.text
         return [
             i
@@ -147,7 +147,7 @@ def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
     assert leader is not None
     assert leader != "pod-c"  # the Bully election: pod-a
     entry = {"modelPath": MODEL, "engine": "sim", "extraArgs": SIM}
-    resp = httpx.put(f"{pods.url(leader)}/api/v1/catalog/{MODEL}", json=entry, timeout=30)
+    resp = HTTP.put(f"{pods.url(leader)}/api/v1/catalog/{MODEL}", json=entry, timeout=30)
     assert resp.status_code == 200, resp.text
 
     pods.fabric.isolate(NAMES.index("pod-c"))
@@ -160,7 +160,7 @@ def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
         [placed] = pods.copies(leader)
         assert placed["onDemand"] is True, placed
         other = next(n for n in NAMES[:2] if n != placed["podId"])
-        resp = httpx.post(
+        resp = HTTP.post(
             f"{pods.url(leader)}/api/v1/models/load",
             json={**entry, "servedModelName": MODEL, "podId": other},
             timeout=30,
@@ -191,7 +191,7 @@ def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
     assert not traffic.failed, traffic.failed
     assert {i["id"] for i in pods.copies(leader)} == {placed["id"], admin["id"]}
     assert reduced_after >= SETTLE, "reduced before membership had settled"
-    metrics = httpx.get(f"{pods.url(leader)}/metrics", timeout=5).text
+    metrics = HTTP.get(f"{pods.url(leader)}/metrics", timeout=5).text
     counted = (
         f'sardeenz_ondemand_lifecycle_actions_total{{action="unload",model="{MODEL}",'
         f'reason="surplus"}} 1.0'

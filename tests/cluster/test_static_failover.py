@@ -12,17 +12,16 @@ from __future__ import annotations
 import signal
 import time
 
-import httpx
 import pytest
 
 from testkit.cluster import Cluster, agreed_leader
-from testkit.servers import load_active
+from testkit.servers import HTTP, load_active
 
 pytestmark = pytest.mark.slow
 
 
 def _models(url: str) -> list[str]:
-    return [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]]
+    return [m["id"] for m in HTTP.get(f"{url}/v1/models", timeout=5).json()["data"]]
 
 
 def _wait_models(url: str, want: bool, name: str, timeout: float = 10.0) -> float:

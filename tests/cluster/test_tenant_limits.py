@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 from testkit.tenants import (
     assert_one_limit,
     chat,
@@ -82,7 +83,7 @@ def test_a_tenant_put_through_a_follower_gets_its_limit_once_over_three_pods(
 
 
 def _tenant_view(url: str, name: str) -> dict[str, Any]:
-    resp = httpx.get(f"{url}/api/v1/tenants/{name}", follow_redirects=True, timeout=10)
+    resp = HTTP.get(f"{url}/api/v1/tenants/{name}", follow_redirects=True, timeout=10)
     assert resp.status_code == 200, resp.text
     view: dict[str, Any] = resp.json()
     return view

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 MODEL = "usage-c"
 SENT = {"pod-a": 2, "pod-b": 3, "pod-c": 4}
@@ -66,7 +66,7 @@ def _poll(what: str, get: Any, done: Any, timeout: float = 30) -> Any:
 
 
 def _listed(url: str) -> bool:
-    models = httpx.get(f"{url}/v1/models", headers=_auth(), timeout=5).json()["data"]
+    models = HTTP.get(f"{url}/v1/models", headers=_auth(), timeout=5).json()["data"]
     return any(m["id"] == MODEL for m in models)
 
 
@@ -75,7 +75,7 @@ def _auth() -> dict[str, str]:
 
 
 def _usage(url: str, window: dict[str, str]) -> dict[str, Any]:
-    resp = httpx.get(f"{url}/api/v1/usage", params={"group_by": "tenant", **window}, timeout=10)
+    resp = HTTP.get(f"{url}/api/v1/usage", params={"group_by": "tenant", **window}, timeout=10)
     assert resp.status_code == 200, resp.text  # answered by every pod, never a redirect
     doc: dict[str, Any] = resp.json()
     return doc

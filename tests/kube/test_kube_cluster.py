@@ -27,6 +27,7 @@ import pytest
 
 from sardeenz.security.cluster_hmac import Signer
 from testkit.cluster import SECRET, agreed_leader
+from testkit.servers import HTTP
 from tests.kube.apiserver import SARDEENZ_RULES, KubeApiServer
 from tests.kube.pods import LEASE_TIMING, KubePods
 
@@ -46,7 +47,7 @@ def pods(kube: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _models(url: str) -> list[str]:
-    return [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]]
+    return [m["id"] for m in HTTP.get(f"{url}/v1/models", timeout=5).json()["data"]]
 
 
 def _wait_listed(url: str, name: str, want: bool, timeout: float) -> float:
@@ -221,7 +222,7 @@ def test_stopped_leader_hands_the_lease_over(pods: KubePods) -> None:
     # Fencing: an order of the first leader's term is refused by the pod that leads now.
     path = "/internal/models/nope/sleep"
     body = f'{{"term": {term}, "level": 1}}'.encode()
-    resp = httpx.post(
+    resp = HTTP.post(
         f"{pods.pods[third].url}{path}",
         content=body,
         headers=Signer(SECRET.encode()).headers("POST", path, body, target=third),
@@ -289,7 +290,7 @@ def test_a_missing_rule_is_a_clear_warning_not_a_crash(kube: KubeApiServer, tmp_
             time.sleep(1.0)
             assert pod.proc is not None
             assert pod.proc.poll() is None
-            assert httpx.get(f"{pod.url}/api/health/ready", timeout=5).status_code == 200
+            assert HTTP.get(f"{pod.url}/api/health/ready", timeout=5).status_code == 200
             log = pod.log()
             assert "Traceback" not in log
             lines = [ln for ln in log.splitlines() if "Kubernetes RBAC" in ln]

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
+from testkit.servers import HTTP
 from tests.kube.apiserver import KubeApiServer
 from tests.kube.pods import KubePods
 
@@ -35,7 +35,7 @@ def pods(kube: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _entries(url: str) -> list[dict[str, Any]]:
-    resp = httpx.get(f"{url}/api/v1/requests", params={"model": MODEL}, timeout=5)
+    resp = HTTP.get(f"{url}/api/v1/requests", params={"model": MODEL}, timeout=5)
     assert resp.status_code == 200, resp.text
     data: list[dict[str, Any]] = resp.json()
     return data
@@ -46,11 +46,11 @@ def test_every_pod_sees_every_request_once(pods: KubePods) -> None:
     for name, n in SENT.items():
         url = pods.pods[name].url
         deadline = time.monotonic() + 15
-        while MODEL not in [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]:
+        while MODEL not in [m["id"] for m in HTTP.get(f"{url}/v1/models").json()["data"]]:
             assert time.monotonic() < deadline, f"{MODEL} not routable on {name}"
             time.sleep(0.1)
         for _ in range(n):
-            resp = httpx.post(
+            resp = HTTP.post(
                 f"{url}/v1/chat/completions",
                 json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
                 timeout=30,
@@ -65,5 +65,5 @@ def test_every_pod_sees_every_request_once(pods: KubePods) -> None:
         assert len(entries) == total
         assert {e["pod"] for e in entries} == {"pod-b"}
         assert Counter(e["entryPod"] for e in entries) == SENT
-        usage = httpx.get(f"{pod.url}/api/v1/usage", timeout=5).json()["byModel"]
+        usage = HTTP.get(f"{pod.url}/api/v1/usage", timeout=5).json()["byModel"]
         assert sum(r["requests"] for r in usage if r["model"] == MODEL) == total

@@ -16,13 +16,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
 from testkit.cluster import SECRET, Cluster
-from testkit.servers import engine_processes
+from testkit.servers import HTTP, engine_processes
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +62,7 @@ def test_one_leader_within_15s_and_the_same_term_everywhere(shared_cluster: Clus
 
 
 def _models(url: str) -> list[str]:
-    return [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]]
+    return [m["id"] for m in HTTP.get(f"{url}/v1/models", timeout=5).json()["data"]]
 
 
 def _wait_models(url: str, want: bool, name: str, timeout: float = 10.0) -> float:
@@ -129,7 +128,7 @@ def test_forwarded_request_needs_a_valid_cluster_signature(
     only stops a second hop. What the signature is for is checked in
     test_internal_auth.py with API keys on."""
     b = shared_cluster.pods["pod-b"]
-    resp = httpx.post(
+    resp = HTTP.post(
         f"{b.url}/v1/chat/completions",
         json={"model": "remote-b", "messages": [{"role": "user", "content": "x"}]},
         headers={"x-sardeenz-hop": "pod-a"},
@@ -265,7 +264,7 @@ def test_leader_lists_every_pods_instances_and_sleeps_and_wakes_a_remote_one(
         shared_cluster.wait_instance(follower, iid, "active")
 
     # A follower's list redirects to the leader, which answers for the whole cluster.
-    via = httpx.get(
+    via = HTTP.get(
         f"{shared_cluster.pods[follower].url}/api/v1/models", follow_redirects=True, timeout=5
     )
     assert via.status_code == 200
@@ -283,7 +282,7 @@ def test_orders_of_an_old_term_are_refused(shared_cluster: Cluster) -> None:
     signer = Signer(SECRET.encode())
     body = b'{"term": 0, "level": 1}'
     path = "/internal/models/nope/sleep"
-    resp = httpx.post(
+    resp = HTTP.post(
         f"{c.url}{path}", content=body, headers=signer.headers("POST", path, body, target="pod-c")
     )
     assert term >= 1
