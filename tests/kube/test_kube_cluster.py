@@ -2,7 +2,9 @@
 
 The test plays the kubelet (tests/kube/pods.py). In order, on one cluster: one leader
 through the ``sardeenz-leader`` Lease and the same term everywhere; a model loaded on pod B
-answers through pod A's ``/v1``, and its details, log and events from every pod; deleting
+answers through pod A's ``/v1``, and its details, log and events from every pod; the
+cluster-wide request log and usage (requests entering every pod, each seen once by every
+pod, as in static mode: tests/cluster/shared/test_observability.py); deleting
 pod B's Pod object takes its routes at once (its process keeps running and heartbeating:
 only the watch removes it), and recreating it brings them back; the leader stopped
 (SIGTERM: it releases the Lease) and then killed (SIGKILL: the Lease expires) hands the
@@ -17,9 +19,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -154,6 +158,49 @@ def test_pod_bs_instance_answers_from_every_pod(pods: KubePods) -> None:
                 assert resp.status_code == 200
                 lines = resp.iter_lines()
                 assert any(line == "event: status" for line in lines), f"via {name}"
+
+
+OBSERVED = "observed-kube"
+SENT = {"pod-a": 2, "pod-b": 1, "pod-c": 3}
+"""Requests for ``OBSERVED`` (on pod-b) entering each pod."""
+
+
+def _entries(url: str) -> list[dict[str, Any]]:
+    resp = HTTP.get(f"{url}/api/v1/requests", params={"model": OBSERVED}, timeout=5)
+    assert resp.status_code == 200, resp.text
+    data: list[dict[str, Any]] = resp.json()
+    return data
+
+
+def test_every_pod_sees_every_request_once(pods: KubePods) -> None:
+    """The cluster-wide request log and usage, collected from every pod: each pod's
+    ``/api/v1/requests`` and ``/api/v1/usage`` show each request once, with the pod that
+    ran it and the pod it entered."""
+    assert pods.load_on("pod-b", OBSERVED)["status"] == "active"
+    for name, n in SENT.items():
+        url = pods.pods[name].url
+        deadline = time.monotonic() + 15
+        while OBSERVED not in _models(url):
+            assert time.monotonic() < deadline, f"{OBSERVED} not routable on {name}"
+            time.sleep(0.1)
+        for _ in range(n):
+            resp = HTTP.post(
+                f"{url}/v1/chat/completions",
+                json={"model": OBSERVED, "messages": [{"role": "user", "content": "hi"}]},
+                timeout=30,
+            )
+            assert resp.status_code == 200, resp.text
+    total = sum(SENT.values())
+    for name, pod in pods.pods.items():
+        deadline = time.monotonic() + 30
+        while len(entries := _entries(pod.url)) < total:
+            assert time.monotonic() < deadline, f"{name} collected {len(entries)} of {total}"
+            time.sleep(0.3)
+        assert len(entries) == total
+        assert {e["pod"] for e in entries} == {"pod-b"}
+        assert Counter(e["entryPod"] for e in entries) == SENT
+        usage = HTTP.get(f"{pod.url}/api/v1/usage", timeout=5).json()["byModel"]
+        assert sum(r["requests"] for r in usage if r["model"] == OBSERVED) == total
 
 
 def test_deleting_a_pod_object_removes_its_routes_at_once(pods: KubePods) -> None:

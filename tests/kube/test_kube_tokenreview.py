@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from testkit.oauth import OAuthServer
-from testkit.servers import HTTP, ServerPool, ServerProcess, load_active
+from testkit.servers import HTTP, ServerPool, ServerProcess, load_active, tls_context
 from tests.kube.apiserver import KubeApiServer
 
 pytestmark = pytest.mark.kube
@@ -170,7 +170,10 @@ def _me(setup: Setup, token: str) -> httpx.Response:
 
 def _client(setup: Setup, token: str) -> httpx.Client:
     return httpx.Client(
-        base_url=setup.srv.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        base_url=setup.srv.url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+        verify=tls_context(),
     )
 
 
