@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
+from testkit.servers import HTTP
 
 
 def make_adapter(folder: Path, *, rank: int = 8, bias: str = "none", weights: bool = True) -> Path:
@@ -37,7 +37,7 @@ def make_adapter(folder: Path, *, rank: int = 8, bias: str = "none", weights: bo
 def metric_value(base_url: str, line_start: str) -> float:
     """The first sample on the server's ``/metrics`` whose line starts with
     ``line_start`` (e.g. ``sardeenz_adapter_hits_total{model="sql"}``); 0 when none."""
-    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    text = HTTP.get(f"{base_url}/metrics", timeout=10).text
     values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
     return values[0] if values else 0.0
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from testkit.ports import free_port
-from testkit.servers import ServerProcess, engine_processes, kill_engines
+from testkit.servers import HTTP, ServerProcess, engine_processes, kill_engines
 
 SECRET = "c" * 64
 TESTER = "pod-tester"
@@ -75,7 +75,7 @@ class Cluster:
 
     def status(self, name: str) -> dict[str, Any] | None:
         try:
-            resp = httpx.get(f"{self.pods[name].url}/api/cluster/status", timeout=2)
+            resp = HTTP.get(f"{self.pods[name].url}/api/cluster/status", timeout=2)
         except httpx.HTTPError:
             return None
         return resp.json() if resp.status_code == 200 else None
@@ -127,7 +127,7 @@ class Cluster:
             "extraArgs": ["--load-seconds", "0.2", *extra],
             "podId": pod,
         }
-        resp = httpx.post(f"{self.leader_url()}/api/v1/models/load", json=body, timeout=30)
+        resp = HTTP.post(f"{self.leader_url()}/api/v1/models/load", json=body, timeout=30)
         assert resp.status_code == 202, resp.text
         iid = resp.json()["id"]
         return self.wait_instance(pod, iid, "active", timeout) or {}
@@ -139,10 +139,10 @@ class Cluster:
         404, so a 404 is retried until ``timeout``."""
         url = f"{self.leader_url()}/api/v1/models/{iid}/unload"
         deadline = time.monotonic() + timeout
-        resp = httpx.post(url, timeout=30)
+        resp = HTTP.post(url, timeout=30)
         while resp.status_code == 404 and time.monotonic() < deadline:
             time.sleep(0.1)
-            resp = httpx.post(url, timeout=30)
+            resp = HTTP.post(url, timeout=30)
         assert resp.status_code == 200, f"unload of {iid} on {pod} through the leader: {resp.text}"
         assert resp.json()["id"] == iid
         self.wait_instance(pod, iid, None, timeout)
@@ -164,6 +164,10 @@ class Cluster:
         engines that outlived it) and wait until every pod sees every pod healthy under
         one leader: the cluster as it was before the stop."""
         self.pods[name].start(timeout)
+        self.wait_whole(timeout, f"{name} back")
+
+    def wait_whole(self, timeout: float, what: str) -> None:
+        """Wait until every pod runs and sees every pod healthy under one leader."""
 
         def whole(st: dict[str, dict[str, Any]]) -> bool:
             healthy = all(
@@ -172,7 +176,7 @@ class Cluster:
             )
             return len(st) == len(self.pods) and healthy and agreed_leader(st)
 
-        self.wait(whole, timeout, f"{name} back: every pod healthy in every view, one leader")
+        self.wait(whole, timeout, f"{what}: every pod healthy in every view, one leader")
 
     def leftovers(self) -> list[str]:
         """What a module left on the cluster: instances on any pod, presets, catalog
@@ -187,7 +191,7 @@ class Cluster:
             ("preset", "/api/cluster/presets", "name"),
             ("catalog entry", "/api/v1/catalog", "name"),
         ):
-            resp = httpx.get(f"{leader}{path}", timeout=10)
+            resp = HTTP.get(f"{leader}{path}", timeout=10)
             assert resp.status_code == 200, f"GET {path}: {resp.text}"
             left += [f"{what} {item[key]}" for item in resp.json()]
         return left
@@ -208,7 +212,7 @@ def agreed_leader(statuses: dict[str, dict[str, Any]]) -> bool:
 
 def listed_models(url: str) -> list[str]:
     """The model names ``GET /v1/models`` lists at ``url`` (every pod lists the cluster's)."""
-    return [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]]
+    return [m["id"] for m in HTTP.get(f"{url}/v1/models", timeout=5).json()["data"]]
 
 
 def wait_listed(url: str, name: str, want: bool, timeout: float = 10.0) -> float:

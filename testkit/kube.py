@@ -134,6 +134,7 @@ class KubeApiServer:
     admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
     port: int = 0
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _tls: ssl.SSLContext | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -275,11 +276,19 @@ class KubeApiServer:
 
     # -- REST helpers (admin token) ----------------------------------------------------
 
+    def _tls_context(self) -> ssl.SSLContext:
+        """The context trusting the serving certificate, built once: the tests open a
+        client per request or poll (``client()``), and a context per client cost as much
+        CPU as the request."""
+        if self._tls is None:
+            self._tls = ssl.create_default_context(cafile=self.ca_path)
+        return self._tls
+
     def client(self, token: str | None = None, timeout: float = 10.0) -> httpx.Client:
         """A client of the API server, as admin unless another bearer token is given."""
         return httpx.Client(
             base_url=self.url,
-            verify=ssl.create_default_context(cafile=self.ca_path),
+            verify=self._tls_context(),
             headers={"Authorization": f"Bearer {token or self.admin_token}"},
             timeout=timeout,
         )

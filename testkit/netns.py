@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from testkit.cluster import SECRET
-from testkit.servers import ServerProcess, kill_engines
+from testkit.servers import HTTP, ServerProcess, kill_engines
 
 
 def _ip(*args: str) -> None:
@@ -267,7 +267,7 @@ class Pods:
     def status(self, name: str) -> dict[str, Any] | None:
         """``/api/cluster/status`` of ``name``; None if it does not answer 200 in 1 s."""
         try:
-            resp = httpx.get(f"{self.url(name)}/api/cluster/status", timeout=1)
+            resp = HTTP.get(f"{self.url(name)}/api/cluster/status", timeout=1)
         except httpx.HTTPError:
             return None
         return resp.json() if resp.status_code == 200 else None

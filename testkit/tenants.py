@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import orjson
 
+from testkit.servers import HTTP, tls_context
+
 Seen = list[tuple[int, str | None, str]]
 """(status, Retry-After, the body's start) of each request one client sent."""
 
@@ -45,7 +47,10 @@ def chat_body(model: str, max_tokens: int = 4) -> bytes:
 
 def inference(url: str, key_id: str) -> httpx.Client:
     return httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {secret(key_id)}"}, timeout=30
+        base_url=url,
+        headers={"Authorization": f"Bearer {secret(key_id)}"},
+        timeout=30,
+        verify=tls_context(),
     )
 
 
@@ -57,13 +62,13 @@ def chat(client: httpx.Client, body: bytes) -> httpx.Response:
 
 def put_tenant(url: str, name: str, body: dict[str, Any]) -> None:
     """Through ``url``, following a follower's 307 to the leader as any client would."""
-    resp = httpx.put(f"{url}/api/v1/tenants/{name}", json=body, follow_redirects=True, timeout=30)
+    resp = HTTP.put(f"{url}/api/v1/tenants/{name}", json=body, follow_redirects=True, timeout=30)
     assert resp.status_code == 200, resp.text
 
 
 def control_document(url: str, key: str) -> Any:
     """The body of this pod's copy of the control state's ``key`` (None: no copy)."""
-    resp = httpx.get(f"{url}/api/cluster/control", timeout=5)
+    resp = HTTP.get(f"{url}/api/cluster/control", timeout=5)
     assert resp.status_code == 200, resp.text
     return next((d["body"] for d in resp.json()["documents"] if d["key"] == key), None)
 

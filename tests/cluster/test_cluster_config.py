@@ -7,9 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-
-from testkit.servers import ServerProcess
+from testkit.servers import HTTP, ServerProcess
 
 
 def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -42,11 +40,11 @@ def test_a_short_secret_is_refused_without_echoing_it(tmp_path: Path) -> None:
 def test_single_node_mode_has_no_cluster_and_no_internal_api(tmp_path: Path) -> None:
     srv = ServerProcess(tmp_path / "single").start()
     try:
-        status = httpx.get(f"{srv.url}/api/cluster/status", timeout=5).json()
+        status = HTTP.get(f"{srv.url}/api/cluster/status", timeout=5).json()
         assert status["mode"] == "single"
         assert status["leader"] == status["pods"][0]["id"]
         assert [p["isLeader"] for p in status["pods"]] == [True]
-        resp = httpx.get(f"{srv.url}/internal/ping", timeout=5)
+        resp = HTTP.get(f"{srv.url}/internal/ping", timeout=5)
         assert resp.status_code == 404
         assert resp.json()["code"] == "not_clustered"
         assert "cluster" not in srv.log().lower()  # no cluster task, no cluster log line

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-import httpx
 import pytest
 
 from testkit.cluster import Cluster, agreed_leader
+from testkit.servers import HTTP
 from testkit.streams import Load, run_clients
 
 pytestmark = pytest.mark.slow
@@ -73,15 +73,15 @@ def test_a_preset_acknowledged_just_before_the_leader_dies_is_the_next_leaders(
 ) -> None:
     leader = cluster.pods["pod-a"].url
     preset = {"models": [{"modelPath": "/models/kept", "servedModelName": "kept", "engine": "sim"}]}
-    resp = httpx.put(f"{leader}/api/cluster/presets/kept", json=preset, timeout=10)
+    resp = HTTP.put(f"{leader}/api/cluster/presets/kept", json=preset, timeout=10)
     assert resp.status_code == 200, resp.text
     new = kill_leader_and_wait_for_the_next(cluster, "pod-a")  # at once: no grace
-    got = httpx.get(f"{cluster.pods[new].url}/api/cluster/presets/kept", timeout=10)
+    got = HTTP.get(f"{cluster.pods[new].url}/api/cluster/presets/kept", timeout=10)
     assert got.status_code == 200, got.text
     assert got.json()["models"][0]["servedModelName"] == "kept"
     back = bring_back(cluster, "pod-a")
     # Whoever leads after the return (pod-a, the lowest id, stands again) has it too.
-    again = httpx.get(f"{cluster.pods[back].url}/api/cluster/presets", timeout=10)
+    again = HTTP.get(f"{cluster.pods[back].url}/api/cluster/presets", timeout=10)
     assert [p["name"] for p in again.json()] == ["kept"]
 
 
@@ -91,14 +91,14 @@ def test_a_catalog_entry_acknowledged_just_before_the_leader_dies_is_the_next_le
     leader, _ = cluster.wait_one_leader()
     entry = {"modelPath": "/models/kept-entry", "engine": "sim", "extraArgs": ["--memory-gib", "1"]}
     url = cluster.pods[leader].url
-    resp = httpx.put(f"{url}/api/v1/catalog/kept-entry", json=entry, timeout=10)
+    resp = HTTP.put(f"{url}/api/v1/catalog/kept-entry", json=entry, timeout=10)
     assert resp.status_code == 200, resp.text
     new = kill_leader_and_wait_for_the_next(cluster, leader)
-    got = httpx.get(f"{cluster.pods[new].url}/api/v1/catalog/kept-entry", timeout=10)
+    got = HTTP.get(f"{cluster.pods[new].url}/api/v1/catalog/kept-entry", timeout=10)
     assert got.status_code == 200, got.text
     for pod in cluster.alive():  # and it starts on demand through every survivor
         body = {"model": "kept-entry", "prompt": "hi", "max_tokens": 2}
-        answer = httpx.post(f"{cluster.pods[pod].url}/v1/completions", json=body, timeout=60)
+        answer = HTTP.post(f"{cluster.pods[pod].url}/v1/completions", json=body, timeout=60)
         assert answer.status_code == 200, (pod, answer.text)
     bring_back(cluster, leader)
 
@@ -128,7 +128,7 @@ def test_a_move_in_flight_when_the_leader_dies_is_finished_by_the_next_with_no_f
     src = cluster.load_on(source_pod, "mv", "--itl-ms", "40", "--load-seconds", "3")
     entry = cluster.pods[target_pod].url
     deadline = time.monotonic() + 15
-    while "mv" not in [m["id"] for m in httpx.get(f"{entry}/v1/models").json()["data"]]:
+    while "mv" not in [m["id"] for m in HTTP.get(f"{entry}/v1/models").json()["data"]]:
         assert time.monotonic() < deadline, "mv not routed at the target pod"
         time.sleep(0.05)
     load = Load()
@@ -141,7 +141,7 @@ def test_a_move_in_flight_when_the_leader_dies_is_finished_by_the_next_with_no_f
             url = cluster.pods[leader].url
             body = {"instanceId": src["id"], "targetPodId": target_pod, "drainSeconds": 5}
             resp = await asyncio.to_thread(
-                httpx.post, f"{url}/api/cluster/moves", json=body, timeout=10
+                HTTP.post, f"{url}/api/cluster/moves", json=body, timeout=10
             )
             assert resp.status_code == 202, resp.text
             move_id = resp.json()["id"]
@@ -192,7 +192,7 @@ def test_a_new_leader_that_missed_a_write_adopts_it_from_the_majority(cluster: C
     try:
         preset = {"models": [{"modelPath": "/models/m", "servedModelName": "m", "engine": "sim"}]}
         url = f"{cluster.pods[leader].url}/api/cluster/presets/missed"
-        resp = httpx.put(url, json=preset, timeout=10)
+        resp = HTTP.put(url, json=preset, timeout=10)
         assert resp.status_code == 200, resp.text  # ...stored by the leader and the third pod
         cluster.pods[leader].stop(signal.SIGKILL)
     finally:
@@ -200,10 +200,10 @@ def test_a_new_leader_that_missed_a_write_adopts_it_from_the_majority(cluster: C
     # `late` (the lowest id left) most likely leads next, without the write: it must read
     # it from the third pod before it acts.
     new = kill_leader_and_wait_for_the_next(cluster, leader)
-    got = httpx.get(f"{cluster.pods[new].url}/api/cluster/presets/missed", timeout=10)
+    got = HTTP.get(f"{cluster.pods[new].url}/api/cluster/presets/missed", timeout=10)
     assert got.status_code == 200, (new, got.text)
     print(f"\nnew leader {new} ({'missed the write' if new == late else 'held it'})")
-    control = httpx.get(f"{cluster.pods[late].url}/api/cluster/control", timeout=5).json()
+    control = HTTP.get(f"{cluster.pods[late].url}/api/cluster/control", timeout=5).json()
     [doc] = [d for d in control["documents"] if d["key"] == "presets"]
     assert "missed" in [p["name"] for p in doc["body"]]
     bring_back(cluster, leader)

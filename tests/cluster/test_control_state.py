@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def copies(cluster: Cluster, key: str) -> dict[str, dict[str, Any] | None]:
     """Each live pod's own copy of ``key`` (``/api/cluster/control`` is never redirected)."""
     out: dict[str, dict[str, Any] | None] = {}
     for pod in cluster.alive():
-        resp = httpx.get(f"{cluster.pods[pod].url}/api/cluster/control", timeout=5)
+        resp = HTTP.get(f"{cluster.pods[pod].url}/api/cluster/control", timeout=5)
         assert resp.status_code == 200, resp.text
         out[pod] = next((d for d in resp.json()["documents"] if d["key"] == key), None)
     return out
@@ -90,10 +90,10 @@ def test_a_preset_written_through_a_follower_is_the_leaders_and_on_every_pod(
     cluster: Cluster,
 ) -> None:
     follower = cluster.pods["pod-b"].url
-    direct = httpx.put(f"{follower}/api/cluster/presets/p1", json={"models": [sim("x")]})
+    direct = HTTP.put(f"{follower}/api/cluster/presets/p1", json={"models": [sim("x")]})
     assert direct.status_code == 307, direct.text
     assert direct.headers["location"].startswith(cluster.pods["pod-a"].url)
-    resp = httpx.put(
+    resp = HTTP.put(
         f"{follower}/api/cluster/presets/p1",
         json={"models": [sim("x")]},
         follow_redirects=True,
@@ -105,9 +105,9 @@ def test_a_preset_written_through_a_follower_is_the_leaders_and_on_every_pod(
     assert len(held) >= 2
     docs = wait_copies(cluster, "presets", lambda b: "p1" in _names(b))
     assert {d["term"] for d in docs.values()} == {cluster.status("pod-a")["term"]}  # type: ignore[index]
-    listed = httpx.get(f"{follower}/api/cluster/presets", follow_redirects=True).json()
+    listed = HTTP.get(f"{follower}/api/cluster/presets", follow_redirects=True).json()
     assert [p["name"] for p in listed] == ["p1"]
-    gone = httpx.delete(f"{follower}/api/cluster/presets/p1", follow_redirects=True, timeout=10)
+    gone = HTTP.delete(f"{follower}/api/cluster/presets/p1", follow_redirects=True, timeout=10)
     assert gone.status_code == 200, gone.text
     wait_copies(cluster, "presets", lambda b: "p1" not in _names(b))
 
@@ -124,7 +124,7 @@ def test_a_catalog_entry_put_through_any_pod_starts_on_demand_through_every_pod(
     cluster: Cluster,
 ) -> None:
     entry = {"modelPath": "/models/everywhere", "engine": "sim", "extraArgs": ["--memory-gib", "1"]}
-    resp = httpx.put(
+    resp = HTTP.put(
         f"{cluster.pods['pod-c'].url}/api/v1/catalog/everywhere",
         json=entry,
         follow_redirects=True,
@@ -135,13 +135,13 @@ def test_a_catalog_entry_put_through_any_pod_starts_on_demand_through_every_pod(
     wait_copies(cluster, "catalog", lambda b: "everywhere" in (b or {}))
     for pod in cluster.names:  # every pod resolves it, so every pod starts it on demand
         body = {"model": "everywhere", "prompt": "hi", "max_tokens": 2}
-        answer = httpx.post(f"{cluster.pods[pod].url}/v1/completions", json=body, timeout=60)
+        answer = HTTP.post(f"{cluster.pods[pod].url}/v1/completions", json=body, timeout=60)
         assert answer.status_code == 200, (pod, answer.text)
     # One instance: the pods that entered later asked the leader, which answered with
     # the one it had placed (before their heartbeats could tell them of it).
     started = [i for i in everything(cluster) if i["servedModelName"] == "everywhere"]
     assert len(started) == 1, started
-    listed = httpx.get(f"{cluster.pods['pod-b'].url}/api/v1/catalog", follow_redirects=True)
+    listed = HTTP.get(f"{cluster.pods['pod-b'].url}/api/v1/catalog", follow_redirects=True)
     assert "everywhere" in [m["name"] for m in listed.json()]
 
 
@@ -149,7 +149,7 @@ def test_a_pods_config_file_entries_stay_its_own_and_the_clusters_win_over_them(
     cluster: Cluster,
 ) -> None:
     def models(pod: str) -> set[str]:
-        data = httpx.get(f"{cluster.pods[pod].url}/v1/models", timeout=5).json()["data"]
+        data = HTTP.get(f"{cluster.pods[pod].url}/v1/models", timeout=5).json()["data"]
         return {m["id"] for m in data}
 
     assert {"filed", "shadowed"} <= models("pod-c")
@@ -157,7 +157,7 @@ def test_a_pods_config_file_entries_stay_its_own_and_the_clusters_win_over_them(
     # The cluster's entry of a file entry's name: on every pod, and pod-c runs the
     # cluster's version of it, not its file's.
     override = {"modelPath": "/models/from-the-cluster", "engine": "sim"}
-    resp = httpx.put(
+    resp = HTTP.put(
         f"{cluster.pods['pod-b'].url}/api/v1/catalog/shadowed",
         json=override,
         follow_redirects=True,
@@ -167,17 +167,17 @@ def test_a_pods_config_file_entries_stay_its_own_and_the_clusters_win_over_them(
     wait_copies(cluster, "catalog", lambda b: "shadowed" in (b or {}))
     assert "shadowed" in models("pod-a")
     body = {"model": "shadowed", "prompt": "hi", "max_tokens": 2}
-    answer = httpx.post(f"{cluster.pods['pod-c'].url}/v1/completions", json=body, timeout=60)
+    answer = HTTP.post(f"{cluster.pods['pod-c'].url}/v1/completions", json=body, timeout=60)
     assert answer.status_code == 200, answer.text
     [inst] = [i for i in everything(cluster) if i["servedModelName"] == "shadowed"]
     assert inst["modelPath"] == "/models/from-the-cluster"
     leader = cluster.pods["pod-a"].url
     pod = next(p for p in cluster.alive() if inst["id"] in {i["id"] for i in cluster.instances(p)})
-    unload = httpx.post(f"{leader}/api/v1/models/{inst['id']}/unload", timeout=30)
+    unload = HTTP.post(f"{leader}/api/v1/models/{inst['id']}/unload", timeout=30)
     assert unload.status_code == 200, unload.text
     cluster.wait_instance(pod, inst["id"], None)
     # Deleted from the cluster: pod-c's file entry applies again there, and only there.
-    gone = httpx.delete(f"{cluster.pods['pod-a'].url}/api/v1/catalog/shadowed", timeout=10)
+    gone = HTTP.delete(f"{cluster.pods['pod-a'].url}/api/v1/catalog/shadowed", timeout=10)
     assert gone.status_code == 200, gone.text
     wait_copies(cluster, "catalog", lambda b: "shadowed" not in (b or {}))
     assert "shadowed" in models("pod-c")
@@ -191,7 +191,7 @@ def test_the_control_state_survives_a_restart_of_every_pod_copy(cluster: Cluster
     pod_b = cluster.pods["pod-b"]
     pod_b.stop()
     pod_b.start()
-    after = httpx.get(f"{pod_b.url}/api/cluster/control", timeout=5).json()
+    after = HTTP.get(f"{pod_b.url}/api/cluster/control", timeout=5).json()
     [doc] = [d for d in after["documents"] if d["key"] == "catalog"]
     assert (doc["term"], doc["revision"]) >= (before["term"], before["revision"])
     assert doc["body"] == before["body"] or doc["revision"] > before["revision"]
@@ -205,7 +205,7 @@ def test_without_a_majority_a_write_is_refused_with_no_quorum(cluster: Cluster) 
         assert proc is not None
         proc.send_signal(signal.SIGSTOP)
     try:
-        resp = httpx.put(
+        resp = HTTP.put(
             f"{cluster.pods[leader].url}/api/cluster/presets/unacked",
             json={"models": [sim("y")]},
             timeout=30,
@@ -220,7 +220,7 @@ def test_without_a_majority_a_write_is_refused_with_no_quorum(cluster: Cluster) 
     assert "stored by 1 of the 2 pods" in resp.json()["detail"]
     # A majority again: the same write is acknowledged (through any pod).
     cluster.wait_one_leader(timeout=30)
-    again = httpx.put(
+    again = HTTP.put(
         f"{cluster.pods['pod-c'].url}/api/cluster/presets/unacked",
         json={"models": [sim("y")]},
         follow_redirects=True,

@@ -21,7 +21,7 @@ import pytest
 
 from sardeenz.security.cluster_hmac import Signer, signature
 from testkit.cluster import SECRET, TESTER, Cluster
-from testkit.servers import ServerProcess
+from testkit.servers import HTTP, ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _get(url: str, path: str, headers: dict[str, str]) -> httpx.Response:
-    return httpx.get(f"{url}{path}", headers=headers, timeout=5)
+    return HTTP.get(f"{url}{path}", headers=headers, timeout=5)
 
 
 def test_signed_ping_passes_and_every_bad_signature_is_401(pair: Cluster) -> None:
@@ -53,7 +53,7 @@ def test_signed_ping_passes_and_every_bad_signature_is_401(pair: Cluster) -> Non
         assert resp.status_code == 401, resp.text
         return str(resp.json()["code"])
 
-    assert code(httpx.get(f"{url}/internal/ping", timeout=5)) == "unsigned"
+    assert code(HTTP.get(f"{url}/internal/ping", timeout=5)) == "unsigned"
     bad = signer.headers("GET", "/internal/ping", b"", target="pod-a")
     bad["X-Cluster-Signature"] = "0" * 64
     assert code(_get(url, "/internal/ping", bad)) == "bad_signature"
@@ -94,14 +94,14 @@ def test_tampered_body_is_refused(pair: Cluster) -> None:
     body = b'{"candidate": "pod-z", "term": 1}'
     headers = Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target="pod-b")
     tampered = b'{"candidate": "pod-y", "term": 9}'
-    resp = httpx.post(f"{url}{path}", content=tampered, headers=headers, timeout=5)
+    resp = HTTP.post(f"{url}{path}", content=tampered, headers=headers, timeout=5)
     assert resp.status_code == 401
     assert resp.json()["code"] == "bad_signature"
 
 
 def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
     url = pair.pods["pod-a"].url
-    assert httpx.get(f"{url}/internal/nope", timeout=5).status_code == 401
+    assert HTTP.get(f"{url}/internal/nope", timeout=5).status_code == 401
     path = "/internal/nope"
     signed = _get(
         url, path, Signer(SECRET.encode(), source=TESTER).headers("GET", path, b"", target="pod-a")
@@ -109,7 +109,7 @@ def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
     assert signed.status_code == 404
     path = "/internal/control/write"
     body = b"{}"
-    resp = httpx.post(
+    resp = HTTP.post(
         f"{url}{path}",
         content=body,
         headers=Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target="pod-a"),
@@ -121,7 +121,7 @@ def test_unknown_internal_path_is_404_only_when_signed(pair: Cluster) -> None:
 
 
 def test_internal_routes_are_not_in_the_openapi_document(pair: Cluster) -> None:
-    doc = httpx.get(f"{pair.pods['pod-a'].url}/openapi.json", timeout=5).json()
+    doc = HTTP.get(f"{pair.pods['pod-a'].url}/openapi.json", timeout=5).json()
     assert not [p for p in doc["paths"] if p.startswith("/internal")]
     assert "/api/cluster/status" in doc["paths"]
 
@@ -133,7 +133,7 @@ def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Clust
     assert cluster_load["status"] == "active"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        models = httpx.get(
+        models = HTTP.get(
             f"{a.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5
         ).json()
         if any(m["id"] == "keyed" for m in models["data"]):
@@ -143,7 +143,7 @@ def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Clust
         raise AssertionError("pod A does not list pod B's keyed model within 10 s")
     body = b'{"model": "keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}'
     # Through pod A with the client's key: forwarded to B, which trusts A's signature.
-    via_a = httpx.post(
+    via_a = HTTP.post(
         f"{a.url}/v1/chat/completions",
         content=body,
         headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
@@ -153,33 +153,33 @@ def test_forwarded_v1_is_trusted_by_signature_not_by_the_clients_key(pair: Clust
     # Straight to B without a key: 401; with a valid cluster signature: served, once.
     path = "/v1/chat/completions"
     plain = {"Content-Type": "application/json"}
-    assert httpx.post(f"{b.url}{path}", content=body, headers=plain).status_code == 401
+    assert HTTP.post(f"{b.url}{path}", content=body, headers=plain).status_code == 401
     for_a = {
         **plain,
         **Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target="pod-a"),
     }
-    assert httpx.post(f"{b.url}{path}", content=body, headers=for_a).status_code == 401
+    assert HTTP.post(f"{b.url}{path}", content=body, headers=for_a).status_code == 401
     as_pod = Signer(SECRET.encode(), source=TESTER)
     # Signed by one pod, presented as forwarded by another (or as not forwarded): refused.
     for hop in ("pod-a", None):
         other = {**plain, **as_pod.headers("POST", path, body, target="pod-b")}
         if hop is not None:
             other["X-Sardeenz-Hop"] = hop
-        assert httpx.post(f"{b.url}{path}", content=body, headers=other).status_code == 401
+        assert HTTP.post(f"{b.url}{path}", content=body, headers=other).status_code == 401
     signed = {
         **plain,
         **as_pod.headers("POST", path, body, target="pod-b"),
         "X-Sardeenz-Hop": TESTER,
     }
-    assert httpx.post(f"{b.url}{path}", content=body, headers=signed, timeout=10).status_code == 200
-    replay = httpx.post(f"{b.url}{path}", content=body, headers=signed, timeout=10)
+    assert HTTP.post(f"{b.url}{path}", content=body, headers=signed, timeout=10).status_code == 200
+    replay = HTTP.post(f"{b.url}{path}", content=body, headers=signed, timeout=10)
     assert replay.status_code == 401
     assert replay.json()["error"]["code"] == "invalid_api_key"
     wrong = {
         **plain,
         **Signer(b"w" * 64, source=TESTER).headers("POST", path, body, target="pod-b"),
     }
-    assert httpx.post(f"{b.url}{path}", content=body, headers=wrong).status_code == 401
+    assert HTTP.post(f"{b.url}{path}", content=body, headers=wrong).status_code == 401
 
 
 def test_secret_rotation_old_and_new_then_only_new(tmp_path: Path, pair: Cluster) -> None:

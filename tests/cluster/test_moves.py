@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 from testkit.streams import Load, run_clients
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _post_move(url: str, **body: Any) -> httpx.Response:
-    return httpx.post(f"{url}/api/cluster/moves", json=body, timeout=10)
+    return HTTP.post(f"{url}/api/cluster/moves", json=body, timeout=10)
 
 
 async def _follow(url: str, move_id: str, within: float = 40) -> dict[str, Any]:
@@ -145,7 +146,7 @@ def test_move_under_load_fails_no_request(cluster: Cluster) -> None:
     assert target is not None
     assert target["servedModelName"] == "mv"
     assert target["extraArgs"][:2] == src["extraArgs"][:2]
-    listed = httpx.get(f"{leader}/api/cluster/moves", timeout=5).json()
+    listed = HTTP.get(f"{leader}/api/cluster/moves", timeout=5).json()
     assert moved["id"] in [m["id"] for m in listed]
 
 
@@ -205,7 +206,7 @@ def test_refusals_have_a_code_and_change_nothing(cluster: Cluster) -> None:
     leader = cluster.pods["pod-a"].url
     src = cluster.load_on("pod-b", "mvbad", "--load-seconds", "2")
     before = {p: sorted(i["id"] for i in cluster.instances(p)) for p in cluster.names}
-    moves_before = len(httpx.get(f"{leader}/api/cluster/moves", timeout=5).json())
+    moves_before = len(HTTP.get(f"{leader}/api/cluster/moves", timeout=5).json())
 
     def refused(status: int, code: str, **body: Any) -> None:
         resp = _post_move(leader, **body)
@@ -220,13 +221,13 @@ def test_refusals_have_a_code_and_change_nothing(cluster: Cluster) -> None:
     refused(422, "validation_error", instanceId=src["id"], targetPodId="pod-c", bogus=1)
     after = {p: sorted(i["id"] for i in cluster.instances(p)) for p in cluster.names}
     assert after == before
-    assert len(httpx.get(f"{leader}/api/cluster/moves", timeout=5).json()) == moves_before
-    missing = httpx.get(f"{leader}/api/cluster/moves/nosuchmove", timeout=5)
+    assert len(HTTP.get(f"{leader}/api/cluster/moves", timeout=5).json()) == moves_before
+    missing = HTTP.get(f"{leader}/api/cluster/moves/nosuchmove", timeout=5)
     assert missing.status_code == 404
     assert missing.json()["code"] == "move_not_found"
 
     # A follower sends move requests to the leader, which holds the moves.
-    follower = httpx.post(
+    follower = HTTP.post(
         f"{cluster.pods['pod-c'].url}/api/cluster/moves",
         json={"instanceId": src["id"], "targetPodId": "pod-c"},
         timeout=5,
@@ -255,7 +256,7 @@ def test_no_orphan_engines_after_a_clean_stop(cluster: Cluster) -> None:
 def _wait_model(url: str, name: str, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        data = httpx.get(f"{url}/v1/models", timeout=5).json()["data"]
+        data = HTTP.get(f"{url}/v1/models", timeout=5).json()["data"]
         if name in [m["id"] for m in data]:
             return
         time.sleep(0.05)

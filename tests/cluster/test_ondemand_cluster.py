@@ -14,10 +14,10 @@ import json
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +69,7 @@ def test_first_request_on_a_follower_starts_the_model_where_the_scheduler_says(
     entry = cluster.pods["pod-b"].url
     body = {"model": "od-big", "prompt": "hello", "max_tokens": 3}
     t0 = time.monotonic()
-    resp = httpx.post(f"{entry}/v1/completions", json=body, timeout=60)
+    resp = HTTP.post(f"{entry}/v1/completions", json=body, timeout=60)
     took = time.monotonic() - t0
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["text"]
@@ -77,7 +77,7 @@ def test_first_request_on_a_follower_starts_the_model_where_the_scheduler_says(
     names = {pod: [i["servedModelName"] for i in cluster.instances(pod)] for pod in cluster.names}
     assert names == {"pod-a": [], "pod-b": [], "pod-c": ["od-big"]}
     # The next requests (stream too) are routed to pod-c at once, from any pod.
-    with httpx.stream(
+    with HTTP.stream(
         "POST", f"{cluster.pods['pod-a'].url}/v1/completions",
         json={**body, "stream": True}, timeout=30,
     ) as stream:  # fmt: skip
@@ -90,7 +90,7 @@ def test_first_request_on_a_follower_starts_the_model_where_the_scheduler_says(
 def test_a_model_that_fits_nowhere_gets_the_reason(cluster: Cluster) -> None:
     entry = cluster.pods["pod-b"].url
     body = {"model": "od-huge", "prompt": "hello", "max_tokens": 1}
-    resp = httpx.post(f"{entry}/v1/completions", json=body, timeout=60)
+    resp = HTTP.post(f"{entry}/v1/completions", json=body, timeout=60)
     assert resp.status_code == 503, resp.text
     error = resp.json()["error"]
     assert error["code"] == "model_start_failed"

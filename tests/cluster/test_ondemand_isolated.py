@@ -22,6 +22,7 @@ import pytest
 
 from testkit import netns
 from testkit.cluster import TIMING
+from testkit.servers import HTTP
 from tests.hostnet import host_network
 
 pytestmark = [
@@ -39,7 +40,7 @@ CUT_SECONDS = 6.0  # as long as the soak's isolation that found the hang
 class Pods(netns.Pods):
     def lists(self, name: str) -> bool:
         try:
-            data = httpx.get(f"{self.url(name)}/v1/models", timeout=1).json()["data"]
+            data = HTTP.get(f"{self.url(name)}/v1/models", timeout=1).json()["data"]
         except (httpx.HTTPError, ValueError, KeyError):
             return False
         # A catalog model is always listed; ``state`` says whether it runs somewhere.
@@ -76,7 +77,7 @@ class Sent:
     def _run(self, url: str) -> None:
         body = {"model": MODEL, "prompt": "hello", "max_tokens": 3}
         try:
-            resp = httpx.post(f"{url}/v1/completions", json=body, timeout=DEADLINE)
+            resp = HTTP.post(f"{url}/v1/completions", json=body, timeout=DEADLINE)
             self.outcome = str(resp.status_code)
             if resp.status_code != 200:
                 self.outcome += f" {resp.json().get('error', {}).get('code')}"
@@ -104,9 +105,9 @@ def test_requests_through_an_isolated_pod_end_once_it_heals(
     leader = pods.url(leader_id)
     if not pods.lists("pod-c"):  # the first case puts the model on pod-c
         entry = {"modelPath": MODEL, "engine": "sim", "extraArgs": SIM, "sleepLevel": 1}
-        resp = httpx.put(f"{leader}/api/v1/catalog/{MODEL}", json=entry, timeout=30)
+        resp = HTTP.put(f"{leader}/api/v1/catalog/{MODEL}", json=entry, timeout=30)
         assert resp.status_code == 200, resp.text
-        resp = httpx.post(
+        resp = HTTP.post(
             f"{leader}/api/v1/models/load",
             json={"modelPath": MODEL, "engine": "sim", "extraArgs": SIM, "podId": "pod-c"},
             timeout=30,
@@ -119,7 +120,7 @@ def test_requests_through_an_isolated_pod_end_once_it_heals(
         assert mine, f"{victim} has no copy of {MODEL}"
         for inst in mine:
             if inst["status"] == "active":
-                resp = httpx.post(
+                resp = HTTP.post(
                     f"{leader}/api/v1/models/{inst['id']}/sleep", json={"level": 1}, timeout=30
                 )
                 assert resp.status_code in (200, 202), resp.text

@@ -17,12 +17,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from testkit import netns
 from testkit.cluster import TIMING
+from testkit.servers import HTTP
 from tests.hostnet import host_network
 
 pytestmark = [
@@ -40,7 +40,7 @@ REDUCED_WITHIN = SETTLE + 40.0  # the settle bound, route waits, the drain, the 
 class Pods(netns.Pods):
     def copies(self, leader: str) -> list[dict[str, Any]]:
         """Every live instance of the model, as the leader lists them."""
-        resp = httpx.get(f"{self.url(leader)}/api/v1/models", timeout=5)
+        resp = HTTP.get(f"{self.url(leader)}/api/v1/models", timeout=5)
         assert resp.status_code == 200, resp.text
         return [
             i
@@ -101,7 +101,7 @@ def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
     leader = netns.until("one leader everywhere", 30, pods.leader)
     assert leader != "pod-c"  # the Bully election: pod-a
     entry = {"modelPath": MODEL, "engine": "sim", "extraArgs": SIM}
-    resp = httpx.put(f"{pods.url(leader)}/api/v1/catalog/{MODEL}", json=entry, timeout=30)
+    resp = HTTP.put(f"{pods.url(leader)}/api/v1/catalog/{MODEL}", json=entry, timeout=30)
     assert resp.status_code == 200, resp.text
 
     with pods.cut("pod-c"):
@@ -111,7 +111,7 @@ def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
         [placed] = pods.copies(leader)
         assert placed["onDemand"] is True, placed
         other = next(n for n in NAMES[:2] if n != placed["podId"])
-        resp = httpx.post(
+        resp = HTTP.post(
             f"{pods.url(leader)}/api/v1/models/load",
             json={**entry, "servedModelName": MODEL, "podId": other},
             timeout=30,
@@ -140,7 +140,7 @@ def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
     assert not traffic.failed, traffic.failed
     assert {i["id"] for i in pods.copies(leader)} == {placed["id"], admin["id"]}
     assert reduced_after >= SETTLE, "reduced before membership had settled"
-    metrics = httpx.get(f"{pods.url(leader)}/metrics", timeout=5).text
+    metrics = HTTP.get(f"{pods.url(leader)}/metrics", timeout=5).text
     counted = (
         f'sardeenz_ondemand_lifecycle_actions_total{{action="unload",model="{MODEL}",'
         f'reason="surplus"}} 1.0'

@@ -21,6 +21,7 @@ import pytest
 
 from testkit import netns
 from testkit.cluster import TIMING
+from testkit.servers import HTTP
 from tests.hostnet import host_network
 
 pytestmark = [
@@ -99,7 +100,7 @@ def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
 
 def _lists(pods: Pods, name: str, model: str) -> bool:
     try:
-        data = httpx.get(f"{pods.servers[name].url}/v1/models", timeout=1).json()["data"]
+        data = HTTP.get(f"{pods.servers[name].url}/v1/models", timeout=1).json()["data"]
     except (httpx.HTTPError, ValueError, KeyError):
         return False
     return any(m["id"] == model for m in data)
@@ -131,7 +132,7 @@ def test_partition_2_3_then_heal(pods: Pods) -> None:
     assert leader == "pod-c"  # a leader holding its quorum is not deposed by the return
     assert term == pods.term1
     models = {
-        n: sorted(m["id"] for m in httpx.get(f"{pods.servers[n].url}/v1/models").json()["data"])
+        n: sorted(m["id"] for m in HTTP.get(f"{pods.servers[n].url}/v1/models").json()["data"])
         for n in NAMES
     }
     assert len({tuple(v) for v in models.values()}) == 1, models

@@ -14,12 +14,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from sardeenz.cluster.transport.routes import PROFILES
 from sardeenz.security.cluster_hmac import Signer
 from testkit.cluster import SECRET, TESTER, Cluster
+from testkit.servers import HTTP
 
 PATH = PROFILES.path()
 
@@ -72,7 +72,7 @@ def test_load_without_pod_id_goes_where_the_dry_run_says(gpu_cluster: Cluster) -
     url = gpu_cluster.leader_url()
     before = _gpu_free(gpu_cluster, "pod-c")
     body = _body("sched-big", 10)
-    verdict = httpx.post(f"{url}/api/cluster/schedule", json=body, timeout=10).json()
+    verdict = HTTP.post(f"{url}/api/cluster/schedule", json=body, timeout=10).json()
     print(f"\ndry run: {verdict['verdict']}")
     # balanced: the A100 keeps the most free after 10 GiB (an L4 would keep ~12 GB)
     assert verdict["placed"] is True
@@ -84,12 +84,12 @@ def test_load_without_pod_id_goes_where_the_dry_run_says(gpu_cluster: Cluster) -
     assert verdict["freeAfterBytes"] == {"0": expected_after}
     assert verdict["verdict"].startswith("would go to pod-c, GPU 0 (NVIDIA A100-SXM4-80GB): ")
     # the same answer from a follower (every pod holds every heartbeat)
-    again = httpx.post(
+    again = HTTP.post(
         f"{gpu_cluster.pods['pod-b'].url}/api/cluster/schedule", json=body, timeout=10
     ).json()
     assert (again["podId"], again["gpuIds"]) == ("pod-c", [0])
 
-    resp = httpx.post(f"{url}/api/v1/models/load", json=body, timeout=30)
+    resp = HTTP.post(f"{url}/api/v1/models/load", json=body, timeout=30)
     assert resp.status_code == 202, resp.text
     inst = gpu_cluster.wait_instance("pod-c", resp.json()["id"], "active")
     assert inst is not None
@@ -101,18 +101,18 @@ def test_constraints_gpu_type_and_tensor_parallel(gpu_cluster: Cluster) -> None:
     url = gpu_cluster.leader_url()
     # two L4s on one pod: only pod-b has them
     tp = _body("sched-tp", 4, gpuType="L4", tensorParallelSize=2)
-    resp = httpx.post(f"{url}/api/v1/models/load", json=tp, timeout=30)
+    resp = HTTP.post(f"{url}/api/v1/models/load", json=tp, timeout=30)
     assert resp.status_code == 202, resp.text
     inst = gpu_cluster.wait_instance("pod-b", resp.json()["id"], "active")
     assert inst is not None
     assert sorted(inst["gpuIds"]) == [0, 1]
     # one L4 now: pod-a's is untouched while pod-b's hold 4 GiB each
-    verdict = httpx.post(
+    verdict = HTTP.post(
         f"{url}/api/cluster/schedule", json=_body("x", 4, gpuType="l4"), timeout=10
     ).json()
     assert (verdict["podId"], verdict["gpuIds"]) == ("pod-a", [0])
     # at least 40 GiB of VRAM: only the A100
-    verdict = httpx.post(
+    verdict = HTTP.post(
         f"{url}/api/cluster/schedule", json=_body("x", 4, minVramGiB=40), timeout=10
     ).json()
     assert verdict["podId"] == "pod-c"
@@ -120,14 +120,14 @@ def test_constraints_gpu_type_and_tensor_parallel(gpu_cluster: Cluster) -> None:
 
 def test_no_pod_fits_is_409_with_a_reason_per_pod(gpu_cluster: Cluster) -> None:
     url = gpu_cluster.leader_url()
-    resp = httpx.post(f"{url}/api/v1/models/load", json=_body("sched-huge", 100), timeout=30)
+    resp = HTTP.post(f"{url}/api/v1/models/load", json=_body("sched-huge", 100), timeout=30)
     assert resp.status_code == 409, resp.text
     data = resp.json()
     assert data["code"] == "no_pod_fits"
     assert data["strategy"] == "balanced"
     assert set(data["reasons"]) == {"pod-a", "pod-b", "pod-c"}
     assert all("needs 100.0 GiB per GPU" in r for r in data["reasons"].values()), data
-    h100 = httpx.post(
+    h100 = HTTP.post(
         f"{url}/api/v1/models/load", json=_body("sched-h100", 1, gpuType="H100"), timeout=30
     )
     assert h100.status_code == 409
@@ -139,7 +139,7 @@ def test_no_pod_fits_is_409_with_a_reason_per_pod(gpu_cluster: Cluster) -> None:
 def _profiles_on(cluster: Cluster, pod: str) -> list[dict[str, Any]]:
     """A pod's own profiles, read with a signed /internal call (its API redirects)."""
     headers = Signer(SECRET.encode(), source=TESTER).headers("GET", PATH, b"", target=pod)
-    resp = httpx.get(f"{cluster.pods[pod].url}{PATH}", headers=headers, timeout=5)
+    resp = HTTP.get(f"{cluster.pods[pod].url}{PATH}", headers=headers, timeout=5)
     assert resp.status_code == 200, resp.text
     profiles: list[dict[str, Any]] = resp.json()["profiles"]
     return profiles
@@ -175,11 +175,11 @@ def test_a_profile_made_on_pod_a_admits_and_refuses_loads_on_pod_c(
     load = _body("synced-model", 1, podId="pod-c")
     load["extraArgs"] += ["--max-model-len", "4096"]
 
-    big = httpx.post(f"{url}/api/memory/profiles", json=_profile(100), timeout=10)
+    big = HTTP.post(f"{url}/api/memory/profiles", json=_profile(100), timeout=10)
     assert big.status_code == 201, big.text
     took = _wait_profile_on(gpu_cluster, "pod-c", big.json()["id"])
     print(f"\nprofile made on {leader} reached pod-c in {took:.2f}s")
-    refused = httpx.post(f"{url}/api/v1/models/load", json=load, timeout=30)
+    refused = HTTP.post(f"{url}/api/v1/models/load", json=load, timeout=30)
     assert refused.status_code == 409, refused.text
     assert refused.json()["code"] == "model_does_not_fit"
     fit = refused.json()["fit"]
@@ -187,14 +187,14 @@ def test_a_profile_made_on_pod_a_admits_and_refuses_loads_on_pod_c(
     assert fit["profileId"] == big.json()["id"]
 
     # A newer measurement of the same model, length and GPU type wins everywhere.
-    small = httpx.post(f"{url}/api/memory/profiles", json=_profile(2), timeout=10)
+    small = HTTP.post(f"{url}/api/memory/profiles", json=_profile(2), timeout=10)
     assert small.status_code == 201, small.text
     _wait_profile_on(gpu_cluster, "pod-c", small.json()["id"])
-    admitted = httpx.post(f"{url}/api/v1/models/load", json=load, timeout=30)
+    admitted = HTTP.post(f"{url}/api/v1/models/load", json=load, timeout=30)
     assert admitted.status_code == 202, admitted.text
     assert gpu_cluster.wait_instance("pod-c", admitted.json()["id"], "active") is not None
 
-    merged = httpx.get(f"{url}/api/cluster/memory-profiles", timeout=5).json()["profiles"]
+    merged = HTTP.get(f"{url}/api/cluster/memory-profiles", timeout=5).json()["profiles"]
     entry = next(m for m in merged if m["profile"]["modelPath"] == "synced-model")
     assert entry["profile"]["id"] == small.json()["id"]
     assert entry["count"] == 2
@@ -202,7 +202,7 @@ def test_a_profile_made_on_pod_a_admits_and_refuses_loads_on_pod_c(
     # followers hold the merged set they were pushed, counts included
     deadline = time.monotonic() + 10
     while True:
-        seen = httpx.get(
+        seen = HTTP.get(
             f"{gpu_cluster.pods['pod-b'].url}/api/cluster/memory-profiles", timeout=5
         ).json()["profiles"]
         got = [(m["profile"]["id"], m["count"]) for m in seen]

@@ -1,4 +1,5 @@
-"""Tenants' limits across three real pods: one limit, whichever pods the traffic enters.
+"""Tenants' limits and usage across three real pods: one limit, whichever pods the traffic
+enters, and every pod answers the whole cluster's usage.
 
 Three ``sardeenz serve`` processes (testkit/cluster.py) with the same inference keys
 file and one simulated model served by every pod (a request is admitted by the pod
@@ -13,18 +14,31 @@ then the refill); the three pods together must admit within 10 % of that. Counti
 per pod would admit three times as much (each pod its own burst and refill). The
 window holds the whole burst on purpose: that is where independent pods would triple
 most visibly, and a second sync interval of disagreement between the pods shows most.
+
+Billable usage (the first test): a tenant of the config file every pod reads, a model
+on pod-c only, so the requests entering pod-a and pod-b are forwarded to it. Each
+request is counted once, by the pod that serves it (pod-c, which admits it:
+docs/tenancy.md, "In a cluster"); any pod's ``/api/v1/usage`` sums all three (asked at
+read time). A pod that does not answer (SIGSTOP) is named in ``missingPods`` and its
+usage is missing, not invented; once it answers again the sum is whole. One cluster for
+both: a 3-pod start costs seconds of CPU.
 """
 
 from __future__ import annotations
 
+import json
+import signal
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 from testkit.tenants import (
     assert_one_limit,
     chat,
@@ -34,6 +48,7 @@ from testkit.tenants import (
     keys_file,
     paced_window,
     put_tenant,
+    secret,
     wait_tenant_everywhere,
     wait_until,
 )
@@ -48,21 +63,114 @@ PACE = 0.2
 """Seconds between one client's requests: 5/s per pod, 15/s in all, far over the
 2/s the limit refills (so the limit, not the clients, decides what passes)."""
 TOLERANCE = 0.10
+USAGE_MODEL = "usage-c"
+"""The billed tenant's model, on pod-c only."""
+SENT = {"pod-a": 2, "pod-b": 3, "pod-c": 4}
+"""Requests of the billed tenant entering each pod."""
+BILLED_KEY = "k-bill"
 
 
 @pytest.fixture(scope="module")
 def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("tenants")
-    keys = keys_file(root / "keys.txt", KEYS)
-    cluster = Cluster(root, 3, SARDEENZ_API_KEYS_FILE=keys, SARDEENZ_TENANCY_FLUSH_SECONDS="1")
+    keys = keys_file(root / "keys.txt", (*KEYS, BILLED_KEY))
+    cluster = Cluster(
+        root,
+        3,
+        SARDEENZ_API_KEYS_FILE=keys,
+        SARDEENZ_TENANCY_FLUSH_SECONDS="1",
+        SARDEENZ_TENANTS=json.dumps({"billed": {"api_keys": [BILLED_KEY]}}),
+        SARDEENZ_USAGE_FLUSH_SECONDS="1",
+    )
     try:
         cluster.start()
+        cluster.wait_one_leader()
+        cluster.load_on("pod-c", USAGE_MODEL)
         for pod in cluster.names:  # served by every pod: each admits what it serves
             cluster.load_on(pod, MODEL, "--ttft-ms", "1", "--itl-ms", "1")
         yield cluster
     finally:
         cluster.close()
         assert cluster.orphans() == []
+
+
+def _poll(what: str, get: Any, done: Any, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, f"{what} not within {timeout}s: {value}"
+        time.sleep(0.3)
+
+
+def _listed(url: str) -> bool:
+    models = HTTP.get(f"{url}/v1/models", headers=_auth(), timeout=5).json()["data"]
+    return any(m["id"] == USAGE_MODEL for m in models)
+
+
+def _auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret(BILLED_KEY)}"}
+
+
+def _billed_usage(url: str, window: dict[str, str]) -> dict[str, Any]:
+    resp = HTTP.get(f"{url}/api/v1/usage", params={"group_by": "tenant", **window}, timeout=10)
+    assert resp.status_code == 200, resp.text  # answered by every pod, never a redirect
+    doc: dict[str, Any] = resp.json()
+    return doc
+
+
+def _requests(doc: dict[str, Any]) -> int:
+    return sum(b["requests"] for b in doc["buckets"] if b["tenant"] == "billed")
+
+
+def test_every_pod_answers_the_whole_clusters_usage_and_names_a_silent_pod(
+    trio: Cluster,
+) -> None:
+    now = int(time.time())
+    window = {"from": str(now - 120), "to": str(now + 300)}
+    prompt = completion = 0
+    for entry, n in SENT.items():
+        url = trio.pods[entry].url
+        _poll(f"{USAGE_MODEL} routable on {entry}", partial(_listed, url), bool)
+        with openai.OpenAI(
+            base_url=f"{url}/v1", api_key=secret(BILLED_KEY), max_retries=0, timeout=30
+        ) as client:
+            for _ in range(n):
+                reply = client.chat.completions.create(
+                    model=USAGE_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
+                )
+                assert reply.usage is not None
+                prompt += reply.usage.prompt_tokens
+                completion += reply.usage.completion_tokens
+    total = sum(SENT.values())
+    for name, pod in trio.pods.items():
+        doc = _billed_usage(pod.url, window)
+        assert doc["pods"] == ["pod-a", "pod-b", "pod-c"], (name, doc)
+        assert doc["missingPods"] == []
+        (row,) = [b for b in doc["buckets"] if b["tenant"] == "billed"]
+        assert (row["requests"], row["promptTokens"], row["completionTokens"]) == (
+            total,
+            prompt,
+            completion,
+        ), name
+
+    silent = trio.pods["pod-c"]  # it served, and so billed, every request
+    assert silent.proc is not None
+    silent.proc.send_signal(signal.SIGSTOP)
+    try:
+        doc = _billed_usage(trio.pods["pod-a"].url, window)
+        assert doc["missingPods"] == ["pod-c"]
+        assert _requests(doc) == 0
+    finally:
+        silent.proc.send_signal(signal.SIGCONT)
+    _poll(
+        "pod-c's usage back in pod-a's answer",
+        partial(_billed_usage, trio.pods["pod-a"].url, window),
+        lambda d: d["missingPods"] == [] and _requests(d) == total,
+    )
+    # The limits below start from a whole cluster: pod-c seen healthy by every pod.
+    trio.wait_whole(30, "pod-c answering again")
 
 
 def _urls(cluster: Cluster) -> dict[str, str]:
@@ -82,7 +190,7 @@ def test_a_tenant_put_through_a_follower_gets_its_limit_once_over_three_pods(
 
 
 def _tenant_view(url: str, name: str) -> dict[str, Any]:
-    resp = httpx.get(f"{url}/api/v1/tenants/{name}", follow_redirects=True, timeout=10)
+    resp = HTTP.get(f"{url}/api/v1/tenants/{name}", follow_redirects=True, timeout=10)
     assert resp.status_code == 200, resp.text
     view: dict[str, Any] = resp.json()
     return view

@@ -2,7 +2,9 @@
 
 The test plays the kubelet (testkit/kube_pods.py). In order, on one cluster: one leader
 through the ``sardeenz-leader`` Lease and the same term everywhere; a model loaded on pod B
-answers through pod A's ``/v1``, and its details, log and events from every pod; deleting
+answers through pod A's ``/v1``, and its details, log and events from every pod; the
+cluster-wide request log and usage (requests entering every pod, each seen once by every
+pod, as in static mode: tests/cluster/shared/test_observability.py); deleting
 pod B's Pod object takes its routes at once (its process keeps running and heartbeating:
 only the watch removes it), and recreating it brings them back; the leader stopped
 (SIGTERM: it releases the Lease) and then killed (SIGKILL: the Lease expires) hands the
@@ -17,9 +19,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -35,6 +39,7 @@ from testkit.cluster import (
 )
 from testkit.kube import SARDEENZ_RULES, KubeApiServer
 from testkit.kube_pods import LEASE_TIMING, KubePods
+from testkit.servers import HTTP
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
@@ -134,6 +139,49 @@ def test_pod_bs_instance_answers_from_every_pod(pods: KubePods) -> None:
                 assert any(line == "event: status" for line in lines), f"via {name}"
 
 
+OBSERVED = "observed-kube"
+SENT = {"pod-a": 2, "pod-b": 1, "pod-c": 3}
+"""Requests for ``OBSERVED`` (on pod-b) entering each pod."""
+
+
+def _entries(url: str) -> list[dict[str, Any]]:
+    resp = HTTP.get(f"{url}/api/v1/requests", params={"model": OBSERVED}, timeout=5)
+    assert resp.status_code == 200, resp.text
+    data: list[dict[str, Any]] = resp.json()
+    return data
+
+
+def test_every_pod_sees_every_request_once(pods: KubePods) -> None:
+    """The cluster-wide request log and usage, collected from every pod: each pod's
+    ``/api/v1/requests`` and ``/api/v1/usage`` show each request once, with the pod that
+    ran it and the pod it entered."""
+    assert pods.load_on("pod-b", OBSERVED)["status"] == "active"
+    for name, n in SENT.items():
+        url = pods.pods[name].url
+        deadline = time.monotonic() + 15
+        while OBSERVED not in listed_models(url):
+            assert time.monotonic() < deadline, f"{OBSERVED} not routable on {name}"
+            time.sleep(0.1)
+        for _ in range(n):
+            resp = HTTP.post(
+                f"{url}/v1/chat/completions",
+                json={"model": OBSERVED, "messages": [{"role": "user", "content": "hi"}]},
+                timeout=30,
+            )
+            assert resp.status_code == 200, resp.text
+    total = sum(SENT.values())
+    for name, pod in pods.pods.items():
+        deadline = time.monotonic() + 30
+        while len(entries := _entries(pod.url)) < total:
+            assert time.monotonic() < deadline, f"{name} collected {len(entries)} of {total}"
+            time.sleep(0.3)
+        assert len(entries) == total
+        assert {e["pod"] for e in entries} == {"pod-b"}
+        assert Counter(e["entryPod"] for e in entries) == SENT
+        usage = HTTP.get(f"{pod.url}/api/v1/usage", timeout=5).json()["byModel"]
+        assert sum(r["requests"] for r in usage if r["model"] == OBSERVED) == total
+
+
 def test_deleting_a_pod_object_removes_its_routes_at_once(pods: KubePods) -> None:
     a = pods.pods["pod-a"]
     _remote_b_instance(pods)
@@ -200,7 +248,7 @@ def test_stopped_leader_hands_the_lease_over(pods: KubePods) -> None:
     # Fencing: an order of the first leader's term is refused by the pod that leads now.
     path = "/internal/models/nope/sleep"
     body = f'{{"term": {term}, "level": 1}}'.encode()
-    resp = httpx.post(
+    resp = HTTP.post(
         f"{pods.pods[third].url}{path}",
         content=body,
         headers=Signer(SECRET.encode(), source=TESTER).headers("POST", path, body, target=third),
@@ -268,7 +316,7 @@ def test_a_missing_rule_is_a_clear_warning_not_a_crash(kube: KubeApiServer, tmp_
             time.sleep(1.0)
             assert pod.proc is not None
             assert pod.proc.poll() is None
-            assert httpx.get(f"{pod.url}/api/health/ready", timeout=5).status_code == 200
+            assert HTTP.get(f"{pod.url}/api/health/ready", timeout=5).status_code == 200
             log = pod.log()
             assert "Traceback" not in log
             lines = [ln for ln in log.splitlines() if "Kubernetes RBAC" in ln]

@@ -28,6 +28,7 @@ import pytest
 from testkit.cluster import agreed_leader
 from testkit.kube import KubeApiServer
 from testkit.kube_pods import KubePods
+from testkit.servers import HTTP
 from testkit.streams import Load, run_clients
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
@@ -58,7 +59,7 @@ def leader_of(pods: KubePods, other_than: str | None = None) -> str:
 
 
 def copy_on(pods: KubePods, pod: str, key: str) -> Any:
-    resp = httpx.get(f"{pods.pods[pod].url}/api/cluster/control", timeout=5)
+    resp = HTTP.get(f"{pods.pods[pod].url}/api/cluster/control", timeout=5)
     assert resp.status_code == 200, resp.text
     assert resp.json()["store"] == "kubernetes"
     return next((d["body"] for d in resp.json()["documents"] if d["key"] == key), None)
@@ -92,9 +93,9 @@ def test_a_preset_through_a_follower_is_on_every_pod(pods: KubePods) -> None:
     follower = next(p for p in pods.names if p != leader)
     preset = {"models": [{"modelPath": "/models/k", "servedModelName": "k", "engine": "sim"}]}
     url = f"{pods.pods[follower].url}/api/cluster/presets/kp"
-    direct = httpx.put(url, json=preset, timeout=10)
+    direct = HTTP.put(url, json=preset, timeout=10)
     assert direct.status_code == 307, direct.text
-    resp = httpx.put(url, json=preset, follow_redirects=True, timeout=10)
+    resp = HTTP.put(url, json=preset, follow_redirects=True, timeout=10)
     assert resp.status_code == 200, resp.text
     # Acknowledged means in the API server: the ConfigMap holds it already.
     assert "kp" in [p["name"] for p in stored(pods, "presets")]
@@ -102,7 +103,7 @@ def test_a_preset_through_a_follower_is_on_every_pod(pods: KubePods) -> None:
         pods, "presets", lambda b: "kp" in [p["name"] for p in b or []], "the preset everywhere"
     )
     for name in pods.names:  # and each pod's preset list (a follower's GET: its own copy)
-        got = httpx.get(
+        got = HTTP.get(
             f"{pods.pods[name].url}/api/cluster/presets/kp", follow_redirects=True, timeout=10
         )
         assert got.status_code == 200, (name, got.text)
@@ -116,7 +117,7 @@ def test_catalog_writes_through_two_pods_at_once_all_land(pods: KubePods) -> Non
     def put(name: str) -> int:
         entry = {"modelPath": f"/models/{name}", "engine": "sim"}
         via = pods.pods[b if "-b" in name else c].url
-        resp = httpx.put(
+        resp = HTTP.put(
             f"{via}/api/v1/catalog/{name}", json=entry, follow_redirects=True, timeout=30
         )
         assert resp.status_code in (200, 409), resp.text
@@ -154,7 +155,7 @@ def test_a_corrupt_configmap_is_reported_not_a_crash(pods: KubePods) -> None:
     for name in pods.alive():  # the last good copy is kept, not the bad one
         assert copy_on(pods, name, "presets") == before, name
     preset = {"models": [{"modelPath": "/models/z", "servedModelName": "z", "engine": "sim"}]}
-    refused = httpx.put(f"{pods.pods[leader].url}/api/cluster/presets/kz", json=preset, timeout=10)
+    refused = HTTP.put(f"{pods.pods[leader].url}/api/cluster/presets/kz", json=preset, timeout=10)
     assert refused.status_code == 409, refused.text
     assert refused.json()["code"] == "control_document_corrupt"
     # The operator deletes it: the leader writes its last good copy again.
@@ -184,16 +185,16 @@ def test_a_catalog_entry_acknowledged_just_before_the_leader_dies_is_kept(
 ) -> None:
     leader = leader_of(pods)
     preset = {"models": [{"modelPath": "/models/kk", "servedModelName": "kk", "engine": "sim"}]}
-    resp = httpx.put(f"{pods.pods[leader].url}/api/cluster/presets/kk", json=preset, timeout=10)
+    resp = HTTP.put(f"{pods.pods[leader].url}/api/cluster/presets/kk", json=preset, timeout=10)
     assert resp.status_code == 200, resp.text
     entry = {"modelPath": "/models/kc", "engine": "sim", "extraArgs": ["--memory-gib", "1"]}
-    resp = httpx.put(f"{pods.pods[leader].url}/api/v1/catalog/kc", json=entry, timeout=10)
+    resp = HTTP.put(f"{pods.pods[leader].url}/api/v1/catalog/kc", json=entry, timeout=10)
     assert resp.status_code == 200, resp.text
     pods.pods[leader].stop(signal.SIGKILL)  # the Lease must expire before another holds it
     new = leader_of(pods, other_than=leader)
-    got = httpx.get(f"{pods.pods[new].url}/api/v1/catalog/kc", timeout=10)
+    got = HTTP.get(f"{pods.pods[new].url}/api/v1/catalog/kc", timeout=10)
     assert got.status_code == 200, got.text
-    got = httpx.get(f"{pods.pods[new].url}/api/cluster/presets/kk", timeout=10)
+    got = HTTP.get(f"{pods.pods[new].url}/api/cluster/presets/kk", timeout=10)
     assert got.status_code == 200, got.text
     # The new leader wrote each document again under its own term (fencing the old one).
     new_term = pods.status(new)["term"]  # type: ignore[index]
@@ -203,7 +204,7 @@ def test_a_catalog_entry_acknowledged_just_before_the_leader_dies_is_kept(
         assert int(obj["data"]["term"]) == new_term, (key, obj["data"]["term"], new_term)
     for pod in pods.alive():
         body = {"model": "kc", "prompt": "hi", "max_tokens": 2}
-        answer = httpx.post(f"{pods.pods[pod].url}/v1/completions", json=body, timeout=60)
+        answer = HTTP.post(f"{pods.pods[pod].url}/v1/completions", json=body, timeout=60)
         assert answer.status_code == 200, (pod, answer.text)
     # The killed pod comes back (same data dir) and is brought up to date.
     pods.pods[leader].start(timeout=60)
@@ -223,7 +224,7 @@ def test_a_move_in_flight_when_the_leader_dies_is_finished_by_the_next(
     src = pods.load_on(source_pod, "mv", "--itl-ms", "40", "--load-seconds", "3")
     entry = pods.pods[target_pod].url
     deadline = time.monotonic() + 15
-    while "mv" not in [m["id"] for m in httpx.get(f"{entry}/v1/models").json()["data"]]:
+    while "mv" not in [m["id"] for m in HTTP.get(f"{entry}/v1/models").json()["data"]]:
         assert time.monotonic() < deadline, "mv not routed at the target pod"
         time.sleep(0.05)
     load = Load()
@@ -231,7 +232,7 @@ def test_a_move_in_flight_when_the_leader_dies_is_finished_by_the_next(
     def move_on(url: str, move_id: str) -> dict[str, Any] | None:
         """The move as the leader holds it (None: not ready yet, or no leader)."""
         try:
-            resp = httpx.get(f"{url}/api/cluster/moves/{move_id}", follow_redirects=True, timeout=5)
+            resp = HTTP.get(f"{url}/api/cluster/moves/{move_id}", follow_redirects=True, timeout=5)
         except httpx.HTTPError:
             return None
         if resp.status_code in (503, 307):
@@ -248,7 +249,7 @@ def test_a_move_in_flight_when_the_leader_dies_is_finished_by_the_next(
             url = pods.pods[leader].url
             body = {"instanceId": src["id"], "targetPodId": target_pod, "drainSeconds": 5}
             resp = await asyncio.to_thread(
-                httpx.post, f"{url}/api/cluster/moves", json=body, timeout=10
+                HTTP.post, f"{url}/api/cluster/moves", json=body, timeout=10
             )
             assert resp.status_code == 202, resp.text
             move_id = str(resp.json()["id"])

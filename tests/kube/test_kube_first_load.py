@@ -20,11 +20,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from testkit.kube import KubeApiServer
 from testkit.kube_pods import KubePods
+from testkit.servers import HTTP
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
@@ -70,7 +70,7 @@ def _load(url: str, pod: str, out: dict[str, Any]) -> None:
         "podId": pod,
     }
     t0 = time.monotonic()
-    resp = httpx.post(f"{url}/api/v1/models/load", json=body, timeout=60)
+    resp = HTTP.post(f"{url}/api/v1/models/load", json=body, timeout=60)
     out.update(status=resp.status_code, body=resp.json(), seconds=time.monotonic() - t0)
 
 

@@ -35,7 +35,7 @@ import yaml
 
 from testkit.kube import KubeApiServer
 from testkit.oauth import OAuthServer
-from testkit.servers import ServerPool, ServerProcess, load_active
+from testkit.servers import HTTP, ServerPool, ServerProcess, load_active, tls_context
 
 pytestmark = pytest.mark.kube
 
@@ -163,14 +163,17 @@ def setup(
 
 
 def _me(setup: Setup, token: str) -> httpx.Response:
-    return httpx.get(
+    return HTTP.get(
         f"{setup.srv.url}/api/auth/me", headers={"Authorization": f"Bearer {token}"}, timeout=30
     )
 
 
 def _client(setup: Setup, token: str) -> httpx.Client:
     return httpx.Client(
-        base_url=setup.srv.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        base_url=setup.srv.url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+        verify=tls_context(),
     )
 
 
@@ -322,7 +325,7 @@ def _pkce() -> tuple[str, str]:
 def _authorize(setup: Setup, challenge: str) -> tuple[str, str]:
     """What the dashboard's login does (frontend/src/auth/oidc.ts), from /api/auth/config:
     the browser goes to the authorization endpoint and comes back with a code."""
-    config = httpx.get(f"{setup.srv.url}/api/auth/config", timeout=10).json()
+    config = HTTP.get(f"{setup.srv.url}/api/auth/config", timeout=10).json()
     oidc = config["oidc"]
     assert oidc["provider"] == "openshift"
     assert oidc["authorizationEndpoint"] == f"{setup.oauth.url}/oauth/authorize"
@@ -330,7 +333,7 @@ def _authorize(setup: Setup, challenge: str) -> tuple[str, str]:
     assert oidc["clientId"] == OAUTH_CLIENT
     redirect = f"{setup.srv.url}/auth/callback"
     state = secrets.token_urlsafe(8)
-    back = httpx.get(
+    back = HTTP.get(
         oidc["authorizationEndpoint"],
         params={
             "response_type": "code",
@@ -351,7 +354,7 @@ def _authorize(setup: Setup, challenge: str) -> tuple[str, str]:
 
 
 def _exchange(setup: Setup, **form: str) -> httpx.Response:
-    return httpx.post(
+    return HTTP.post(
         f"{setup.srv.url}/api/auth/openshift/token",
         data={"grant_type": "authorization_code", "client_id": OAUTH_CLIENT, **form},
         timeout=20,
@@ -400,7 +403,7 @@ def test_a_bad_exchange_is_a_clear_refusal(setup: Setup) -> None:
     # as any anonymous /api body is.
     big = _exchange(setup, code="c" * 9000, redirect_uri=redirect)
     assert big.status_code == 401, big.text
-    chunked = httpx.post(
+    chunked = HTTP.post(
         f"{setup.srv.url}/api/auth/openshift/token",
         content=iter([b"grant_type=authorization_code"]),
         headers={"content-type": "application/x-www-form-urlencoded"},

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 SHARED_GPUS = "NVIDIA L4:24GiB,NVIDIA L4:24GiB"
 
@@ -76,10 +76,10 @@ def _check_whole(cluster: Cluster, when: str) -> None:
 def _clean_up(cluster: Cluster) -> None:
     """Remove what a module left: its instances, presets and catalog entries."""
     leader = cluster.leader_url()
-    for preset in httpx.get(f"{leader}/api/cluster/presets", timeout=10).json():
-        httpx.delete(f"{leader}/api/cluster/presets/{preset['name']}", timeout=30)
-    for entry in httpx.get(f"{leader}/api/v1/catalog", timeout=10).json():
-        httpx.delete(f"{leader}/api/v1/catalog/{entry['name']}", timeout=30)
+    for preset in HTTP.get(f"{leader}/api/cluster/presets", timeout=10).json():
+        HTTP.delete(f"{leader}/api/cluster/presets/{preset['name']}", timeout=30)
+    for entry in HTTP.get(f"{leader}/api/v1/catalog", timeout=10).json():
+        HTTP.delete(f"{leader}/api/v1/catalog/{entry['name']}", timeout=30)
     for pod in cluster.names:
         for inst in cluster.instances(pod):
             cluster.unload(pod, inst["id"])

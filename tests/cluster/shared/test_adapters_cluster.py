@@ -20,6 +20,7 @@ import pytest
 
 from testkit.adapters import make_adapter, metric_value, wait_until
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 BASE = "lc-base"
 ADAPTERS = ("lc-sql", "lc-poem", "lc-moved")
@@ -40,7 +41,7 @@ def cluster(shared_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
     }
     try:
         for name, entry in entries.items():
-            resp = httpx.put(f"{leader}/api/v1/catalog/{name}", json=entry, timeout=10)
+            resp = HTTP.put(f"{leader}/api/v1/catalog/{name}", json=entry, timeout=10)
             assert resp.status_code == 200, resp.text
         for pod in shared_cluster.names:  # replicated to every pod
             wait_until(
@@ -50,12 +51,12 @@ def cluster(shared_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
         yield shared_cluster
     finally:
         for name in reversed(entries):
-            httpx.delete(f"{leader}/api/v1/catalog/{name}", timeout=10)
+            HTTP.delete(f"{leader}/api/v1/catalog/{name}", timeout=10)
 
 
 def cards(cluster: Cluster, pod: str) -> dict[str, dict[str, Any]]:
     """``pod``'s ``GET /v1/models``, by id."""
-    data = httpx.get(f"{cluster.pods[pod].url}/v1/models", timeout=5).json()["data"]
+    data = HTTP.get(f"{cluster.pods[pod].url}/v1/models", timeout=5).json()["data"]
     return {c["id"]: c for c in data}
 
 
@@ -70,7 +71,7 @@ def lists_all(cluster: Cluster, pod: str) -> bool:
 def sim_state(cluster: Cluster, pod: str, inst: dict[str, Any]) -> dict[str, Any]:
     """What the engine of ``inst`` (on ``pod``) says it holds and did."""
     url = f"{cluster.pods[pod].url}/api/direct/{inst['port']}/sim/state"
-    state: dict[str, Any] = httpx.get(url, timeout=5).json()
+    state: dict[str, Any] = HTTP.get(url, timeout=5).json()
     return state
 
 
@@ -153,7 +154,7 @@ def test_concurrent_first_requests_on_every_pod_load_the_adapter_once(cluster: C
 
 
 def _routes_to_both(cluster: Cluster, pod: str) -> bool:
-    routes = httpx.get(f"{cluster.pods[pod].url}/api/cluster/status", timeout=5).json()
+    routes = HTTP.get(f"{cluster.pods[pod].url}/api/cluster/status", timeout=5).json()
     served = [
         p["id"]
         for p in routes["pods"]
@@ -173,7 +174,7 @@ def test_a_move_carries_the_adapters_to_the_target(cluster: Cluster) -> None:
             "the leader learns pod-b holds lc-moved",
         )
         leader = cluster.leader_url()
-        resp = httpx.post(
+        resp = HTTP.post(
             f"{leader}/api/cluster/moves",
             json={"instanceId": source["id"], "targetPodId": "pod-c"},
             timeout=10,
@@ -184,7 +185,7 @@ def test_a_move_carries_the_adapters_to_the_target(cluster: Cluster) -> None:
 
         def finished() -> bool:
             nonlocal move
-            move = httpx.get(f"{leader}/api/cluster/moves/{move_id}", timeout=5).json()
+            move = HTTP.get(f"{leader}/api/cluster/moves/{move_id}", timeout=5).json()
             return move["state"] in ("done", "failed")
 
         wait_until(finished, f"move {move_id} finished", 60)
@@ -211,7 +212,7 @@ def test_an_operator_loads_and_unloads_on_the_pod_running_the_base(cluster: Clus
     inst = cluster.load_on("pod-b", BASE, *LORA)
     try:
         leader = cluster.leader_url()
-        resp = httpx.post(f"{leader}/api/v1/adapters/lc-sql/load", timeout=40)
+        resp = HTTP.post(f"{leader}/api/v1/adapters/lc-sql/load", timeout=40)
         assert resp.status_code == 200, resp.text
         assert resp.json()["loadedOn"] == [
             {"podId": "pod-b", "instanceId": inst["id"], "inFlight": 0, "sleeping": False}
@@ -221,7 +222,7 @@ def test_an_operator_loads_and_unloads_on_the_pod_running_the_base(cluster: Clus
             lambda: cards(cluster, "pod-c")["lc-sql"].get("state") == "active",
             "pod-c lists lc-sql active",
         )
-        resp = httpx.post(f"{leader}/api/v1/adapters/lc-sql/unload", timeout=40)
+        resp = HTTP.post(f"{leader}/api/v1/adapters/lc-sql/unload", timeout=40)
         assert resp.status_code == 200, resp.text
         assert not sim_state(cluster, "pod-b", inst)["lora_adapters"]
         wait_until(
@@ -237,6 +238,6 @@ def test_an_operator_loads_and_unloads_on_the_pod_running_the_base(cluster: Clus
 
 
 def _listed(cluster: Cluster, name: str) -> dict[str, Any]:
-    listed = httpx.get(f"{cluster.leader_url()}/api/v1/adapters", timeout=5).json()
+    listed = HTTP.get(f"{cluster.leader_url()}/api/v1/adapters", timeout=5).json()
     found: dict[str, Any] = next(a for a in listed if a["name"] == name)
     return found

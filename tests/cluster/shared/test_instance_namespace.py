@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 # The first test also pays for the cluster and its three loads.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -46,7 +47,7 @@ class Namespace:
             "enableSleepMode": True,
             "podId": pod,
         }
-        resp = httpx.post(f"{self.leader}/api/v1/models/load", json=body, timeout=30)
+        resp = HTTP.post(f"{self.leader}/api/v1/models/load", json=body, timeout=30)
         assert resp.status_code == 202, resp.text
         iid = str(resp.json()["id"])
         self.wait_listed(iid, "active")
@@ -56,7 +57,7 @@ class Namespace:
         """Until the leader's list shows ``iid`` in ``status`` (None: not at all)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            listed = httpx.get(f"{self.leader}/api/v1/models", timeout=5).json()
+            listed = HTTP.get(f"{self.leader}/api/v1/models", timeout=5).json()
             found = next((i for i in listed if i["id"] == iid), None)
             if (found is None and status is None) or (found and found["status"] == status):
                 return
@@ -81,7 +82,7 @@ def ns(shared_cluster: Cluster) -> Iterator[Namespace]:
 
 
 def _call(method: str, url: str, **kw: Any) -> httpx.Response:
-    return httpx.request(method, url, follow_redirects=True, timeout=30, **kw)
+    return HTTP.request(method, url, follow_redirects=True, timeout=30, **kw)
 
 
 def _answer(resp: httpx.Response, keep: Callable[[Any], Any]) -> tuple[int, Any]:

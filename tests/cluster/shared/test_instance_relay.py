@@ -23,6 +23,7 @@ import orjson
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,7 @@ GAUGE = re.compile(r"^sardeenz_cluster_relayed_streams (\S+)$", re.M)
 
 
 def relayed_streams(cluster: Cluster, pod: str) -> float:
-    text = httpx.get(f"{cluster.pods[pod].url}/metrics", timeout=5).text
+    text = HTTP.get(f"{cluster.pods[pod].url}/metrics", timeout=5).text
     found = GAUGE.search(text)
     assert found is not None, "no sardeenz_cluster_relayed_streams gauge on /metrics"
     return float(found.group(1))
@@ -109,7 +110,7 @@ def _instance_on(cluster: Cluster, pod: str, name: str) -> str:
     leader = cluster.leader_url()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # the leader learns it from pod's next heartbeat
-        if any(i["id"] == inst["id"] for i in httpx.get(f"{leader}/api/v1/models").json()):
+        if any(i["id"] == inst["id"] for i in HTTP.get(f"{leader}/api/v1/models").json()):
             return str(inst["id"])
         time.sleep(0.1)
     raise AssertionError(f"the leader does not list {inst['id']} within 30s")
@@ -126,7 +127,7 @@ def test_live_lines_are_relayed_and_a_client_that_leaves_ends_the_upstream(
         assert (status["instanceId"], status["status"]) == (iid, "active")
         wait_gauge(relay, "pod-b", 1, 10)
         # A live line: a request served by the engine writes an access line to its log.
-        resp = httpx.post(
+        resp = HTTP.post(
             f"{relay.pods['pod-b'].url}/v1/completions",
             json={"model": "relay-b", "prompt": "hi", "max_tokens": 2},
             timeout=30,
@@ -169,7 +170,7 @@ def _kill_the_owner_mid_stream(relay: Cluster, iid: str) -> None:
     # Its instance is now on an unavailable pod: 503 naming it, once the detector says so.
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        resp = httpx.get(f"{relay.pods['pod-a'].url}/api/v1/models/{iid}", timeout=10)
+        resp = HTTP.get(f"{relay.pods['pod-a'].url}/api/v1/models/{iid}", timeout=10)
         if resp.status_code == 503:
             assert resp.json()["code"] == "pod_unavailable"
             assert resp.json()["podId"] == "pod-c"

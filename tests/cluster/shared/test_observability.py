@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 MODEL = "observed-c"
 SENT = {"pod-a": 3, "pod-b": 4, "pod-c": 5}
@@ -39,13 +39,13 @@ def _poll(
 
 
 def _requests(url: str, **params: str) -> list[dict[str, Any]]:
-    resp = httpx.get(f"{url}/api/v1/requests", params={"limit": "1000", **params}, timeout=5)
+    resp = HTTP.get(f"{url}/api/v1/requests", params={"limit": "1000", **params}, timeout=5)
     assert resp.status_code == 200, resp.text  # served by every pod, never a redirect
     return [e for e in resp.json() if e["model"] == MODEL]
 
 
 def _usage(url: str, **params: str) -> int:
-    resp = httpx.get(f"{url}/api/v1/usage", params=params, timeout=5)
+    resp = HTTP.get(f"{url}/api/v1/usage", params=params, timeout=5)
     assert resp.status_code == 200, resp.text
     return sum(r["requests"] for r in resp.json()["byModel"] if r["model"] == MODEL)
 
@@ -61,7 +61,7 @@ def sent(shared_cluster: Cluster) -> Iterator[Cluster]:
             url = shared_cluster.pods[pod].url
             _poll(f"{MODEL} routable on {pod}", partial(_listed, url), bool)
             for _ in range(n):
-                resp = httpx.post(
+                resp = HTTP.post(
                     f"{url}/v1/chat/completions",
                     json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
                     timeout=30,
@@ -73,7 +73,7 @@ def sent(shared_cluster: Cluster) -> Iterator[Cluster]:
 
 
 def _listed(url: str) -> bool:
-    models = httpx.get(f"{url}/v1/models", timeout=5).json()["data"]
+    models = HTTP.get(f"{url}/v1/models", timeout=5).json()["data"]
     return any(m["id"] == MODEL for m in models)
 
 
@@ -107,11 +107,11 @@ def test_charts_count_every_pods_requests_once(sent: Cluster) -> None:
     url = sent.pods["pod-a"].url
 
     def counted() -> tuple[int, int]:
-        report = httpx.get(f"{url}/api/v1/metrics/history", timeout=5).json()
+        report = HTTP.get(f"{url}/api/v1/metrics/history", timeout=5).json()
         cluster = sum(
             m["requests"] for s in report["samples"] for m in s["models"] if m["model"] == MODEL
         )
-        on_c = httpx.get(f"{url}/api/v1/metrics/history", params={"pod": "pod-c"}, timeout=5).json()
+        on_c = HTTP.get(f"{url}/api/v1/metrics/history", params={"pod": "pod-c"}, timeout=5).json()
         per_pod = sum(
             m["requests"] for s in on_c["samples"] for m in s["models"] if m["model"] == MODEL
         )
@@ -120,10 +120,10 @@ def test_charts_count_every_pods_requests_once(sent: Cluster) -> None:
     assert _poll("the charts' counts", counted, lambda c: c[0] >= TOTAL) == (TOTAL, TOTAL)
     gpus_of = {
         g["pod"]
-        for s in httpx.get(f"{url}/api/v1/metrics/history", timeout=5).json()["samples"][-1:]
+        for s in HTTP.get(f"{url}/api/v1/metrics/history", timeout=5).json()["samples"][-1:]
         for g in s["gpus"]
     }
-    status = httpx.get(f"{url}/api/cluster/status", timeout=5).json()
+    status = HTTP.get(f"{url}/api/cluster/status", timeout=5).json()
     with_gpus = {p["id"] for p in status["pods"] if p["gpus"]}
     assert gpus_of == with_gpus
 

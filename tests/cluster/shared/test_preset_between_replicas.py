@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 SMALL = "between-small"
 GHOST = "between-ghost"
@@ -36,7 +37,7 @@ def _sim(name: str, **extra: Any) -> dict[str, Any]:
 def _apply(url: str, name: str) -> str:
     """POST apply and read its event stream to the end: the outcome."""
     outcome = ""
-    with httpx.stream("POST", f"{url}/api/cluster/presets/{name}/apply", timeout=60) as resp:
+    with HTTP.stream("POST", f"{url}/api/cluster/presets/{name}/apply", timeout=60) as resp:
         assert resp.status_code == 200, resp.read().decode()
         kind = ""
         for line in resp.iter_lines():
@@ -49,7 +50,7 @@ def _apply(url: str, name: str) -> str:
 
 def _chat(url: str, model: str) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    return HTTP.post(f"{url}/v1/chat/completions", json=body, timeout=30)
 
 
 @pytest.fixture
@@ -62,16 +63,16 @@ def applied(shared_cluster: Cluster) -> Iterator[str]:
         # A reconcile pass may still hold the presets (409 preset_apply_in_progress, "try
         # again when it ends"): retry that answer only, for a bounded time.
         deadline = time.monotonic() + 30
-        gone = httpx.delete(f"{url}/api/cluster/presets/between", timeout=30)
+        gone = HTTP.delete(f"{url}/api/cluster/presets/between", timeout=30)
         while gone.status_code == 409 and time.monotonic() < deadline:
             assert gone.json()["code"] == "preset_apply_in_progress", gone.text
             time.sleep(0.2)
-            gone = httpx.delete(f"{url}/api/cluster/presets/between", timeout=30)
+            gone = HTTP.delete(f"{url}/api/cluster/presets/between", timeout=30)
         assert gone.status_code == 200, gone.text
         for pod in shared_cluster.names:
             for inst in shared_cluster.instances(pod):
                 if inst["servedModelName"] in (SMALL, GHOST):
-                    httpx.post(f"{url}/api/v1/models/{inst['id']}/unload", timeout=30)
+                    HTTP.post(f"{url}/api/v1/models/{inst['id']}/unload", timeout=30)
                     shared_cluster.wait_instance(pod, inst["id"], None)
 
 
@@ -79,12 +80,12 @@ def test_every_pod_answers_503_for_a_declared_model_that_runs_nowhere(
     shared_cluster: Cluster, applied: str
 ) -> None:
     url = applied
-    put = httpx.put(f"{url}/api/cluster/presets/between", json={"models": [_sim(SMALL)]})
+    put = HTTP.put(f"{url}/api/cluster/presets/between", json={"models": [_sim(SMALL)]})
     assert put.status_code == 200, put.text
     assert _apply(url, "between") == "done"
     # The applied preset now also declares a model no pod can run (no H100 anywhere).
     models = [_sim(SMALL), _sim(GHOST, gpuType="NVIDIA H100")]
-    put = httpx.put(f"{url}/api/cluster/presets/between", json={"models": models})
+    put = HTTP.put(f"{url}/api/cluster/presets/between", json={"models": models})
     assert put.status_code == 200, put.text
 
     for pod in shared_cluster.names:

@@ -28,10 +28,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def cluster(shared_cluster: Cluster) -> Iterator[Cluster]:
         yield shared_cluster
     finally:
         url = shared_cluster.leader_url()
-        for preset in httpx.get(f"{url}/api/cluster/presets", timeout=10).json():
+        for preset in HTTP.get(f"{url}/api/cluster/presets", timeout=10).json():
             delete_preset(url, preset["name"])
         for pod in shared_cluster.names:
             for inst in shared_cluster.instances(pod):
@@ -62,11 +62,11 @@ def delete_preset(url: str, name: str) -> None:
     """DELETE, retrying only 409 preset_apply_in_progress (a reconcile pass still holds the
     presets: the API says to try again when it ends), bounded."""
     deadline = time.monotonic() + 30
-    gone = httpx.delete(f"{url}/api/cluster/presets/{name}", timeout=30)
+    gone = HTTP.delete(f"{url}/api/cluster/presets/{name}", timeout=30)
     while gone.status_code == 409 and time.monotonic() < deadline:
         assert gone.json()["code"] == "preset_apply_in_progress", gone.text
         time.sleep(0.2)
-        gone = httpx.delete(f"{url}/api/cluster/presets/{name}", timeout=30)
+        gone = HTTP.delete(f"{url}/api/cluster/presets/{name}", timeout=30)
     assert gone.status_code == 200, gone.text
 
 
@@ -93,7 +93,7 @@ def running(c: Cluster) -> dict[str, list[tuple[str, list[int]]]]:
 def apply(url: str, name: str) -> list[tuple[str, dict[str, Any]]]:
     """POST apply and read its event stream to the end: [(event, data)]."""
     events: list[tuple[str, dict[str, Any]]] = []
-    with httpx.stream("POST", f"{url}/api/cluster/presets/{name}/apply", timeout=120) as resp:
+    with HTTP.stream("POST", f"{url}/api/cluster/presets/{name}/apply", timeout=120) as resp:
         assert resp.status_code == 200, resp.read().decode()
         kind = ""
         for line in resp.iter_lines():
@@ -127,34 +127,32 @@ PLACED = {
 
 def test_refusals_change_nothing(cluster: Cluster) -> None:
     url = cluster.leader_url()
-    bad = httpx.put(
+    bad = HTTP.put(
         f"{url}/api/cluster/presets/x", json={"models": [{**sim("a", 1), "replicas": -1}]}
     )
     assert bad.status_code == 422, bad.text
-    dup = httpx.put(f"{url}/api/cluster/presets/x", json={"models": [sim("a", 1), sim("a", 2)]})
+    dup = HTTP.put(f"{url}/api/cluster/presets/x", json={"models": [sim("a", 1), sim("a", 2)]})
     assert dup.status_code == 422
     assert "appears twice" in dup.text
-    assert (
-        httpx.put(f"{url}/api/cluster/presets/bad%20name", json={"models": []}).status_code == 422
-    )
-    missing = httpx.get(f"{url}/api/cluster/presets/nope/plan")
+    assert HTTP.put(f"{url}/api/cluster/presets/bad%20name", json={"models": []}).status_code == 422
+    missing = HTTP.get(f"{url}/api/cluster/presets/nope/plan")
     assert missing.status_code == 404
     assert missing.json()["code"] == "preset_not_found"
 
-    huge = httpx.put(f"{url}/api/cluster/presets/huge", json={"models": [sim("huge", 30)]})
+    huge = HTTP.put(f"{url}/api/cluster/presets/huge", json={"models": [sim("huge", 30)]})
     assert huge.status_code == 200, huge.text
-    plan = httpx.get(f"{url}/api/cluster/presets/huge/plan").json()
+    plan = HTTP.get(f"{url}/api/cluster/presets/huge/plan").json()
     [step] = plan["steps"]
     assert step["action"] == "unschedulable"
     assert set(step["reasons"]) == {"pod-a", "pod-b", "pod-c"}
-    refused = httpx.post(f"{url}/api/cluster/presets/huge/apply")
+    refused = HTTP.post(f"{url}/api/cluster/presets/huge/apply")
     assert refused.status_code == 409
     body = refused.json()
     assert body["code"] == "preset_unschedulable"
     assert set(body["steps"][0]["reasons"]) == {"pod-a", "pod-b", "pod-c"}
     assert running(cluster) == {}
-    assert httpx.get(f"{url}/api/cluster/presets/huge").json()["applied"] is False
-    assert httpx.delete(f"{url}/api/cluster/presets/huge").status_code == 200
+    assert HTTP.get(f"{url}/api/cluster/presets/huge").json()["applied"] is False
+    assert HTTP.delete(f"{url}/api/cluster/presets/huge").status_code == 200
 
 
 def test_apply_places_by_strategy_then_reconciles_a_dead_and_returning_pod(
@@ -163,9 +161,9 @@ def test_apply_places_by_strategy_then_reconciles_a_dead_and_returning_pod(
     url = cluster.leader_url()
     assert url == cluster.pods["pod-a"].url
     models = [sim(n, g) for n, g in SIZES.items()]
-    put = httpx.put(f"{url}/api/cluster/presets/six", json={"models": models})
+    put = HTTP.put(f"{url}/api/cluster/presets/six", json={"models": models})
     assert put.status_code == 200, put.text
-    plan = httpx.get(f"{url}/api/cluster/presets/six/plan").json()
+    plan = HTTP.get(f"{url}/api/cluster/presets/six/plan").json()
     assert [(s["model"], s["podId"], s["gpuIds"]) for s in plan["steps"]] == [
         (n, *PLACED[n][0]) for n in SIZES
     ]
@@ -179,13 +177,13 @@ def test_apply_places_by_strategy_then_reconciles_a_dead_and_returning_pod(
     print(f"\napply of 6 models: {time.monotonic() - started:.1f} s")
     assert running(cluster) == PLACED
     # Every instance of the applied preset says so (the dashboard and CLI mark it).
-    listed = httpx.get(f"{url}/api/v1/models").json()
+    listed = HTTP.get(f"{url}/api/v1/models").json()
     assert {i["servedModelName"]: i["managedBy"] for i in listed} == {
         n: {"kind": "preset", "name": "six"} for n in SIZES
     }
     # Every pod holds the presets the leader sent (any of them could lead next).
     for pod in ("pod-b", "pod-c"):
-        unsigned = httpx.post(f"{cluster.pods[pod].url}/internal/control/read", json={})
+        unsigned = HTTP.post(f"{cluster.pods[pod].url}/internal/control/read", json={})
         assert unsigned.status_code == 401
         copy = stored_presets(cluster, pod)["six"]
         assert copy["appliedAt"] is not None
@@ -201,7 +199,7 @@ def test_apply_places_by_strategy_then_reconciles_a_dead_and_returning_pod(
     del after_death["m3"]
     took = wait_for(cluster, after_death, 30)
     print(f"pod-c killed: m6 re-placed on pod-b after {took:.1f} s; m3 fits nowhere")
-    preset = httpx.get(f"{url}/api/cluster/presets/six").json()
+    preset = HTTP.get(f"{url}/api/cluster/presets/six").json()
     [stuck] = preset["reconcile"]["unschedulable"]
     assert stuck["model"] == "m3"
     assert set(stuck["reasons"]) == {"pod-a", "pod-b", "pod-c"}
@@ -218,7 +216,7 @@ def test_apply_places_by_strategy_then_reconciles_a_dead_and_returning_pod(
 def stored_presets(cluster: Cluster, pod: str) -> dict[str, Any]:
     """``pod``'s own copy of the presets: its copy of the control state (its presets API
     would redirect to the leader)."""
-    resp = httpx.get(f"{cluster.pods[pod].url}/api/cluster/control", timeout=5)
+    resp = HTTP.get(f"{cluster.pods[pod].url}/api/cluster/control", timeout=5)
     assert resp.status_code == 200, resp.text
     [doc] = [d for d in resp.json()["documents"] if d["key"] == "presets"]
     return {p["name"]: p for p in doc["body"]}
@@ -226,21 +224,21 @@ def stored_presets(cluster: Cluster, pod: str) -> dict[str, Any]:
 
 def test_a_second_apply_while_one_runs_is_refused(cluster: Cluster) -> None:
     url = cluster.leader_url()
-    slow = httpx.put(f"{url}/api/cluster/presets/slow", json={"models": [sim("slow", 1, load_s=3)]})
+    slow = HTTP.put(f"{url}/api/cluster/presets/slow", json={"models": [sim("slow", 1, load_s=3)]})
     assert slow.status_code == 200
     result: list[list[tuple[str, dict[str, Any]]]] = []
     first = threading.Thread(target=lambda: result.append(apply(url, "slow")))
     first.start()
     try:
         deadline = time.monotonic() + 10
-        view = httpx.get(f"{url}/api/cluster/presets/slow").json()
+        view = HTTP.get(f"{url}/api/cluster/presets/slow").json()
         while time.monotonic() < deadline and not (
             view["applied"] and view["reconcile"]["lastRun"]["state"] == "running"
         ):
             time.sleep(0.05)
-            view = httpx.get(f"{url}/api/cluster/presets/slow").json()
+            view = HTTP.get(f"{url}/api/cluster/presets/slow").json()
         assert view["reconcile"]["lastRun"]["trigger"] == "apply"
-        second = httpx.post(f"{url}/api/cluster/presets/slow/apply")
+        second = HTTP.post(f"{url}/api/cluster/presets/slow/apply")
         assert second.status_code == 409, second.text
         assert second.json()["code"] == "preset_apply_in_progress"
     finally:

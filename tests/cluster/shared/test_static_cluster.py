@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from sardeenz.security.cluster_hmac import Signer
@@ -28,7 +27,7 @@ from testkit.cluster import (
     listed_models,
     wait_listed,
 )
-from testkit.servers import engine_processes
+from testkit.servers import HTTP, engine_processes
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +104,7 @@ def test_forwarded_request_needs_a_valid_cluster_signature(
     only stops a second hop. What the signature is for is checked in
     test_internal_auth.py with API keys on."""
     b = shared_cluster.pods["pod-b"]
-    resp = httpx.post(
+    resp = HTTP.post(
         f"{b.url}/v1/chat/completions",
         json={"model": "remote-b", "messages": [{"role": "user", "content": "x"}]},
         headers={"x-sardeenz-hop": "pod-a"},
@@ -241,7 +240,7 @@ def test_leader_lists_every_pods_instances_and_sleeps_and_wakes_a_remote_one(
         shared_cluster.wait_instance(follower, iid, "active")
 
     # A follower's list redirects to the leader, which answers for the whole cluster.
-    via = httpx.get(
+    via = HTTP.get(
         f"{shared_cluster.pods[follower].url}/api/v1/models", follow_redirects=True, timeout=5
     )
     assert via.status_code == 200
@@ -259,7 +258,7 @@ def test_orders_of_an_old_term_are_refused(shared_cluster: Cluster) -> None:
     signer = Signer(SECRET.encode(), source=TESTER)
     body = b'{"term": 0, "level": 1}'
     path = "/internal/models/nope/sleep"
-    resp = httpx.post(
+    resp = HTTP.post(
         f"{c.url}{path}", content=body, headers=signer.headers("POST", path, body, target="pod-c")
     )
     assert term >= 1

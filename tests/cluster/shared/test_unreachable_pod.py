@@ -4,7 +4,8 @@ soak found streams hung for 30 s and more across a network partition, which send
 reset). The stream ends as a stream cut by an engine failure does: a final ``event: error``
 (proxy/relay.py). The pod is held with SIGSTOP: its sockets stay open and silent, as across a cut.
 
-Its own cluster (``cluster3``): the test stops a pod.
+On the shared cluster: the pod held is a follower (pod-b), let go again before the test
+ends, and the test waits until every pod sees it healthy again and unloads its model.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import threading
 import time
 from typing import Any
 
-import httpx
 import pytest
 
 from testkit.cluster import Cluster
+from testkit.servers import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ def _stream(url: str, model: str, out: dict[str, Any], first: threading.Event) -
         "stream": True,
     }
     chunks = 0
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as resp:
+    with HTTP.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as resp:
         out["status"] = resp.status_code
         for line in resp.iter_lines():
             if not line.startswith("data:"):
@@ -55,13 +56,15 @@ def _stream(url: str, model: str, out: dict[str, Any], first: threading.Event) -
     out["ended"] = time.monotonic()
 
 
-def test_stream_forwarded_to_a_silent_pod_ends_with_pod_unavailable(cluster3: Cluster) -> None:
-    cluster3.wait_one_leader(30)
-    inst = cluster3.load_on("pod-b", "silent-pod-model", "--itl-ms", str(ITL_MS))
-    entry = cluster3.pods["pod-a"].url
+def test_stream_forwarded_to_a_silent_pod_ends_with_pod_unavailable(
+    shared_cluster: Cluster,
+) -> None:
+    shared_cluster.wait_one_leader(30)
+    inst = shared_cluster.load_on("pod-b", "silent-pod-model", "--itl-ms", str(ITL_MS))
+    entry = shared_cluster.pods["pod-a"].url
     deadline = time.monotonic() + 15
     while "silent-pod-model" not in [
-        m["id"] for m in httpx.get(f"{entry}/v1/models", timeout=5).json()["data"]
+        m["id"] for m in HTTP.get(f"{entry}/v1/models", timeout=5).json()["data"]
     ]:
         assert time.monotonic() < deadline, "pod-a never routed pod-b's model"
         time.sleep(0.1)
@@ -70,7 +73,7 @@ def test_stream_forwarded_to_a_silent_pod_ends_with_pod_unavailable(cluster3: Cl
     reader = threading.Thread(target=_stream, args=(entry, "silent-pod-model", out, first))
     reader.start()
     assert first.wait(15), f"no first token: {out}"
-    pod_b = cluster3.pods["pod-b"].proc
+    pod_b = shared_cluster.pods["pod-b"].proc
     assert pod_b is not None
     os.kill(pod_b.pid, signal.SIGSTOP)
     stopped = time.monotonic()
@@ -85,5 +88,8 @@ def test_stream_forwarded_to_a_silent_pod_ends_with_pod_unavailable(cluster3: Cl
     assert out.get("error", {}).get("code") == "pod_unavailable", out
     assert out["chunks"] < TOKENS, out
     print(f"\nstream to a silent pod ended {took:.2f}s after it stopped: {out['error']}")
-    resp = httpx.post(f"{cluster3.leader_url()}/api/v1/models/{inst['id']}/unload", timeout=30)
+    # As the test found the cluster: pod-b healthy in every view, its model gone.
+    shared_cluster.wait_whole(30, "pod-b let go")
+    resp = HTTP.post(f"{shared_cluster.leader_url()}/api/v1/models/{inst['id']}/unload", timeout=30)
     assert resp.status_code == 200, resp.text
+    assert shared_cluster.wait_instance("pod-b", inst["id"], None) is None
