@@ -6,8 +6,9 @@ skip with a reason (someone running pytest by hand); with it set to a path that 
 exist they fail, so CI cannot skip them by accident.
 
 Everything slow is cached across runs under ``${XDG_CACHE_HOME:-~/.cache}/sardeenz``: the
-venv (by the Makefile) and the tiny model (here, keyed by a hash of its build script). The
-tier prints its wall time and each instance's spawn-to-active time in pytest's summary.
+venv (by the Makefile), the tiny model (here, keyed by a hash of its build script) and
+vLLM's model-info cache (``seed_vllm_cache``). The tier prints its wall time and each
+instance's spawn-to-active time in pytest's summary.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -72,26 +73,31 @@ def vllm_python() -> str:
     return python
 
 
-@pytest.fixture(scope="session")
-def tiny_model(vllm_python: str) -> Path:
-    """A random-weight Llama (hidden 128, 2 layers) built offline once, then reused.
+def cached_build(
+    name: str, script: Path, vllm_python: str, argv: Callable[[Path], list[str]], marker: str
+) -> Path:
+    """``CACHE_ROOT/models/<name>-<key>``, built once by ``vllm_python script *argv(OUT)``.
 
-    Built into a temporary sibling folder and renamed into place, under a lock, so an
-    interrupted or concurrent build never leaves a half-written model that later runs trust.
+    The key hashes the script, the interpreter and the arguments, so a change to any of
+    them builds anew; ``marker`` is the file whose presence says the build is whole. Built
+    into a temporary sibling folder and renamed into place, under a lock, so an interrupted
+    or concurrent build never leaves a half-written folder that later runs trust.
     """
-    key = hashlib.sha256(BUILD_SCRIPT.read_bytes() + vllm_python.encode()).hexdigest()[:12]
+    args = "\0".join(a for a in argv(Path("OUT")) if a != "OUT")
+    key = hashlib.sha256(script.read_bytes() + vllm_python.encode() + args.encode()).hexdigest()
+    key = key[:12]
     models = CACHE_ROOT / "models"
-    target = models / f"tiny-llama-{key}"
+    target = models / f"{name}-{key}"
     models.mkdir(parents=True, exist_ok=True)
-    with (models / f"tiny-llama-{key}.lock").open("w") as lock:
+    with (models / f"{name}-{key}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "config.json").is_file():
+        if (target / marker).is_file():
             return target
         started = time.monotonic()
-        scratch = models / f".tiny-llama-{key}.{os.getpid()}"
+        scratch = models / f".{name}-{key}.{os.getpid()}"
         shutil.rmtree(scratch, ignore_errors=True)
         done = subprocess.run(
-            [vllm_python, str(BUILD_SCRIPT), str(scratch)],
+            [vllm_python, str(script), *argv(scratch)],
             capture_output=True,
             text=True,
             timeout=300,
@@ -100,10 +106,56 @@ def tiny_model(vllm_python: str) -> Path:
         )
         if done.returncode != 0:
             shutil.rmtree(scratch, ignore_errors=True)
-            pytest.fail(f"building the tiny model failed:\n{done.stdout}\n{done.stderr}")
+            pytest.fail(f"building {name} failed:\n{done.stdout}\n{done.stderr}")
         scratch.rename(target)
-        TIMINGS["tiny model build (cached afterwards)"] = time.monotonic() - started
+        TIMINGS[f"{name} build (cached afterwards)"] = time.monotonic() - started
     return target
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_python: str) -> Path:
+    """A random-weight Llama (hidden 128, 2 layers) built offline once, then reused."""
+    return cached_build(
+        "tiny-llama", BUILD_SCRIPT, vllm_python, lambda out: [str(out)], "config.json"
+    )
+
+
+def modelinfo_seed(vllm_python: str) -> Path:
+    """Where the tier keeps vLLM's model-info cache between servers and runs."""
+    key = hashlib.sha256(vllm_python.encode()).hexdigest()[:12]
+    return CACHE_ROOT / "vllm-modelinfos" / key
+
+
+def seed_vllm_cache(data_dir: Path, vllm_python: str) -> None:
+    """Give a new server's data dir the vLLM model-info cache an earlier server left.
+
+    Before it builds the engine, vLLM's API server inspects the model class in a
+    subprocess of its own (``python -m vllm.model_executor.models.registry``: torch and
+    vLLM imported once more, about 9 s of CPU) unless ``$VLLM_CACHE_ROOT/modelinfos`` holds
+    the answer, keyed by a hash of the model's source file. Sardeenz points
+    ``VLLM_CACHE_ROOT`` into its data dir, so on a node every start after the first finds
+    it; each test server has a fresh data dir and so paid it on every start. Seeded, a
+    test server is that node. vLLM checks the hash, so a stale file is recomputed, never
+    trusted.
+    """
+    seed = modelinfo_seed(vllm_python)
+    if not seed.is_dir():
+        return
+    target = data_dir / "cache" / "vllm" / "modelinfos"
+    target.mkdir(parents=True, exist_ok=True)
+    for info in seed.glob("*.json"):
+        shutil.copyfile(info, target / info.name)
+
+
+def keep_vllm_cache(data_dir: Path, vllm_python: str) -> None:
+    """Keep the model-info files a server's engines wrote, for the next servers and runs
+    (written to a temporary name and renamed: concurrent workers never read half a file)."""
+    seed = modelinfo_seed(vllm_python)
+    seed.mkdir(parents=True, exist_ok=True)
+    for info in (data_dir / "cache" / "vllm" / "modelinfos").glob("*.json"):
+        scratch = seed / f".{info.name}.{os.getpid()}"
+        shutil.copyfile(info, scratch)
+        scratch.replace(seed / info.name)
 
 
 def server_env(vllm_python: str) -> dict[str, str]:
@@ -134,11 +186,13 @@ def vllm_server(
     (``$TMPDIR/<uuid>``) must stay within the 107-byte Unix socket limit.
     """
     srv = ServerProcess(tmp_path_factory.mktemp("v"), extra_env=server_env(vllm_python))
+    seed_vllm_cache(srv.data_dir, vllm_python)
     try:
         yield srv.start()
     finally:
         srv.stop(signal.SIGKILL)
         kill_engines(srv.data_dir)
+        keep_vllm_cache(srv.data_dir, vllm_python)
 
 
 def load_vllm(api: httpx.Client, model: Path | str, name: str, **body: Any) -> dict[str, Any]:

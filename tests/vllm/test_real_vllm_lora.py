@@ -14,10 +14,8 @@ own reason when it cannot load an adapter.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +27,15 @@ import pytest
 from openai import OpenAI
 
 from testkit.servers import ServerProcess, kill_engines
-from tests.vllm.conftest import ENGINE_ARGS, READY_TIMEOUT_SECONDS, server_env, timed
+from tests.vllm.conftest import (
+    ENGINE_ARGS,
+    READY_TIMEOUT_SECONDS,
+    cached_build,
+    keep_vllm_cache,
+    seed_vllm_cache,
+    server_env,
+    timed,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
@@ -44,18 +50,19 @@ TOKENS = 8
 
 @pytest.fixture(scope="module")
 def adapters(vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three PEFT adapters for the tiny model, written by torch/safetensors (a second)."""
-    out = tmp_path_factory.mktemp("adapters")
-    done = subprocess.run(
-        [vllm_python, str(LORA_SCRIPT), str(tiny_model), str(out), ONE, TWO, THREE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        check=False,
+    """Three PEFT adapters for the tiny model, written by torch/safetensors once (cached
+    like the model: the script derives each adapter's weights from its name), copied into
+    the module's own folder with the broken one beside them."""
+    built = cached_build(
+        "tiny-lora",
+        LORA_SCRIPT,
+        vllm_python,
+        lambda out: [str(tiny_model), str(out), ONE, TWO, THREE],
+        f"{THREE}/adapter_model.safetensors",
     )
-    if done.returncode != 0:
-        pytest.fail(f"building the adapters failed:\n{done.stdout}\n{done.stderr}")
+    out = tmp_path_factory.mktemp("adapters")
+    for name in (ONE, TWO, THREE):
+        shutil.copytree(built / name, out / name)
     (out / BROKEN).mkdir()
     shutil.copy(out / ONE / "adapter_config.json", out / BROKEN / "adapter_config.json")
     return out
@@ -87,11 +94,13 @@ catalog:
         extra_env=server_env(vllm_python),
         args=["--config", str(config)],
     )
+    seed_vllm_cache(srv.data_dir, vllm_python)
     try:
         yield srv.start()
     finally:
         srv.stop(signal.SIGKILL)
         kill_engines(srv.data_dir)
+        keep_vllm_cache(srv.data_dir, vllm_python)
 
 
 def client(srv: ServerProcess) -> OpenAI:
