@@ -115,7 +115,6 @@ class Scope:
         "inflight",
         "month",
         "name",
-        "rolls_at",
         "rpm",
         "slots",
         "tenant",
@@ -136,47 +135,29 @@ class Scope:
         """Refusals by the concurrency limit (the demand a cluster's share follows)."""
         self.day: BudgetCounter | None = None
         self.month: BudgetCounter | None = None
-        self.rolls_at = 0.0
-        """Wall-clock time the first of the budgets' periods ends, as their ``reset_at``
-        last said (a period does not change before its end): before it, asking them is
-        skipped. Never later than the truth (0: ask)."""
 
     @property
     def counts_tokens(self) -> bool:
         return self.tpm is not None or self.day is not None or self.month is not None
 
-    def refusal(self, tokens: int, now: float, wall: float) -> Rejection | None:
-        """The limit that refuses ``tokens`` now (the longest wait of those that do).
-
-        Written for the common case, every limit passing: no tuple or list is built
-        unless one refuses (measured: about half the cost of the loop it replaced).
-        """
+    def refusal(self, wall: float, wait_rpm: float, wait_tpm: float) -> Rejection | None:
+        """The limit of this scope that refuses (the longest wait of those that do), the
+        rate limits' waits given (``Plan.refused``); budgets rolled over up to ``wall``."""
         rpm, tpm, day, month = self.rpm, self.tpm, self.day, self.month
-        wait_rpm = rpm.wait(1, now) if rpm is not None else 0.0
-        wait_tpm = tpm.wait(tokens, now) if tpm is not None else 0.0
-        full_day = full_month = False
-        if wall >= self.rolls_at:  # a new period starts from zero
-            ends = [b.reset_at(wall) for b in (day, month) if b is not None]
-            self.rolls_at = min(ends, default=math.inf)
-        if day is not None:
-            full_day = day.used + day.held >= day.limit
-        if month is not None:
-            full_month = month.used + month.held >= month.limit
-        busy = self.slots is not None and self.inflight >= self.slots
-        if not (wait_rpm or wait_tpm or full_day or full_month or busy):
-            return None
         candidates: list[tuple[float, str, int]] = []
-        if busy and self.concurrency is not None:
+        if self.slots is not None and self.inflight >= self.slots and self.concurrency is not None:
             self.busy_refusals += 1
             candidates.append((CONCURRENCY_RETRY_AFTER, "concurrent_requests", self.concurrency))
         if wait_rpm and rpm is not None:
             candidates.append((wait_rpm, "requests_per_minute", int(rpm.capacity)))
         if wait_tpm and tpm is not None:
             candidates.append((wait_tpm, "tokens_per_minute", int(tpm.capacity)))
-        if full_day and day is not None:
+        if day is not None and day.used + day.held >= day.limit:
             candidates.append((day.reset_at(wall) - wall, "tokens_per_day", day.limit))
-        if full_month and month is not None:
+        if month is not None and month.used + month.held >= month.limit:
             candidates.append((month.reset_at(wall) - wall, "tokens_per_month", month.limit))
+        if not candidates:
+            return None
         wait, reason, limit = max(candidates)
         return Rejection(self.tenant, self.name, reason, limit, retry_after(wait))
 
@@ -201,7 +182,6 @@ class Scope:
         self.concurrency = limits.concurrent_requests
         self.day = _budget(self, self.day, limits.tokens_per_day, "day", counters, wall)
         self.month = _budget(self, self.month, limits.tokens_per_month, "month", counters, wall)
-        self.rolls_at = 0.0  # (budgets added or replaced: ask them)
 
 
 def _rate(
@@ -232,36 +212,108 @@ def _budget(
     return held
 
 
-class Ticket:
-    """An admitted request's charge, settled (or cancelled) exactly once."""
+class Plan:
+    """What a request of one tenant to one model is checked against, flattened.
+
+    Why: a request's scopes (the tenant's whole traffic, and the model's) hold up to
+    four rate limits, two budgets and two in-flight counts; walking them scope by scope
+    asked each ``is not None`` on every request. A plan lists, once per
+    ``Admission.configure`` (the only place a scope's counters change), the counters
+    that exist, so a request touches those and nothing else. Its order is the scopes'
+    (the tenant's first), which a refusal's choice depends on (``refused``).
+    """
 
     __slots__ = (
-        "_counts_tokens",
-        "_key",
-        "_meter",
-        "_model",
-        "_open",
-        "_prompt_estimate",
-        "_scopes",
-        "estimate",
+        "budgets",
+        "counts_tokens",
+        "gated",
+        "per_request",
+        "per_token",
+        "rolls_at",
+        "scopes",
+        "stale",
         "tenant",
     )
 
+    def __init__(self, tenant: str, scopes: tuple[Scope, ...]) -> None:
+        self.tenant = tenant
+        self.scopes = scopes
+        self.stale = False
+        """Replaced by a later ``configure``: its scopes' counters may have changed (a
+        limit added or removed), so a ticket of it settles against the scopes' own."""
+        self.per_request = tuple(s.rpm for s in scopes if s.rpm is not None)
+        """Charged one per request."""
+        self.per_token = tuple(s.tpm for s in scopes if s.tpm is not None)
+        """Charged the request's estimate, settled to its usage."""
+        self.budgets = tuple(b for s in scopes for b in (s.day, s.month) if b is not None)
+        self.gated = tuple(s for s in scopes if s.concurrency is not None)
+        """Scopes with a concurrency limit (their ``slots`` an int: ``Scope.apply``)."""
+        self.counts_tokens = bool(self.per_token or self.budgets)
+        """Whether a request's end must read its usage: any token limit in any scope."""
+        self.rolls_at = 0.0
+        """Wall-clock time the first of the budgets' periods ends, as their ``reset_at``
+        last said (a period does not change before its end): before it, asking them is
+        skipped, and their ``add`` is written inline. Never later than the truth: a
+        period only moves forward (0: ask)."""
+
+    def roll(self, wall: float) -> None:
+        """Roll the budgets whose period ended over (a new period starts from zero)."""
+        self.rolls_at = min([b.reset_at(wall) for b in self.budgets], default=math.inf)
+
+    def refused(
+        self, tokens: int, now: float, wall: float, failed: RateCounter | None, wait: float
+    ) -> Rejection:
+        """The refusal of a request the fast path (``Admission.admit``) could not admit.
+
+        ``failed``: the rate counter that refused (``wait``: its seconds), the ones before
+        it charged (given back here) and the ones after it not asked yet (asked here, so
+        each counts the request once in its demand, shares.py ``LeasedBucket.asked``);
+        None: a budget or the concurrency refused before any rate was charged. The answer
+        is the one admission always gave: of each scope the limit with the longest wait,
+        of the scopes the first unless a later one's ``Retry-After`` is longer.
+        """
+        order = [(r, 1) for r in self.per_request] + [(r, tokens) for r in self.per_token]
+        waits: dict[int, float] = {}
+        charged = failed is not None
+        for counter, amount in order:
+            if counter is failed:
+                charged = False
+                waits[id(counter)] = wait
+            elif charged:
+                counter.give(amount, now)  # admitted by it: undone
+                waits[id(counter)] = 0.0
+            else:
+                waits[id(counter)] = counter.wait(amount, now)
+        refusal = None
+        for scope in self.scopes:
+            found = scope.refusal(
+                wall,
+                waits.get(id(scope.rpm), 0.0),
+                waits.get(id(scope.tpm), 0.0),
+            )
+            if found is not None and (refusal is None or found.retry_after > refusal.retry_after):
+                refusal = found
+        if refusal is None:  # (not reached: the fast path saw one refuse)
+            raise AssertionError("a refused request with no limit refusing")
+        return refusal
+
+
+class Ticket:
+    """An admitted request's charge, settled (or cancelled) exactly once."""
+
+    __slots__ = ("_key", "_meter", "_model", "_open", "_plan", "_prompt_estimate", "estimate")
+
     def __init__(
         self,
-        tenant: str,
-        scopes: tuple[Scope, ...],
+        plan: Plan,
         estimate: int,
-        counts_tokens: bool,
         meter: UsageMeter | None = None,
         key: str = "",
         model: str = "",
         prompt_estimate: int = 0,
     ) -> None:
-        self.tenant = tenant
-        self._scopes = scopes
+        self._plan = plan
         self.estimate = estimate
-        self._counts_tokens = counts_tokens
         self._open = True
         # (plain arguments, not a tuple unpacked: one is made per request)
         self._meter = meter
@@ -270,13 +322,18 @@ class Ticket:
         self._prompt_estimate = prompt_estimate
         """The prompt's part of the estimate (the usage meter's)."""
 
+    @property
+    def tenant(self) -> str:
+        return self._plan.tenant
+
     def settle(self, status: int, last: bytes, prev: bytes) -> None:
         """The request ended with ``status``; ``last``/``prev``: the response's tail."""
         if not self._open:
             return
         self._open = False
+        plan = self._plan
         estimate = actual = self.estimate
-        if self._counts_tokens:
+        if plan.counts_tokens:
             prompt, completion = usage_tokens(last, prev)
             if prompt is not None:
                 actual = prompt + (completion or 0)
@@ -284,30 +341,58 @@ class Ticket:
                 actual = 0  # refused or failed upstream, and the engine reported nothing
             # else (a success without usage: a stream that did not ask for it; or the
             # client left, the engine having worked for it): the estimate stands
-        now, wall = _mono(), _wall()
-        # Each scope's part, inline (a call per scope was a tenth of the cost): out of
-        # the in-flight count, the estimate given back for ``actual``, the budgets' hold
-        # released (never below 0: a budget added while this request was in flight).
-        for scope in self._scopes:
-            scope.inflight -= 1
-            tpm, day, month = scope.tpm, scope.day, scope.month
-            if tpm is not None and actual != estimate:
-                tpm.give(estimate - actual, now)
-            if day is not None:
-                held = day.held - estimate
-                day.held = held if held > 0 else 0
-                if actual:
-                    day.add(actual, wall)
-            if month is not None:
-                held = month.held - estimate
-                month.held = held if held > 0 else 0
-                if actual:
-                    month.add(actual, wall)
+        if plan.stale:
+            wall = self._settle_live(estimate, actual)
+        else:
+            wall = self._settle(plan, estimate, actual)
         meter = self._meter
         if meter is not None:  # the tail is read by the meter's drain, off this path
-            p_est, tenant, key, model = self._prompt_estimate, self.tenant, self._key, self._model
+            p_est, key, model = self._prompt_estimate, self._key, self._model
             c_est = estimate - p_est  # the last field, "": an admitted request (meter.ADMITTED)
-            meter.note((wall, tenant, key, model, status, p_est, c_est, last, prev, ""))
+            meter.note((wall, plan.tenant, key, model, status, p_est, c_est, last, prev, ""))
+
+    @staticmethod
+    def _settle(plan: Plan, estimate: int, actual: int) -> float:
+        # Each counter's part, inline (a call per scope was a tenth of the cost): out of
+        # the in-flight counts, the estimate given back for ``actual``, the budgets' hold
+        # released. Returns the wall-clock time it settled at.
+        for scope in plan.scopes:
+            scope.inflight -= 1
+        if actual != estimate and plan.per_token:
+            now = _mono()
+            back = estimate - actual
+            for rate in plan.per_token:
+                rate.give(back, now)
+        wall = _wall()
+        budgets = plan.budgets
+        if budgets:
+            inline = wall < plan.rolls_at  # no period ended: ``add`` is two stores
+            for budget in budgets:
+                held = budget.held - estimate
+                budget.held = held if held > 0 else 0
+                if actual:
+                    if inline:
+                        budget.used += actual
+                        budget.dirty = True
+                    else:
+                        budget.add(actual, wall)
+        return wall
+
+    def _settle_live(self, estimate: int, actual: int) -> float:
+        """``_settle`` for a ticket whose plan a ``configure`` replaced: against the
+        counters its scopes hold now (never below 0: a budget added while this request
+        was in flight holds nothing for it)."""
+        now, wall = _mono(), _wall()
+        for scope in self._plan.scopes:
+            scope.inflight -= 1
+            if scope.tpm is not None and actual != estimate:
+                scope.tpm.give(estimate - actual, now)
+            for budget in (scope.day, scope.month):
+                if budget is not None:
+                    budget.held = max(0, budget.held - estimate)
+                    if actual:
+                        budget.add(actual, wall)
+        return wall
 
     def unmetered(self) -> None:
         """Not for the usage meter: a request another pod forwarded here is billed by
@@ -320,12 +405,12 @@ class Ticket:
             return
         self._open = False
         now = _mono()
-        for scope in self._scopes:
+        for scope in self._plan.scopes:
             scope.cancel(self.estimate, now)
 
 
 class _TenantScopes:
-    __slots__ = ("all", "by_model", "counts_tokens", "name", "priority", "weight")
+    __slots__ = ("all", "by_model", "name", "priority", "weight")
 
     def __init__(
         self,
@@ -338,13 +423,8 @@ class _TenantScopes:
         self.name = name
         self.weight = weight
         self.priority = priority
-        self.all = (everything,)
-        self.by_model = {m: (everything, s) for m, s in by_model.items()}
-        self.counts_tokens = everything.counts_tokens or any(
-            s.counts_tokens for s in by_model.values()
-        )
-        """Whether a request's end must read its usage: any token limit in any scope
-        (a model scope's alone too; read once per request, not per scope)."""
+        self.all = Plan(name, (everything,))
+        self.by_model = {m: Plan(name, (everything, s)) for m, s in by_model.items()}
 
 
 def estimate_tokens(payload: dict[str, Any], body_bytes: int, default_completion: int) -> int:
@@ -417,6 +497,10 @@ class Admission:
                 by_key[GROUP_MEMBER + group] = entry
             by_subject.update(dict.fromkeys(tenant.subjects, tenant.name))
             by_group.update(dict.fromkeys(tenant.groups, tenant.name))
+        for old in self._by_key.values():  # (tickets of theirs settle against the scopes)
+            old.all.stale = True
+            for plan in old.by_model.values():
+                plan.stale = True
         self._by_key, self._by_subject, self._by_group = by_key, by_subject, by_group
         self._scopes = scopes
         self.active = bool(by_key)
@@ -454,7 +538,7 @@ class Admission:
         entry = self._by_key.get(key_id)
         if entry is None:
             return None
-        scopes = entry.by_model.get(model, entry.all)
+        plan = entry.by_model.get(model, entry.all)
         # estimate_tokens, inline: the prompt's part is the meter's too
         cap = payload.get("max_completion_tokens")
         if cap is None:
@@ -465,30 +549,45 @@ class Admission:
         tokens = prompt + cap
         now = _mono()
         wall = _wall()
-        refusal = None
-        for scope in scopes:
-            found = scope.refusal(tokens, now, wall)
-            if found is not None and (refusal is None or found.retry_after > refusal.retry_after):
-                refusal = found
-        if refusal is not None:
-            # counted by whoever answers it (``refused``): once
-            return refusal._replace(key=key_id, model=model)
-        # Every scope charged, inline (``refusal`` answered at this ``now``: the buckets
-        # take without a second refill).
-        for scope in scopes:
+        # Every limit is checked before any is charged, so a refusal costs the tenant
+        # nothing: first what has no side effect (budgets, requests in flight), then each
+        # rate charged if it may be (``charge``: one call, not a ``wait`` and a ``take``);
+        # one that refuses sends the request to ``Plan.refused``, which undoes the rest.
+        if wall >= plan.rolls_at:
+            plan.roll(wall)
+        for budget in plan.budgets:
+            if budget.used + budget.held >= budget.limit:
+                return self._refused(plan, tokens, now, wall, None, 0.0, key_id, model)
+        for scope in plan.gated:
+            if scope.inflight >= scope.slots:  # type: ignore[operator]  # (an int: gated)
+                return self._refused(plan, tokens, now, wall, None, 0.0, key_id, model)
+        for rate in plan.per_request:
+            wait = rate.charge(1, now)
+            if wait:
+                return self._refused(plan, tokens, now, wall, rate, wait, key_id, model)
+        for rate in plan.per_token:
+            wait = rate.charge(tokens, now)
+            if wait:
+                return self._refused(plan, tokens, now, wall, rate, wait, key_id, model)
+        for scope in plan.scopes:
             scope.inflight += 1
-            rpm, tpm, day, month = scope.rpm, scope.tpm, scope.day, scope.month
-            if rpm is not None:
-                rpm.take(1, now)
-            if tpm is not None:
-                tpm.take(tokens, now)
-            if day is not None:
-                day.held += tokens
-            if month is not None:
-                month.held += tokens
-        return Ticket(
-            entry.name, scopes, tokens, entry.counts_tokens, self.meter, key_id, model, prompt
-        )
+        for budget in plan.budgets:
+            budget.held += tokens
+        return Ticket(plan, tokens, self.meter, key_id, model, prompt)
+
+    @staticmethod
+    def _refused(
+        plan: Plan,
+        tokens: int,
+        now: float,
+        wall: float,
+        failed: RateCounter | None,
+        wait: float,
+        key_id: str,
+        model: str,
+    ) -> Rejection:
+        # counted by whoever answers it (``refused``): once
+        return plan.refused(tokens, now, wall, failed, wait)._replace(key=key_id, model=model)
 
     def metered(self, rejection: Rejection) -> None:
         """Count a refusal that is answered in the usage meter (Prometheus counts it in
