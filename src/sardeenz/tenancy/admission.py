@@ -39,6 +39,8 @@ from sardeenz.tenancy.counters import (
     CounterFactory,
     LocalCounters,
     RateCounter,
+    Rates,
+    rates,
     retry_after,
 )
 from sardeenz.tenancy.meter import UsageMeter
@@ -46,6 +48,11 @@ from sardeenz.tenancy.spec import Limits, Tenant
 
 _mono = time.monotonic
 _wall = time.time
+
+ROLL_CHECK_SECONDS: Final = 1.0
+"""How long a plan goes without asking its budgets whether their period ended, at most
+(``Plan.roll``): the periods' ends are wall-clock times, the requests read the monotonic
+clock; a wall clock stepped forward past a period's end is seen within this."""
 
 ALL_MODELS: Final = "*"
 """The scope of a tenant's whole traffic (a model scope is named by the served name)."""
@@ -192,7 +199,7 @@ def _rate(
     if held is None:
         return counters.rate(scope.tenant, scope.name, kind, limit)
     if held.capacity != limit:
-        held.resize(limit)
+        held.resize(limit, _mono())
     return held
 
 
@@ -225,11 +232,12 @@ class Plan:
 
     __slots__ = (
         "budgets",
+        "check_at",
         "counts_tokens",
         "gated",
         "per_request",
         "per_token",
-        "rolls_at",
+        "rates",
         "scopes",
         "stale",
         "tenant",
@@ -245,23 +253,25 @@ class Plan:
         """Charged one per request."""
         self.per_token = tuple(s.tpm for s in scopes if s.tpm is not None)
         """Charged the request's estimate, settled to its usage."""
+        self.rates: Rates = rates(self.per_request, self.per_token)
         self.budgets = tuple(b for s in scopes for b in (s.day, s.month) if b is not None)
         self.gated = tuple(s for s in scopes if s.concurrency is not None)
         """Scopes with a concurrency limit (their ``slots`` an int: ``Scope.apply``)."""
         self.counts_tokens = bool(self.per_token or self.budgets)
         """Whether a request's end must read its usage: any token limit in any scope."""
-        self.rolls_at = 0.0
-        """Wall-clock time the first of the budgets' periods ends, as their ``reset_at``
-        last said (a period does not change before its end): before it, asking them is
-        skipped, and their ``add`` is written inline. Never later than the truth: a
-        period only moves forward (0: ask)."""
+        self.check_at = -math.inf
+        """Monotonic time before which none of the budgets' periods ends, as their
+        ``reset_at`` last said (a period does not change before its end): before it,
+        asking them is skipped, and their ``add`` is written inline (-inf: ask)."""
 
-    def roll(self, wall: float) -> None:
+    def roll(self, now: float) -> None:
         """Roll the budgets whose period ended over (a new period starts from zero)."""
-        self.rolls_at = min([b.reset_at(wall) for b in self.budgets], default=math.inf)
+        wall = _wall()
+        ends = min([b.reset_at(wall) for b in self.budgets], default=math.inf)
+        self.check_at = now + min(ends - wall, ROLL_CHECK_SECONDS)
 
     def refused(
-        self, tokens: int, now: float, wall: float, failed: RateCounter | None, wait: float
+        self, tokens: int, now: float, failed: RateCounter | None, wait: float
     ) -> Rejection:
         """The refusal of a request the fast path (``Admission.admit``) could not admit.
 
@@ -285,6 +295,7 @@ class Plan:
             else:
                 waits[id(counter)] = counter.wait(amount, now)
         refusal = None
+        wall = _wall()
         for scope in self.scopes:
             found = scope.refusal(
                 wall,
@@ -341,48 +352,40 @@ class Ticket:
                 actual = 0  # refused or failed upstream, and the engine reported nothing
             # else (a success without usage: a stream that did not ask for it; or the
             # client left, the engine having worked for it): the estimate stands
+        now = _mono()
         if plan.stale:
-            wall = self._settle_live(estimate, actual)
+            self._settle_live(estimate, actual, now)
         else:
-            wall = self._settle(plan, estimate, actual)
+            # Each counter's part, inline (a call per scope was a tenth of the cost): out
+            # of the in-flight counts, the estimate given back for ``actual``, the budgets'
+            # hold released and ``actual`` added.
+            for scope in plan.scopes:
+                scope.inflight -= 1
+            if actual != estimate and plan.per_token:
+                plan.rates.give(estimate - actual, now)
+            budgets = plan.budgets
+            if budgets:
+                inline = now < plan.check_at  # no period ended: ``add`` is two stores
+                for budget in budgets:
+                    held = budget.held - estimate
+                    budget.held = held if held > 0 else 0
+                    if actual:
+                        if inline:
+                            budget.used += actual
+                            budget.dirty = True
+                        else:
+                            budget.add(actual, _wall())
         meter = self._meter
         if meter is not None:  # the tail is read by the meter's drain, off this path
             p_est, key, model = self._prompt_estimate, self._key, self._model
             c_est = estimate - p_est  # the last field, "": an admitted request (meter.ADMITTED)
-            meter.note((wall, plan.tenant, key, model, status, p_est, c_est, last, prev, ""))
+            meter.note((_wall(), plan.tenant, key, model, status, p_est, c_est, last, prev, ""))
 
-    @staticmethod
-    def _settle(plan: Plan, estimate: int, actual: int) -> float:
-        # Each counter's part, inline (a call per scope was a tenth of the cost): out of
-        # the in-flight counts, the estimate given back for ``actual``, the budgets' hold
-        # released. Returns the wall-clock time it settled at.
-        for scope in plan.scopes:
-            scope.inflight -= 1
-        if actual != estimate and plan.per_token:
-            now = _mono()
-            back = estimate - actual
-            for rate in plan.per_token:
-                rate.give(back, now)
-        wall = _wall()
-        budgets = plan.budgets
-        if budgets:
-            inline = wall < plan.rolls_at  # no period ended: ``add`` is two stores
-            for budget in budgets:
-                held = budget.held - estimate
-                budget.held = held if held > 0 else 0
-                if actual:
-                    if inline:
-                        budget.used += actual
-                        budget.dirty = True
-                    else:
-                        budget.add(actual, wall)
-        return wall
-
-    def _settle_live(self, estimate: int, actual: int) -> float:
-        """``_settle`` for a ticket whose plan a ``configure`` replaced: against the
+    def _settle_live(self, estimate: int, actual: int, now: float) -> None:
+        """``settle`` for a ticket whose plan a ``configure`` replaced: against the
         counters its scopes hold now (never below 0: a budget added while this request
         was in flight holds nothing for it)."""
-        now, wall = _mono(), _wall()
+        wall = _wall()
         for scope in self._plan.scopes:
             scope.inflight -= 1
             if scope.tpm is not None and actual != estimate:
@@ -392,7 +395,6 @@ class Ticket:
                     budget.held = max(0, budget.held - estimate)
                     if actual:
                         budget.add(actual, wall)
-        return wall
 
     def unmetered(self) -> None:
         """Not for the usage meter: a request another pod forwarded here is billed by
@@ -548,27 +550,21 @@ class Admission:
         prompt = -(-body_bytes // BYTES_PER_TOKEN)
         tokens = prompt + cap
         now = _mono()
-        wall = _wall()
         # Every limit is checked before any is charged, so a refusal costs the tenant
-        # nothing: first what has no side effect (budgets, requests in flight), then each
-        # rate charged if it may be (``charge``: one call, not a ``wait`` and a ``take``);
-        # one that refuses sends the request to ``Plan.refused``, which undoes the rest.
-        if wall >= plan.rolls_at:
-            plan.roll(wall)
+        # nothing: first what has no side effect (budgets, requests in flight), then the
+        # rates charged in order while they admit (``Rates.charge``); one that refuses
+        # sends the request to ``Plan.refused``, which undoes the rest.
+        if now >= plan.check_at:
+            plan.roll(now)
         for budget in plan.budgets:
             if budget.used + budget.held >= budget.limit:
-                return self._refused(plan, tokens, now, wall, None, 0.0, key_id, model)
+                return self._refused(plan, tokens, now, None, 0.0, key_id, model)
         for scope in plan.gated:
             if scope.inflight >= scope.slots:  # type: ignore[operator]  # (an int: gated)
-                return self._refused(plan, tokens, now, wall, None, 0.0, key_id, model)
-        for rate in plan.per_request:
-            wait = rate.charge(1, now)
-            if wait:
-                return self._refused(plan, tokens, now, wall, rate, wait, key_id, model)
-        for rate in plan.per_token:
-            wait = rate.charge(tokens, now)
-            if wait:
-                return self._refused(plan, tokens, now, wall, rate, wait, key_id, model)
+                return self._refused(plan, tokens, now, None, 0.0, key_id, model)
+        refused = plan.rates.charge(tokens, now)
+        if refused is not None:
+            return self._refused(plan, tokens, now, *refused, key_id, model)
         for scope in plan.scopes:
             scope.inflight += 1
         for budget in plan.budgets:
@@ -580,14 +576,13 @@ class Admission:
         plan: Plan,
         tokens: int,
         now: float,
-        wall: float,
         failed: RateCounter | None,
         wait: float,
         key_id: str,
         model: str,
     ) -> Rejection:
         # counted by whoever answers it (``refused``): once
-        return plan.refused(tokens, now, wall, failed, wait)._replace(key=key_id, model=model)
+        return plan.refused(tokens, now, failed, wait)._replace(key=key_id, model=model)
 
     def metered(self, rejection: Rejection) -> None:
         """Count a refusal that is answered in the usage meter (Prometheus counts it in

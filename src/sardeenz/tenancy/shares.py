@@ -150,7 +150,7 @@ class LeasedBucket:
             self.level = level if level < self.local else self.local
             self.unleased -= amount
 
-    def resize(self, capacity: float) -> None:
+    def resize(self, capacity: float, now: float) -> None:
         """A new limit: the own bucket keeps what was consumed; a lease is the leader's."""
         local = capacity * self.local / self.capacity
         self.level = min(local, self.level + local - self.local)
