@@ -33,7 +33,7 @@ from typing import Any, Final, NamedTuple
 from prometheus_client import Counter
 
 from sardeenz.proxy.metrics import REGISTRY
-from sardeenz.proxy.reqlog import usage_tokens
+from sardeenz.proxy.reqlog import usage_total
 from sardeenz.tenancy.counters import (
     BudgetCounter,
     CounterFactory,
@@ -48,6 +48,7 @@ from sardeenz.tenancy.spec import Limits, Tenant
 
 _mono = time.monotonic
 _wall = time.time
+_new_ticket = object.__new__
 
 ROLL_CHECK_SECONDS: Final = 1.0
 """How long a plan goes without asking its budgets whether their period ended, at most
@@ -345,9 +346,9 @@ class Ticket:
         plan = self._plan
         estimate = actual = self.estimate
         if plan.counts_tokens:
-            prompt, completion = usage_tokens(last, prev)
-            if prompt is not None:
-                actual = prompt + (completion or 0)
+            used = usage_total(last, prev)
+            if used is not None:
+                actual = used
             elif status >= 400 and status != 499:
                 actual = 0  # refused or failed upstream, and the engine reported nothing
             # else (a success without usage: a stream that did not ask for it; or the
@@ -569,7 +570,17 @@ class Admission:
             scope.inflight += 1
         for budget in plan.budgets:
             budget.held += tokens
-        return Ticket(plan, tokens, self.meter, key_id, model, prompt)
+        # ``Ticket(plan, tokens, self.meter, key_id, model, prompt)``, its stores inline:
+        # a class's ``__init__`` is a Python call (measured: 150 ns of an admission's 2 us)
+        ticket = _new_ticket(Ticket)
+        ticket._plan = plan
+        ticket.estimate = tokens
+        ticket._open = True
+        ticket._meter = self.meter
+        ticket._key = key_id
+        ticket._model = model
+        ticket._prompt_estimate = prompt
+        return ticket
 
     @staticmethod
     def _refused(

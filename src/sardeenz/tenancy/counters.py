@@ -189,24 +189,25 @@ class _BucketRates:
         self.per_token = per_token
 
     def charge(self, tokens: float, now: float) -> tuple[RateCounter, float] | None:
+        # ``TokenBucket.charge`` of each, its comparison with the slack added once: the
+        # wait (``over``) is worked out only for the one that refuses.
         horizon = now + MINUTE
+        latest = horizon + SLACK
         for b in self.per_request:
             t = b.full_at
             if t < now:
                 t = now
             t += b.per_unit  # (one unit: never more than the bucket, capacity >= 1)
-            over = t - horizon
-            if over > SLACK:
-                return b, over
+            if t > latest:
+                return b, _wait(t - horizon)
             b.full_at = t
         for b in self.per_token:
             t = b.full_at
             if t < now:
                 t = now
             need = tokens * b.per_unit
-            over = t + (need if need < MINUTE else MINUTE) - horizon
-            if over > SLACK:
-                return b, over
+            if t + (need if need < MINUTE else MINUTE) > latest:
+                return b, _wait(t + (need if need < MINUTE else MINUTE) - horizon)
             b.full_at = t + need
         return None
 
@@ -215,6 +216,12 @@ class _BucketRates:
             t = b.full_at
             t = (t if t > now else now) - tokens * b.per_unit
             b.full_at = t if t > now else now
+
+
+def _wait(over: float) -> float:
+    """The wait of a bucket that refused: ``over``, never 0 (a refusal must name a wait;
+    its comparison, ``latest``, rounds apart from this subtraction by an ulp)."""
+    return over if over > SLACK else SLACK
 
 
 class _CounterRates:
