@@ -214,6 +214,32 @@ def test_a_refusal_by_the_last_rate_leaves_every_counter_as_it_was(
         assert asked == [(2, 40), (2, 40)]  # two requests of 20 tokens, each once
 
 
+@pytest.mark.parametrize("cluster", [False, True], ids=["one pod", "leases"])
+@pytest.mark.parametrize("refusing", ["concurrent_requests", "tokens_per_month"])
+def test_a_refusal_by_the_concurrency_or_a_budget_leaves_every_counter_as_it_was(
+    clock: Clock, cluster: bool, refusing: str
+) -> None:
+    """The concurrency is checked before the rates are charged, a budget after (the
+    rates then given back): either way nothing is taken, each lease asked once."""
+    counters = SharedCounters(1, {}) if cluster else None
+    adm = Admission(counters)
+    limits = {"requests_per_minute": 100, "tokens_per_minute": 10_000, "tokens_per_day": 10**6}
+    if refusing == "concurrent_requests":
+        limits["concurrent_requests"] = 1
+    else:
+        limits["tokens_per_month"] = 20  # 20 held of 20; after the day's: its hold undone
+    adm.configure([_tenant({"big": Limits(tokens_per_minute=1000)}, **limits)])
+    assert isinstance(_admit(adm, "big", max_tokens=10), Ticket)  # 20 tokens, 1 in flight
+    before = _state(adm)
+    refused = _admit(adm, "big", max_tokens=10)
+    assert isinstance(refused, Rejection)
+    assert (refused.scope, refused.reason) == (ALL_MODELS, refusing)
+    assert _state(adm) == before
+    if cluster:
+        asked = [(getattr(s.rpm, "asked", 0), getattr(s.tpm, "asked", 0)) for s in adm.scopes()]
+        assert asked == [(2, 40), (0, 40)]
+
+
 def test_of_two_scopes_refusing_the_longer_wait_is_answered(clock: Clock) -> None:
     adm = Admission()
     adm.configure(

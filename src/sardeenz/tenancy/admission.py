@@ -272,27 +272,40 @@ class Plan:
         self.check_at = now + min(ends - wall, ROLL_CHECK_SECONDS)
 
     def refused(
-        self, tokens: int, now: float, failed: RateCounter | None, wait: float
+        self,
+        tokens: int,
+        now: float,
+        failed: RateCounter | None = None,
+        wait: float = 0.0,
+        budget: BudgetCounter | None = None,
     ) -> Rejection:
-        """The refusal of a request the fast path (``Admission.admit``) could not admit.
+        """The refusal of a request the fast path (``Admission.admit``) could not admit,
+        and what it charged undone.
 
-        ``failed``: the rate counter that refused (``wait``: its seconds), the ones before
-        it charged (given back here) and the ones after it not asked yet (asked here, so
-        each counts the request once in its demand, shares.py ``LeasedBucket.asked``);
-        None: a budget or the concurrency refused before any rate was charged. The answer
-        is the one admission always gave: of each scope the limit with the longest wait,
-        of the scopes the first unless a later one's ``Retry-After`` is longer.
+        The fast path's order: the concurrency, the rates (per request, then per token),
+        the budgets. ``failed``: the rate that refused (``wait``: its seconds), the ones
+        before it charged (given back here), the ones after it asked here (so each rate
+        counts the request once in its demand, shares.py ``LeasedBucket.asked``).
+        ``budget``: the budget that refused, every rate charged (each admitted: a wait of
+        0) and the budgets before it holding the tokens. Neither: the concurrency refused,
+        nothing charged, every rate asked here. The answer is the one admission always
+        gave: of each scope the limit with the longest wait, of the scopes the first
+        unless a later one's ``Retry-After`` is longer.
         """
         order = [(r, 1) for r in self.per_request] + [(r, tokens) for r in self.per_token]
+        if budget is not None:
+            charged = len(order)
+            for before in self.budgets[: self.budgets.index(budget)]:
+                before.held -= tokens
+        else:
+            charged = [r for r, _ in order].index(failed) if failed is not None else 0
         waits: dict[int, float] = {}
-        charged = failed is not None
-        for counter, amount in order:
-            if counter is failed:
-                charged = False
-                waits[id(counter)] = wait
-            elif charged:
+        for i, (counter, amount) in enumerate(order):
+            if i < charged:
                 counter.give(amount, now)  # admitted by it: undone
                 waits[id(counter)] = 0.0
+            elif counter is failed:
+                waits[id(counter)] = wait
             else:
                 waits[id(counter)] = counter.wait(amount, now)
         refusal = None
@@ -365,17 +378,19 @@ class Ticket:
             if actual != estimate and plan.per_token:
                 plan.rates.give(estimate - actual, now)
             budgets = plan.budgets
-            if budgets:
-                inline = now < plan.check_at  # no period ended: ``add`` is two stores
+            if budgets and actual and now < plan.check_at:
+                # no period ended (``check_at``): each budget's ``add`` is two stores
+                for budget in budgets:
+                    held = budget.held - estimate
+                    budget.held = held if held > 0 else 0
+                    budget.used += actual
+                    budget.dirty = True
+            else:
                 for budget in budgets:
                     held = budget.held - estimate
                     budget.held = held if held > 0 else 0
                     if actual:
-                        if inline:
-                            budget.used += actual
-                            budget.dirty = True
-                        else:
-                            budget.add(actual, _wall())
+                        budget.add(actual, _wall())
         meter = self._meter
         if meter is not None:  # the tail is read by the meter's drain, off this path
             p_est, key, model = self._prompt_estimate, self._key, self._model
@@ -551,25 +566,25 @@ class Admission:
         prompt = -(-body_bytes // BYTES_PER_TOKEN)
         tokens = prompt + cap
         now = _mono()
-        # Every limit is checked before any is charged, so a refusal costs the tenant
-        # nothing: first what has no side effect (budgets, requests in flight), then the
-        # rates charged in order while they admit (``Rates.charge``); one that refuses
-        # sends the request to ``Plan.refused``, which undoes the rest.
+        # Every limit is checked, and a refusal costs the tenant nothing: the requests in
+        # flight first (no side effect), then the rates charged in order while they admit
+        # (``Rates.charge``), then each budget checked and holding the tokens; one that
+        # refuses sends the request to ``Plan.refused``, which undoes what was charged.
         if now >= plan.check_at:
             plan.roll(now)
-        for budget in plan.budgets:
-            if budget.used + budget.held >= budget.limit:
-                return self._refused(plan, tokens, now, None, 0.0, key_id, model)
         for scope in plan.gated:
             if scope.inflight >= scope.slots:  # type: ignore[operator]  # (an int: gated)
-                return self._refused(plan, tokens, now, None, 0.0, key_id, model)
+                return self._refused(plan.refused(tokens, now), key_id, model)
         refused = plan.rates.charge(tokens, now)
         if refused is not None:
-            return self._refused(plan, tokens, now, *refused, key_id, model)
+            return self._refused(plan.refused(tokens, now, *refused), key_id, model)
+        for budget in plan.budgets:
+            held = budget.held
+            if budget.used + held >= budget.limit:
+                return self._refused(plan.refused(tokens, now, budget=budget), key_id, model)
+            budget.held = held + tokens
         for scope in plan.scopes:
             scope.inflight += 1
-        for budget in plan.budgets:
-            budget.held += tokens
         # ``Ticket(plan, tokens, self.meter, key_id, model, prompt)``, its stores inline:
         # a class's ``__init__`` is a Python call (measured: 150 ns of an admission's 2 us)
         ticket = _new_ticket(Ticket)
@@ -583,17 +598,9 @@ class Admission:
         return ticket
 
     @staticmethod
-    def _refused(
-        plan: Plan,
-        tokens: int,
-        now: float,
-        failed: RateCounter | None,
-        wait: float,
-        key_id: str,
-        model: str,
-    ) -> Rejection:
+    def _refused(rejection: Rejection, key_id: str, model: str) -> Rejection:
         # counted by whoever answers it (``refused``): once
-        return plan.refused(tokens, now, failed, wait)._replace(key=key_id, model=model)
+        return rejection._replace(key=key_id, model=model)
 
     def metered(self, rejection: Rejection) -> None:
         """Count a refusal that is answered in the usage meter (Prometheus counts it in
