@@ -100,6 +100,9 @@ a capacity of N must still pass (without it, 7 per minute could admit 6). A nano
 of the rate: less than a unit below 6 x 10^10 per minute."""
 
 
+_LATEST: Final = MINUTE + SLACK
+
+
 class TokenBucket:
     """A rate counter of this pod alone (see module doc), kept as GCRA.
 
@@ -190,24 +193,24 @@ class _BucketRates:
 
     def charge(self, tokens: float, now: float) -> tuple[RateCounter, float] | None:
         # ``TokenBucket.charge`` of each, its comparison with the slack added once: the
-        # wait (``over``) is worked out only for the one that refuses.
-        horizon = now + MINUTE
-        latest = horizon + SLACK
+        # wait is worked out only for the one that refuses.
+        latest = now + _LATEST
         for b in self.per_request:
             t = b.full_at
             if t < now:
                 t = now
             t += b.per_unit  # (one unit: never more than the bucket, capacity >= 1)
             if t > latest:
-                return b, _wait(t - horizon)
+                return b, _wait(t - (now + MINUTE))
             b.full_at = t
+        minute = MINUTE
         for b in self.per_token:
             t = b.full_at
             if t < now:
                 t = now
             need = tokens * b.per_unit
-            if t + (need if need < MINUTE else MINUTE) > latest:
-                return b, _wait(t + (need if need < MINUTE else MINUTE) - horizon)
+            if t + (need if need < minute else minute) > latest:
+                return b, _wait(t + (need if need < minute else minute) - (now + minute))
             b.full_at = t + need
         return None
 
