@@ -246,7 +246,7 @@ def degraded_slots(limit: int, pods: int) -> int:
 
 # ------------------------------------------------------------------ the pods' side
 ScopeLike = Any
-"""admission.Scope (not imported: admission.py imports counters, not the other way)."""
+"""plan.Scope (not imported: plan.py imports counters, not the other way)."""
 
 
 class SharedCounters:
