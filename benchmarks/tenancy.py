@@ -3,6 +3,10 @@
 Run: ``.venv/bin/python benchmarks/tenancy.py`` (about a minute): the cost, below.
 ``.venv/bin/python benchmarks/tenancy.py --fairness`` (about a minute and a half): the
 fairness claim, see ``fairness`` further down.
+``.venv/bin/python benchmarks/tenancy.py --admission-only --baseline-src DIR`` (half a
+minute): the admission alone, this tree's against the ``src`` of another checkout (e.g.
+``git archive main src | tar -x -C /tmp/base``, then ``/tmp/base/src``), see
+``admission_against``.
 
 One real ``sardeenz serve`` (fast lane, express path) with inference API keys
 and one simulated model at zero latency, driven at ``--concurrency`` (64)
@@ -30,7 +34,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -136,6 +143,48 @@ def admission_alone(n: int) -> tuple[float, float]:
     return timings[0], timings[1]
 
 
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def admission_worker(src: Path, n: int) -> tuple[float, float]:
+    """``admission_alone`` in a fresh interpreter importing sardeenz from ``src``."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--admission-worker", str(n)],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    tenant, other = json.loads(out.stdout.splitlines()[-1])
+    return tenant, other
+
+
+def admission_against(baseline: Path, rounds: int, n: int) -> None:
+    """The admission alone, this tree's and ``baseline``'s, interleaved: each round runs
+    both (in fresh interpreters, the order alternating) so the machine's noise falls on
+    both alike; printed: the medians and the ratio of each round."""
+    mine: list[float] = []
+    base: list[float] = []
+    for r in range(rounds):
+        order = [(SRC, mine), (baseline, base)]
+        for src, into in order if r % 2 == 0 else order[::-1]:
+            into.append(admission_worker(src, n)[0])
+        print(f"round {r + 1}: this tree {mine[-1]:.2f} us, baseline {base[-1]:.2f} us")
+    ratios = [m / b for m, b in zip(mine, base, strict=True)]
+    print(
+        f"\nadmit + settle, a tenant with every limit and a model scope, in-process, "
+        f"median of {rounds} rounds (each the best of 3 x {n}):"
+    )
+    print(f"  baseline ({baseline}): {statistics.median(base):.2f} us")
+    print(f"  this tree:             {statistics.median(mine):.2f} us")
+    print(
+        f"  ratio this tree / baseline: median {statistics.median(ratios):.2f}, "
+        f"range {min(ratios):.2f} .. {max(ratios):.2f}"
+    )
+    print("  target: <= 2 us")
+
+
 def gate_alone(n: int) -> float:
     """In-process: what the express path adds with a slot limit and room (``FairGate.room``,
     the look for ``X-Sardeenz-Priority``, ``take``, ``release``), us, best of 3."""
@@ -181,9 +230,30 @@ def main() -> None:
     )
     parser.add_argument("--quiet-rps", type=float, default=8.0, help="--fairness: quiet rate")
     parser.add_argument("--quiet-requests", type=int, default=120, help="--fairness: per phase")
+    parser.add_argument(
+        "--admission-only", action="store_true", help="only the admission alone, in-process"
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="the admission alone of this src too (another checkout's), interleaved",
+    )
+    parser.add_argument("--admission-worker", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.admission_worker:
+        print(json.dumps(admission_alone(args.admission_worker)))
+        return
     if args.fairness:
         fairness(args.quiet_rps, args.quiet_requests)
+        return
+    if args.admission_only:
+        if args.baseline_src is not None:
+            admission_against(args.baseline_src.resolve(), args.rounds, 100_000)
+        else:
+            with_tenant, no_tenant = admission_alone(100_000)
+            print(f"admit + settle, a tenant with every limit: {with_tenant:.2f} us")
+            print(f"admit, a key of no tenant:                 {no_tenant:.2f} us")
         return
 
     with tempfile.TemporaryDirectory(prefix="sardeenz-bench-tenancy-") as tmp:
@@ -257,6 +327,9 @@ def main() -> None:
     slot = gate_alone(100_000)
     print(f"  slot limit on, a request that finds room (express path): {slot:.2f} us")
     print("  no slot limit: the proxy does not call it (one attribute test)")
+    if args.baseline_src is not None:
+        print()
+        admission_against(args.baseline_src.resolve(), args.rounds, 100_000)
 
 
 # ---------------------------------------------------------------------------- fairness

@@ -104,7 +104,7 @@ class ShareLedger:
             # its demand's part of what the bucket holds: the rest stays for the others'
             # next sync, so the first pod to sync does not take it all
             share = self._shares(key, live)[pod]
-            grant = max(0.0, min(want, bucket.level * share))
+            grant = max(0.0, min(want, bucket.level_at(now) * share))
             bucket.take(grant, now)
             grants.append([*key, grant])
         slots = []
@@ -128,8 +128,7 @@ class ShareLedger:
         if bucket is None:
             bucket = self._buckets[key] = TokenBucket(limit, now)
         elif bucket.capacity != limit:
-            bucket.resize(limit)
-        bucket.give(0.0, now)  # refilled up to now
+            bucket.resize(limit, now)
         return bucket
 
     @staticmethod

@@ -114,6 +114,27 @@ class LeasedBucket:
         short = need - self._refill(now)
         return short / self._rate if short > 0 else 0.0
 
+    def charge(self, amount: float, now: float) -> float:
+        # ``wait`` then ``take``, in one call (counters.py ``RateCounter.charge``)
+        self.asked += amount
+        capacity = self.capacity
+        need = amount if amount < capacity else capacity
+        if self.leased:
+            short = need - self.allowance
+            if short > 0:
+                return short * MINUTE / capacity
+            self.allowance -= amount
+            return 0.0
+        if need > self.local:
+            need = self.local
+        level = self._refill(now)
+        short = need - level
+        if short > 0:
+            return short / self._rate
+        self.level = level - amount
+        self.unleased += amount
+        return 0.0
+
     def take(self, amount: float, now: float) -> None:
         if self.leased:
             self.allowance -= amount
@@ -129,7 +150,7 @@ class LeasedBucket:
             self.level = level if level < self.local else self.local
             self.unleased -= amount
 
-    def resize(self, capacity: float) -> None:
+    def resize(self, capacity: float, now: float) -> None:
         """A new limit: the own bucket keeps what was consumed; a lease is the leader's."""
         local = capacity * self.local / self.capacity
         self.level = min(local, self.level + local - self.local)
@@ -177,42 +198,44 @@ class ShareBudget(PeriodBudget):
 
     ``own``: tokens this pod counted this period (reported, and kept by the leader);
     ``others``: what the other pods counted and hold in flight, as the leader last said.
+    ``own`` is derived (``used - others``), not counted apart: ``add`` is then the plain
+    budget's, which admission writes inline (counters.py ``BudgetCounter.add``).
     """
 
-    __slots__ = ("others", "own", "synced_others", "synced_used")
+    __slots__ = ("others", "synced_others", "synced_used")
 
     def __init__(self, period: str, limit: int, wall: float, own: int = 0, others: int = 0):
         super().__init__(period, limit, wall, used=own + others)
-        self.own = own
         self.others = others
         self.synced_others = others
         """``others`` as the leader said it last (a degraded pod adds to it, see ``degrade``)."""
         self.synced_used = own + others
 
+    @property
+    def own(self) -> int:
+        return self.used - self.others
+
     def reset_at(self, wall: float) -> float:
         before = self.period_id
         end = super().reset_at(wall)
         if self.period_id != before:
-            self.own = self.others = self.synced_others = self.synced_used = 0
+            self.others = self.synced_others = self.synced_used = 0  # (``used`` too: 0)
         return end
-
-    def add(self, tokens: int, wall: float) -> None:
-        super().add(tokens, wall)
-        self.own += tokens
 
     def synced(self, period_id: str, own: int, others: int) -> None:
         """The leader's count: the largest ``own`` either side saw, the others' sum."""
         if period_id != self.period_id:
             return  # an answer about the period that just ended
-        self.own = max(self.own, own)
+        own = max(self.own, own)
         self.others = self.synced_others = others
-        self.used = self.synced_used = self.own + others
+        self.used = self.synced_used = own + others
 
     def degrade(self, pods: int) -> None:
         """No leader: the other pods are assumed to spend their part of what was left."""
         left = max(0, self.limit - self.synced_used)
+        own = self.own
         self.others = self.synced_others + left * (pods - 1) // pods
-        self.used = self.own + self.others
+        self.used = own + self.others
 
 
 def degraded_slots(limit: int, pods: int) -> int:
@@ -223,7 +246,7 @@ def degraded_slots(limit: int, pods: int) -> int:
 
 # ------------------------------------------------------------------ the pods' side
 ScopeLike = Any
-"""admission.Scope (not imported: admission.py imports counters, not the other way)."""
+"""plan.Scope (not imported: plan.py imports counters, not the other way)."""
 
 
 class SharedCounters:
