@@ -10,9 +10,10 @@ Rows, run interleaved round by round so a loaded machine affects each alike:
 * ``baseline``: the start as it was before issue 24, measured in the same run: the
   same server with ``store.db`` forced back to running every Alembic migration at each
   start (which imported Alembic and its SQLAlchemy dialects), the garbage collector
-  left on while the modules load, and a TLS context built by each HTTP client;
+  left on while the modules load, a TLS context built by each HTTP client, and PyJWT
+  (with cryptography), PyYAML and httpx's command-line client (with pygments) imported;
 * ``new database``: a first start, today (the schema is created and stamped, no Alembic;
-  no garbage collection until the app is built);
+  no garbage collection until the app is built; no PyJWT without admin auth configured);
 * ``restart``: a second start on the same data directory (the database is at head).
 
 The best of ``--rounds`` is kept for each, as contention only ever adds to it.
@@ -40,7 +41,8 @@ BEFORE_ISSUE_24 = (
     # and each HTTP client built its own TLS context
     "import httpx, sardeenz.tls as tls; "
     "tls.client_tls = lambda trust_env=True: httpx.create_ssl_context(trust_env=trust_env); "
-    + RUN_CLI
+    # and every start imported PyJWT (with cryptography) and httpx's command-line client
+    "import sys; del sys.modules['httpx._main']; import httpx._main, jwt, yaml; " + RUN_CLI
 )
 
 

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
 __all__ = ["__version__"]
+
+# httpx's ``__init__`` imports its own command-line client (``httpx._main``) whenever
+# click, rich and pygments are installed, as they are here (typer's): about 0.05 s of
+# CPU at every start of a server or a sim engine, for a command no Sardeenz process
+# runs. A None in ``sys.modules`` makes that one import fail, which httpx expects (its
+# ``httpx.main`` then says the CLI's dependencies are missing); the ``httpx`` command,
+# a process of its own, is untouched. Set before any of our modules imports httpx.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> str:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -1043,6 +1042,8 @@ def _settings_error_line(exc: SettingsError) -> str:
 
 
 def _read_yaml(config_file: Path) -> dict[str, Any]:
+    import yaml  # only a start given a --config file pays for PyYAML
+
     try:
         loaded = yaml.safe_load(config_file.read_text()) or {}
     except OSError as exc:

@@ -41,7 +41,8 @@ try:
     app(sys.argv[1:])
 except SystemExit:
     pass
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+# A None entry is an import blocked, not made (sardeenz/__init__: httpx's own CLI).
+print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)), file=sys.stderr)
 """
 
 

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
-import jwt
-from jwt import PyJWKClient
 
 from sardeenz.config import ConfigError, Settings
 from sardeenz.errors import NotFound, SardeenzError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from jwt import PyJWKClient
 
     from sardeenz.security.openshift_oauth import OpenShiftOAuth
     from sardeenz.security.tokenreview import TokenReviewer
@@ -131,6 +131,11 @@ class Authenticator:
         self._jwks_url = settings.jwt_jwks_url
         self._issuer = settings.jwt_issuer or settings.oidc_issuer
         self._jwks: PyJWKClient | None = None
+        if self.enabled:
+            # PyJWT, with the cryptography it loads, is imported only where a token can
+            # arrive (a tenth of a server start's CPU otherwise); here, at start, so a
+            # broken install stops the start instead of failing the first request.
+            import jwt  # noqa: F401
         self.reviewer: TokenReviewer | None = None
         """Kubernetes TokenReview for the tokens no JWT setting verifies (tokenreview.py)."""
         if settings.token_review:
@@ -177,8 +182,12 @@ class Authenticator:
                 # Keep running: tokens fail with a clear code until the issuer answers.
                 log.error("OIDC discovery at %s failed: %s", url, exc)
         if self._jwks_url:
+            import jwt
+
             try:
-                self._jwks = PyJWKClient(self._jwks_url, cache_keys=True, lifespan=300, timeout=10)
+                self._jwks = jwt.PyJWKClient(
+                    self._jwks_url, cache_keys=True, lifespan=300, timeout=10
+                )
             except jwt.PyJWKClientError as exc:
                 # A discovery document's jwks_uri (a configured URL is checked in Settings):
                 # tokens fail with a clear code, as when the issuer does not answer.
@@ -230,6 +239,8 @@ class Authenticator:
         JWKS. Anything else (an opaque OpenShift token, a ServiceAccount JWT signed by the
         API server) goes to the API server, which is the only one that can check it.
         """
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -255,6 +266,8 @@ class Authenticator:
             "leeway": self.settings.jwt_leeway_seconds,
             "options": options,
         }
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:

@@ -1,0 +1,71 @@
+"""A server start imports what its configuration uses, and a configured feature at start.
+
+Behaviour tests, not timing ones (the CPU is measured by benchmarks/serve_startup.py):
+each case runs in a fresh interpreter and reads what it imported. PyJWT (with
+cryptography) loads only when admin authentication is configured, and then when the
+authenticator is built, so a broken install still stops the start; httpx's own
+command-line client, which pulls in pygments, never loads in a Sardeenz process;
+PyYAML only for a start given a configuration file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+AUTHENTICATOR_IMPORTS = """
+import json, sys
+from sardeenz.config import Settings
+from sardeenz.security.auth import Authenticator
+Authenticator(Settings(**json.loads(sys.argv[1])))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def modules_after(code: str, *argv: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_no_jwt_library_without_admin_auth() -> None:
+    modules = modules_after(AUTHENTICATOR_IMPORTS, "{}")
+    assert "sardeenz.security.auth" in modules
+    assert "jwt" not in modules
+    assert "cryptography" not in modules
+
+
+def test_configured_jwt_auth_imports_it_when_built() -> None:
+    modules = modules_after(AUTHENTICATOR_IMPORTS, json.dumps({"jwt_secret": "x" * 32}))
+    assert "jwt" in modules
+
+
+def test_yaml_only_with_a_config_file(tmp_path: Path) -> None:
+    code = (
+        "import json, sys; from pathlib import Path; from sardeenz.config import load_settings; "
+        "load_settings(Path(sys.argv[1]) if sys.argv[1] else None); "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    assert "yaml" not in modules_after(code, "")
+    config = tmp_path / "sardeenz.yaml"
+    config.write_text("log_level: debug\n")
+    assert "yaml" in modules_after(code, str(config))
+
+
+def test_httpx_without_its_command_line_client() -> None:
+    code = (
+        "import json, sys, sardeenz, httpx; "
+        "assert httpx.Client and httpx.AsyncClient; "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    modules = modules_after(code)
+    assert "httpx" in modules
+    assert "httpx._main" not in modules
+    assert "pygments" not in modules
