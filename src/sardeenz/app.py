@@ -89,6 +89,7 @@ from sardeenz.security.auth import ApiKeys, Authenticator
 from sardeenz.security.callers import BearerCallers
 from sardeenz.security.unverified import UnverifiedBodies
 from sardeenz.services import Services
+from sardeenz.shutdown import Step, run_steps
 from sardeenz.store.audit import AuditRepository
 from sardeenz.store.benchmarks import BenchmarkRepository
 from sardeenz.store.catalog import CatalogRepository
@@ -385,6 +386,49 @@ def _waker(supervisor: Supervisor) -> Callable[[str, Sequence[InstanceView]], Aw
     return wake
 
 
+def _shutdown_steps(services: Services) -> list[Step]:
+    """The node's stops in order: what feeds the engines first, the engines, then what
+    serves requests and records them, the database last."""
+
+    async def kvcached_segments() -> None:
+        removed = await services.segments.cleanup(services.kvctl)
+        if removed:
+            log.info("deleted kvcached segments: %s", ", ".join(removed))
+
+    async def external() -> None:
+        if services.external is not None:
+            await services.external.stop()
+
+    return [
+        ("benchmark runs", services.benchmarks.shutdown),  # cancelled before their engines go
+        ("idle reaper", services.reaper.stop),
+        ("kvcached limits", services.kv_limits.stop),
+        ("metrics history", services.metrics_history.stop),
+        ("on-demand starts", services.ondemand.close),
+        ("moves", services.moves.stop),
+        ("profile sync", services.profile_sync.stop),
+        ("presets", services.presets.stop),
+        ("surplus copies", services.surplus.stop),
+        ("tenant shares", services.tenant_shares.stop),
+        ("request-log collector", services.collector.stop),
+        ("control state", services.control.stop),
+        ("cluster", services.cluster.stop),
+        ("instance locator", services.locator.stop),
+        ("external endpoints", external),
+        ("engines", services.supervisor.shutdown),
+        ("warm-ups", services.warmup.close),
+        ("routing updater", services.routing_updater.stop),
+        ("proxy", services.proxy.close),
+        ("tenants", services.tenants.stop),
+        ("usage", services.usage.stop),
+        ("audit log", services.audit.close),
+        ("auth", services.auth.close),
+        ("kvcached segments", kvcached_segments),
+        ("GPU inventory", services.inventory.close),
+        ("database", services.db.close),
+    ]
+
+
 def create_app(settings: Settings) -> Gateway:
     services = build_services(settings)
 
@@ -427,35 +471,8 @@ def create_app(settings: Settings) -> Gateway:
             services.stopping = True
             count = len(services.supervisor.list_instances())
             log.info("shutting down: stopping %d engine(s)", count)
-            await services.benchmarks.shutdown()  # cancel runs before their engines go
-            await services.reaper.stop()
-            await services.kv_limits.stop()
-            await services.metrics_history.stop()
-            await services.ondemand.close()
-            await services.moves.stop()
-            await services.profile_sync.stop()
-            await services.presets.stop()
-            await services.surplus.stop()
-            await services.tenant_shares.stop()
-            await services.collector.stop()
-            await services.control.stop()
-            await services.cluster.stop()
-            await services.locator.stop()
-            if services.external is not None:
-                await services.external.stop()
-            await services.supervisor.shutdown()
-            await services.warmup.close()
-            await services.routing_updater.stop()
-            await services.proxy.close()
-            await services.tenants.stop()
-            await services.usage.stop()
-            await services.audit.close()
-            await services.auth.close()
-            removed = await services.segments.cleanup(services.kvctl)
-            if removed:
-                log.info("deleted kvcached segments: %s", ", ".join(removed))
-            await services.inventory.close()
-            await services.db.close()
+            await run_steps(_shutdown_steps(services))
+            log.info("shut down: every service stopped")
 
     app = FastAPI(
         title="Sardeenz",

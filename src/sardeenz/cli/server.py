@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from sardeenz.config import ConfigError, Settings
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from sardeenz.gateway import Gateway
     from sardeenz.store.dirlock import DataDirLock
 
@@ -261,8 +263,28 @@ def _configure_logging(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
 
 
+GRACEFUL_SECONDS = 5
+"""How long uvicorn lets open requests finish after an exit is asked for."""
+
+
 def _run_server(settings: Settings, gateway: Gateway, listeners: list[socket.socket]) -> None:
     import uvicorn
+
+    from sardeenz.shutdown import arm_exit_watchdog, exit_budget_seconds
+
+    class _Server(uvicorn.Server):
+        """uvicorn's server, whose exit (SIGTERM, SIGINT) always ends (sardeenz.shutdown)."""
+
+        def __init__(self, config: uvicorn.Config, budget: float) -> None:
+            super().__init__(config)
+            self._budget = budget
+            self._armed = False
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if not self._armed:
+                self._armed = True
+                arm_exit_watchdog(self._budget)
+            super().handle_exit(sig, frame)
 
     config = uvicorn.Config(
         gateway,
@@ -277,10 +299,10 @@ def _run_server(settings: Settings, gateway: Gateway, listeners: list[socket.soc
         # 5 s default made a burst after a pause pay one TCP handshake per request.
         timeout_keep_alive=75,
         proxy_headers=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=GRACEFUL_SECONDS,
         log_config=None,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config, exit_budget_seconds(settings.stop_grace_seconds, GRACEFUL_SECONDS))
     try:
         server.run(sockets=listeners)
     except SystemExit:
