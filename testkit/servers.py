@@ -124,7 +124,7 @@ class ServerProcess:
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30, verify=tls_context())
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 50.0) -> int | None:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int | None:
         """Signal the server and reap it; SIGKILL after ``timeout``. The default outlasts
         a test server's exit budget (45 s, sardeenz.shutdown): a shutdown that hangs ends
         in the server's own stack dump and exit 1, in its log, not in this SIGKILL."""
