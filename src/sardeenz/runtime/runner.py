@@ -459,12 +459,15 @@ class InstanceRunner:
         """
         self.instance.error_message = message
         self.instance.stopped_at = utcnow()
+        survivors: list[int] = []
         try:
-            await self.kill_tree(grace=0.0)
+            survivors = await self.kill_tree(grace=0.0)
         finally:
             await self.set_status(InstanceStatus.FAILED)
         self.ended()
         log.warning("instance %s failed: %s", self.instance.id, message)
+        if survivors:
+            log.error("instance %s: processes %s survived SIGKILL", self.instance.id, survivors)
 
     async def kill_tree(self, grace: float) -> list[int]:
         if self.pid is None:
