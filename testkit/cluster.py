@@ -130,7 +130,27 @@ class Cluster:
         resp = HTTP.post(f"{self.leader_url()}/api/v1/models/load", json=body, timeout=30)
         assert resp.status_code == 202, resp.text
         iid = resp.json()["id"]
-        return self.wait_instance(pod, iid, "active", timeout) or {}
+        found = self.wait_instance(pod, iid, "active", timeout) or {}
+        # What the test does next (a move, an unload, a preset) the leader decides from
+        # its view, which hears of the start a heartbeat after ``pod`` (a move right
+        # after a load was refused: "instance ... is starting").
+        self.wait_leader_sees(pod, iid, "active", timeout)
+        return found
+
+    def wait_leader_sees(self, pod: str, iid: str, status: str, timeout: float = 30) -> None:
+        """Wait until the leader's ``/api/cluster/status`` shows ``pod``'s ``iid`` in
+        ``status``."""
+        leader, _ = self.wait_one_leader()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen = self.status(leader) or {"pods": []}
+            listed: list[dict[str, Any]] = next(
+                (p["instances"] for p in seen["pods"] if p["id"] == pod), []
+            )
+            if any(i["id"] == iid and i["status"] == status for i in listed):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"leader {leader} does not see {iid} on {pod} {status} in {timeout}s")
 
     def unload(self, pod: str, iid: str, timeout: float = 30) -> None:
         """Unload ``pod``'s instance ``iid`` through the leader; wait until it is gone.
