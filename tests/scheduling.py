@@ -13,7 +13,7 @@ short ones fill the gaps at the end.
 How long a file takes: its time in this machine's previous run (pytest's cache,
 ``sardeenz/file-seconds``, written at the end of every run), else the committed
 table ``tests/durations.json`` (what a fresh clone and CI use: per-file seconds of
-one full ``make test`` run on a quiet 2-core machine, two workers; regenerate it from
+one full ``make test`` run on a quiet 2-core machine, its default workers; regenerate it from
 a full run as docs/testing.md says), else an estimate from its tier. Only the order
 depends on these numbers: a stale or missing entry costs wall time, never a test.
 
