@@ -42,14 +42,26 @@ def _first_tokens(streams: list[Stream]) -> list[float]:
 
 
 def _longest_gap(streams: list[Stream]) -> float:
-    return max(b - a for s in streams for a, b in zip(s.chunks, s.chunks[1:], strict=False))
+    return max(_stream_gap(s) for s in streams)
+
+
+def _stream_gap(stream: Stream) -> float:
+    return max(b - a for a, b in zip(stream.chunks, stream.chunks[1:], strict=False))
+
+
+def _typical_gap(streams: list[Stream]) -> float:
+    """The median of the streams' longest gaps: a stall of the instance holds up every
+    stream of a burst; one stream that a busy machine (four test workers on two cores)
+    scheduled late once is not one (a single 108 ms gap failed the max of the burst)."""
+    return statistics.median(_stream_gap(s) for s in streams)
 
 
 def _describe(label: str, streams: list[Stream]) -> str:
     firsts = sorted(_first_tokens(streams))
     return (
         f"{label}: first token median {statistics.median(firsts) * 1000:.0f} ms, "
-        f"max {firsts[-1] * 1000:.0f} ms; longest gap {_longest_gap(streams) * 1000:.0f} ms"
+        f"max {firsts[-1] * 1000:.0f} ms; longest gap {_longest_gap(streams) * 1000:.0f} ms, "
+        f"median of the streams' longest {_typical_gap(streams) * 1000:.0f} ms"
     )
 
 
@@ -117,9 +129,9 @@ def test_first_streams_after_active_are_not_stalled(shared_cluster: Cluster) -> 
         # The slowest of the later bursts is the reference: a machine busy with other
         # work slows them as it slows the first one.
         ref_first = max(statistics.median(_first_tokens(b)) for b in later[path])
-        ref_gap = max(_longest_gap(b) for b in later[path])
+        ref_gap = max(_typical_gap(b) for b in later[path])
         got_first = statistics.median(_first_tokens(first[path]))
-        got_gap = _longest_gap(first[path])
+        got_gap = _typical_gap(first[path])
         assert got_first <= SLOWER * ref_first, f"{path}: first token stalled\n{text}"
         assert got_gap <= SLOWER * ref_gap, f"{path}: a token gap stalled\n{text}"
     print(text)
