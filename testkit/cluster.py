@@ -19,7 +19,13 @@ from typing import Any
 import httpx
 
 from testkit.ports import free_port
-from testkit.servers import HTTP, ServerProcess, engine_processes, kill_engines
+from testkit.servers import (
+    HTTP,
+    ServerProcess,
+    engine_processes,
+    kill_engines,
+    start_first_then_rest,
+)
 
 SECRET = "c" * 64
 TESTER = "pod-tester"
@@ -59,18 +65,8 @@ class Cluster:
             self.pods[name] = ServerProcess(root / name, host=host, port=port, extra_env=env)
 
     def start(self, timeout: float = 60.0) -> Cluster:
-        """Start the first pod, then all the others at once.
-
-        A start is mostly the app's import, so the others side by side take about as long
-        as one. The first pod is up before anyone can form a quorum, as when they were
-        started one by one: the Bully election then gives pod-a the lead, which tests rely on.
-        """
-        first, *rest = self.pods.values()
-        first.start(timeout)
-        for pod in rest:
-            pod.spawn()
-        for pod in rest:
-            pod.wait_ready(timeout)
+        """Start pod-a, then all the others at once (pod-a leads: ``start_first_then_rest``)."""
+        start_first_then_rest(list(self.pods.values()), timeout)
         return self
 
     def status(self, name: str) -> dict[str, Any] | None:
@@ -228,6 +224,20 @@ class Cluster:
 def agreed_leader(statuses: dict[str, dict[str, Any]]) -> bool:
     views = {(s["leader"], s["term"]) for s in statuses.values()}
     return len(views) == 1 and next(iter(views))[0] is not None
+
+
+def poll(
+    what: str, get: Callable[[], Any], done: Callable[[Any], bool], timeout: float = 30
+) -> Any:
+    """``get()`` every 0.3 s until ``done`` holds for its value; that value (an assertion
+    naming ``what`` and the last value after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, f"{what} not within {timeout}s: {value}"
+        time.sleep(0.3)
 
 
 def listed_models(url: str) -> list[str]:

@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from testkit.cluster import SECRET
-from testkit.servers import HTTP, ServerProcess, kill_engines
+from testkit.servers import HTTP, ServerProcess, kill_engines, start_first_then_rest
 
 
 def _ip(*args: str) -> None:
@@ -297,12 +297,7 @@ def running_pods(
     try:
         pods = Pods(fabric, pod_servers(fabric, root, names, env))
         try:
-            first, *rest = pods.servers.values()
-            first.start(90.0)
-            for srv in rest:
-                srv.spawn()
-            for srv in rest:
-                srv.wait_ready(90.0)
+            start_first_then_rest(list(pods.servers.values()), 90.0)
             yield pods
         finally:
             for srv in pods.servers.values():

@@ -58,7 +58,7 @@ import psutil
 
 from testkit import netns
 from testkit.cluster import TIMING
-from testkit.servers import ServerProcess, engine_processes, kill_engines
+from testkit.servers import ServerProcess, engine_processes, kill_engines, start_first_then_rest
 from testkit.soak_faults import SkewedClock, SmallDisk
 from testkit.soak_fence import FenceProbe
 from testkit.soak_traffic import TrafficLog
@@ -198,12 +198,7 @@ class Soak:
         # Its log stays whole (and readable) off the disk that fills.
         self.servers[self.disk_pod].log_path = logs / f"{self.disk_pod}.log"
         self.note(f"clock jumps on {self.clock_pod}, disk fills on {self.disk_pod}")
-        first, *rest = self.servers.values()
-        first.start(90)
-        for srv in rest:
-            srv.spawn()
-        for srv in rest:
-            srv.wait_ready(90)
+        start_first_then_rest(list(self.servers.values()), 90)
         self.note("cluster started")
         return self
 

@@ -37,7 +37,7 @@ import httpx
 import openai
 import pytest
 
-from testkit.cluster import Cluster
+from testkit.cluster import Cluster, poll
 from testkit.servers import HTTP
 from testkit.tenants import (
     assert_one_limit,
@@ -94,16 +94,6 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         assert cluster.orphans() == []
 
 
-def _poll(what: str, get: Any, done: Any, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = get()
-        if done(value):
-            return value
-        assert time.monotonic() < deadline, f"{what} not within {timeout}s: {value}"
-        time.sleep(0.3)
-
-
 def _listed(url: str) -> bool:
     models = HTTP.get(f"{url}/v1/models", headers=_auth(), timeout=5).json()["data"]
     return any(m["id"] == USAGE_MODEL for m in models)
@@ -132,7 +122,7 @@ def test_every_pod_answers_the_whole_clusters_usage_and_names_a_silent_pod(
     prompt = completion = 0
     for entry, n in SENT.items():
         url = trio.pods[entry].url
-        _poll(f"{USAGE_MODEL} routable on {entry}", partial(_listed, url), bool)
+        poll(f"{USAGE_MODEL} routable on {entry}", partial(_listed, url), bool)
         with openai.OpenAI(
             base_url=f"{url}/v1", api_key=secret(BILLED_KEY), max_retries=0, timeout=30
         ) as client:
@@ -164,7 +154,7 @@ def test_every_pod_answers_the_whole_clusters_usage_and_names_a_silent_pod(
         assert _requests(doc) == 0
     finally:
         silent.proc.send_signal(signal.SIGCONT)
-    _poll(
+    poll(
         "pod-c's usage back in pod-a's answer",
         partial(_billed_usage, trio.pods["pod-a"].url, window),
         lambda d: d["missingPods"] == [] and _requests(d) == total,

@@ -10,32 +10,19 @@ started again after: the cluster is shared).
 from __future__ import annotations
 
 import signal
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 import pytest
 
-from testkit.cluster import Cluster
+from testkit.cluster import Cluster, listed_models, poll
 from testkit.servers import HTTP
 
 MODEL = "observed-c"
 SENT = {"pod-a": 3, "pod-b": 4, "pod-c": 5}
 TOTAL = sum(SENT.values())
-
-
-def _poll(
-    what: str, get: Callable[[], Any], done: Callable[[Any], bool], timeout: float = 30
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = get()
-        if done(value):
-            return value
-        assert time.monotonic() < deadline, f"{what} not within {timeout}s: {value}"
-        time.sleep(0.3)
 
 
 def _requests(url: str, **params: str) -> list[dict[str, Any]]:
@@ -59,7 +46,7 @@ def sent(shared_cluster: Cluster) -> Iterator[Cluster]:
     try:
         for pod, n in SENT.items():
             url = shared_cluster.pods[pod].url
-            _poll(f"{MODEL} routable on {pod}", partial(_listed, url), bool)
+            poll(f"{MODEL} routable on {pod}", partial(_listed, url), bool)
             for _ in range(n):
                 resp = HTTP.post(
                     f"{url}/v1/chat/completions",
@@ -73,13 +60,12 @@ def sent(shared_cluster: Cluster) -> Iterator[Cluster]:
 
 
 def _listed(url: str) -> bool:
-    models = HTTP.get(f"{url}/v1/models", timeout=5).json()["data"]
-    return any(m["id"] == MODEL for m in models)
+    return MODEL in listed_models(url)
 
 
 def test_each_request_appears_once_on_every_pod_with_its_pods(sent: Cluster) -> None:
     for name, pod in sent.pods.items():
-        entries = _poll(
+        entries = poll(
             f"{TOTAL} records on {name}",
             partial(_requests, pod.url),
             lambda e: len(e) >= TOTAL,
@@ -90,12 +76,12 @@ def test_each_request_appears_once_on_every_pod_with_its_pods(sent: Cluster) -> 
         assert len({(e["entryPod"], e["requestId"]) for e in entries}) == TOTAL
         assert {e["instanceId"] for e in entries} == {sent.instances("pod-c")[0]["id"]}
         assert all(e["status"] == 200 and e["completionTokens"] for e in entries)
-        assert _poll(f"usage on {name}", partial(_usage, pod.url), lambda n: n >= TOTAL) == TOTAL
+        assert poll(f"usage on {name}", partial(_usage, pod.url), lambda n: n >= TOTAL) == TOTAL
 
 
 def test_filters_show_one_pods_view(sent: Cluster) -> None:
     url = sent.pods["pod-a"].url
-    _poll("every record", lambda: _requests(url), lambda e: len(e) >= TOTAL)
+    poll("every record", lambda: _requests(url), lambda e: len(e) >= TOTAL)
     assert len(_requests(url, pod="pod-c")) == TOTAL
     assert _requests(url, pod="pod-a") == []
     for pod, n in SENT.items():
@@ -117,7 +103,7 @@ def test_charts_count_every_pods_requests_once(sent: Cluster) -> None:
         )
         return cluster, per_pod
 
-    assert _poll("the charts' counts", counted, lambda c: c[0] >= TOTAL) == (TOTAL, TOTAL)
+    assert poll("the charts' counts", counted, lambda c: c[0] >= TOTAL) == (TOTAL, TOTAL)
     gpus_of = {
         g["pod"]
         for s in HTTP.get(f"{url}/api/v1/metrics/history", timeout=5).json()["samples"][-1:]
@@ -130,7 +116,7 @@ def test_charts_count_every_pods_requests_once(sent: Cluster) -> None:
 
 def test_a_killed_pod_keeps_its_collected_history(sent: Cluster) -> None:
     survivor = sent.pods["pod-a"].url
-    _poll("every record", lambda: _requests(survivor), lambda e: len(e) >= TOTAL)
+    poll("every record", lambda: _requests(survivor), lambda e: len(e) >= TOTAL)
     sent.pods["pod-b"].stop(signal.SIGKILL)
     try:
         _check_the_survivors_kept_pod_b_records(sent)
