@@ -20,8 +20,10 @@ loss and delay where the kernel has netem, else the same loss with nftables
 delay of an ``htb`` rate limit (this machine's kernel has no ``sch_netem``;
 ``degrade`` says which it used).
 
-``N`` is random per fabric, names carry a random suffix, and everything is
-deleted in ``close()`` (deleting a namespace deletes its interfaces; the
+``N`` is a random one no other fabric on this machine holds (a lock file per ``N``,
+held from ``open()`` to ``close()``: fabrics of tests running side by side, or of a soak
+beside the suite, never share the management subnet), names carry it and a random
+suffix, and everything is deleted in ``close()`` (deleting a namespace deletes its interfaces; the
 bridges and the cable are deleted explicitly). Needs root (``ip netns``).
 ``running_pods`` starts one static-peers pod per namespace and stops them all.
 """
@@ -29,11 +31,13 @@ bridges and the cable are deleted explicitly). Needs root (``ip netns``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,10 +67,27 @@ def available() -> bool:
     return os.geteuid() == 0 and shutil.which("ip") is not None
 
 
+def _reserve_net() -> tuple[int, int]:
+    """A management subnet number no other fabric on this machine holds, and the open
+    lock file that holds it (closing it frees the number)."""
+    for net in random.sample(range(10, 250), 240):
+        lock = Path(tempfile.gettempdir()) / f"sardeenz-fabric-{net}.lock"
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return net, fd
+    raise RuntimeError("every fabric subnet 10.78.10-249.0/24 is held by another fabric")
+
+
 class Fabric:
     def __init__(self, left: int, right: int) -> None:
-        self.tag = f"{random.randrange(16**4):04x}"
-        self.net = random.randrange(10, 250)
+        self.tag = ""
+        self.net = 0
+        """``N`` of the fabric's subnets and ``tag`` of its names: set by ``open()``."""
+        self._held: int | None = None
         self.size = left + right
         self.left = left
         self.namespaces: list[str] = []
@@ -84,7 +105,8 @@ class Fabric:
         return ["ip", "netns", "exec", self.namespaces[i]]
 
     def open(self) -> Fabric:
-        t = self.tag
+        self.net, self._held = _reserve_net()
+        self.tag = t = f"{self.net:02x}{random.randrange(256):02x}"
         try:
             for br in (f"szL{t}", f"szR{t}", f"szM{t}"):
                 _ip("link", "add", br, "type", "bridge")
@@ -207,6 +229,9 @@ class Fabric:
             with contextlib.suppress(subprocess.SubprocessError):
                 _ip("link", "del", link)
         self.namespaces, self._links = [], []
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
 
 
 def pod_servers(

@@ -8,8 +8,12 @@ test-output/browser/.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,11 +28,11 @@ from playwright.sync_api import (
     Locator,
     Page,
     Playwright,
+    expect,
     sync_playwright,
 )
 
 from testkit.servers import ServerProcess, kill_engines
-from tests.hostnet import host_network
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
@@ -49,13 +53,61 @@ CHROMIUM_ARGS = [
 ]
 
 
+CLONE_NEWNET = 0x40000000
+
+
+@contextlib.contextmanager
+def private_network() -> Iterator[bool]:
+    """Run the folder in a network namespace of its own (the worker's main thread, and so
+    every process it starts: the servers, their engines, Playwright's driver, Chromium).
+
+    Chromium aborts page loads with ``ERR_NETWORK_CHANGED`` whenever a link or an address
+    of its network namespace changes, and the netns tests (partition, on-demand isolation,
+    the soaks) add bridges, veths and addresses to the host's namespace all along. In a
+    namespace of its own, with only its loopback, the folder sees none of that, so the
+    two run side by side instead of waiting for each other. Yields whether it could
+    (creating a namespace needs root; where it cannot, no netns test can run either).
+    The main thread goes back to the host's namespace at the end, so the worker's next
+    files run where they always do.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    host = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        if libc.unshare(CLONE_NEWNET) != 0:
+            yield False
+            return
+        try:
+            subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=30)
+            yield True
+        finally:
+            if libc.setns(host, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"back to the host's network: {os.strerror(err)}")
+    finally:
+        os.close(host)
+
+
+@pytest.fixture(scope="package", autouse=True)
+def own_network() -> Iterator[None]:
+    """The folder's network namespace (``private_network``), entered before anything
+    of the folder starts."""
+    with private_network():
+        yield
+
+
+# Playwright's assertions wait as long as the contexts' actions do (15 s, ``open_session``),
+# not its 5 s default: on a machine running the suite's four workers a page can take
+# longer than 5 s to leave its loading state.
+expect.set_options(timeout=15_000)
+
+
 # Package, not session: Playwright's sync API keeps an event loop running on the main
 # thread while it is open, and every async test that a worker runs after it would then
 # fail with "cannot be called from a running event loop". tests/scheduling.py hands this
 # folder to one xdist worker as one unit, so its last test closes Playwright before the
 # worker runs anything else, and Playwright and Chromium start once for the whole tier.
 @pytest.fixture(scope="package")
-def playwright() -> Iterator[Playwright]:
+def playwright(own_network: None) -> Iterator[Playwright]:
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed: run `make browser-deps`")
     if not WEB_INDEX.exists():
@@ -71,15 +123,6 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
     b.close()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def steady_host_network() -> Iterator[None]:
-    """Each module holds the host-network lock shared (tests/hostnet.py): no test that
-    changes the host's network runs while its pages load. Per module, not for the whole
-    folder, so such a test on the other worker waits for one module at most."""
-    with host_network(changes=False):
-        yield
-
-
 def start_server(data_dir: Path, *, env: dict[str, str] | None = None) -> ServerProcess:
     srv = ServerProcess(data_dir, args=["--sim-gpus", SIM_GPUS], extra_env=env)
     return srv.start()
@@ -91,7 +134,9 @@ def stop_server(srv: ServerProcess) -> None:
 
 
 @pytest.fixture(scope="package")
-def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def shared_server(
+    own_network: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     """The processes behind ``server``; take ``server``, not this."""
     srv = start_server(tmp_path_factory.mktemp("dash"))
     yield srv

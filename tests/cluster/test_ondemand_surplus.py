@@ -23,7 +23,6 @@ import pytest
 from testkit import netns
 from testkit.cluster import TIMING
 from testkit.servers import HTTP
-from tests.hostnet import host_network
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,7 +52,7 @@ class Pods(netns.Pods):
 def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
     root = tmp_path_factory.mktemp("ondemand-surplus")
     env = {"SARDEENZ_SIM_GPUS": "NVIDIA L4:24GiB", **TIMING}
-    with host_network(changes=True), netns.running_pods(root, NAMES, env) as running:
+    with netns.running_pods(root, NAMES, env) as running:
         yield Pods(running.fabric, running.servers)
 
 

@@ -22,7 +22,6 @@ import pytest
 from testkit import netns
 from testkit.cluster import TIMING
 from testkit.servers import HTTP
-from tests.hostnet import host_network
 
 pytestmark = [
     pytest.mark.slow,
@@ -90,7 +89,7 @@ def agreed(names: list[str]) -> Any:
 def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
     root = tmp_path_factory.mktemp("partition")
     # pod-a first (it must lead, as in a one-by-one start), the rest side by side.
-    with host_network(changes=True), netns.running_pods(root, NAMES, TIMING, left=LEFT) as run:
+    with netns.running_pods(root, NAMES, TIMING, left=LEFT) as run:
         cluster = Pods(run)
         try:
             yield cluster

@@ -66,19 +66,16 @@ def _delivered(fabric: netns.Fabric, sender: int, receiver: int, n: int = 300) -
 
 @pytest.mark.skipif(not netns.available(), reason="needs root and iproute2 (ip netns)")
 def test_a_degraded_link_loses_what_the_pod_sends_not_what_it_receives() -> None:
-    from tests.hostnet import host_network
-
-    with host_network(changes=True):
-        fabric = netns.Fabric(2, 0).open()
-        try:
-            assert _delivered(fabric, 0, 1) == 300
-            how = fabric.degrade(0, 30, 50)
-            sent = _delivered(fabric, 0, 1)
-            received = _delivered(fabric, 1, 0)
-            fabric.restore(0)
-            after = _delivered(fabric, 0, 1)
-        finally:
-            fabric.close()
+    fabric = netns.Fabric(2, 0).open()
+    try:
+        assert _delivered(fabric, 0, 1) == 300
+        how = fabric.degrade(0, 30, 50)
+        sent = _delivered(fabric, 0, 1)
+        received = _delivered(fabric, 1, 0)
+        fabric.restore(0)
+        after = _delivered(fabric, 0, 1)
+    finally:
+        fabric.close()
     print(f"\n{how}: 0->1 {sent}/300, 1->0 {received}/300, restored {after}/300")
     assert 120 <= sent <= 270, f"{how}: {sent} of 300 delivered at 30 % loss"
     assert received == 300

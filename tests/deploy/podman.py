@@ -15,9 +15,9 @@ from mmdebstrap, ``podman import``ed). What podman needs on a machine of this ki
 - ``--network host`` for the build's RUN steps: the same route to the registries the host
   has, with no bridge/NAT set-up.
 - ``--network slirp4netns`` for the test's containers: podman's default bridge adds a veth
-  (and the bridge) to the host for each container, which makes Chromium abort the browser
-  tier's page loads (``ERR_NETWORK_CHANGED``, tests/hostnet.py); slirp4netns keeps the
-  container's network in its own namespace and still publishes ``-p 127.0.0.1:PORT``.
+  (and the bridge) to the host for each container; slirp4netns keeps the container's
+  network in its own namespace, changes nothing on the host, and still publishes
+  ``-p 127.0.0.1:PORT``.
 - ``--format docker``: the OCI image format has no HEALTHCHECK field.
 - ``--layers``: the last build's layers are the next one's cache (the dependencies are
   installed before ``src/`` is copied, so a code change rebuilds only the wheel); the

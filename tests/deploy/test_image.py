@@ -145,8 +145,7 @@ class Containers:
 
 @pytest.fixture
 def containers(image: BuiltImage) -> Iterator[Containers]:
-    # No host-network lock (tests/hostnet.py): NETWORK adds nothing to the host's links, so
-    # the browser tier loads its pages meanwhile.
+    # NETWORK (slirp4netns) adds nothing to the host's links.
     made = Containers(image.tag)
     yield made
     made.close()
