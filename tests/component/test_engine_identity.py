@@ -175,9 +175,28 @@ def test_two_servers_with_the_same_base_port_never_share_an_engine_port(
             c.close()
 
 
+def _trees(roots: list[int]) -> dict[int, list[int]]:
+    """Each root's process tree (itself and its descendants), from one walk of the
+    process table: one ``_tree`` per root walks all of it each time."""
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        children.setdefault(proc.info["ppid"], []).append(proc.pid)
+    trees: dict[int, list[int]] = {}
+    for root in roots:
+        tree, todo = [], [root]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo.extend(children.get(pid, []))
+        trees[root] = tree
+    return trees
+
+
 def _wait_all_active_never_shared(clients: list[httpx.Client], expected: int) -> None:
     """Wait until every instance is active; at every look, each active instance's port is
-    listened on by its own engine's process tree only."""
+    listened on by its own engine's process tree only. One look reads the kernel's socket
+    tables and the process table once for all instances (per instance, twenty of them
+    every 0.2 s, the looks took most of a core)."""
     deadline = time.monotonic() + 60
     while True:
         insts = [i for c in clients for i in c.get("/api/v1/models").json()]
@@ -185,8 +204,12 @@ def _wait_all_active_never_shared(clients: list[httpx.Client], expected: int) ->
         failed = [i for i in insts if i["status"] == "failed"]
         assert not failed, failed
         active = [i for i in insts if i["status"] == "active"]
+        listeners = identity.listeners_by_port()
+        trees = _trees([i["processId"] for i in active])
         for inst in active:
-            owner = identity.port_ownership(inst["port"], _tree(inst["processId"]))
+            owner = identity.port_ownership(
+                inst["port"], trees[inst["processId"]], listeners.get(inst["port"], [])
+            )
             assert owner.served_by_own_tree, (inst["servedModelName"], owner)
         if len(active) == expected:
             return

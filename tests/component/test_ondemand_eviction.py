@@ -45,7 +45,8 @@ catalog:
     extraArgs: [--load-seconds, "0.2", --memory-gib, "6"]
     pinned: true
 """
-RESIDENCY = 1.0
+# Short: the tests wait it out (before each eviction, at each switch of the thrash tests).
+RESIDENCY = 0.5
 
 
 @pytest.fixture(scope="module")

@@ -74,7 +74,8 @@ catalog:
     extraArgs: [--load-seconds, "0.2", --memory-gib, "0.5", --ttft-ms, "50", --itl-ms, "20",
                 --wake-slowdown, "5"]
 """
-RESIDENCY = 1.0
+# Short: the tests wait it out (before each eviction, at each switch of the thrash tests).
+RESIDENCY = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +296,7 @@ def test_an_idle_sleep_is_an_event_too(srv: ServerProcess) -> None:
     unload_all(srv)
     events = CatalogEvents(srv, "idler")
     assert ask(srv, "idler").status_code == 200
-    event = events.wait()  # after the residency (1 s) and the idle TTL (1 s)
+    event = events.wait()  # after the residency (0.5 s) and the idle TTL (1 s)
     assert event["action"] == "sleep"
     assert event["reason"] == "idle"
     assert event["level"] == 2

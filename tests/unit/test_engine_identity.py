@@ -93,6 +93,23 @@ def test_a_listener_on_another_address_of_the_port_is_foreign_too() -> None:
     assert owner.own == ()
 
 
+def test_one_read_of_the_tables_answers_for_every_port(
+    engine: tuple[subprocess.Popen[str], int],
+) -> None:
+    """``listeners_by_port`` is what ``sockets_on_port`` reads, for all ports at once, and
+    ``port_ownership`` given its part decides as when it reads the port itself."""
+    proc, port = engine
+    with _reuseport_listener(port):
+        table = identity.listeners_by_port()
+        assert set(table[port]) == set(identity.sockets_on_port(port, {identity.LISTEN}))
+        assert len(table[port]) == 2
+        assert all(s.state == identity.LISTEN for socks in table.values() for s in socks)
+        given = identity.port_ownership(port, [proc.pid], table[port])
+        assert given == identity.port_ownership(port, [proc.pid])
+        assert given.foreign_pids == (os.getpid(),)
+    assert identity.port_ownership(port, [proc.pid], []).own == ()  # none listed: none owned
+
+
 def test_no_listener_means_not_served_yet() -> None:
     port = free_port()
     with socket.socket() as bound_only:  # an engine still loading: bound, not listening

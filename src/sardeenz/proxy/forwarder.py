@@ -70,7 +70,12 @@ from sardeenz.proxy.wire import (
     send_json,
     without_credentials,
 )
-from sardeenz.runtime.identity import PortOwnership, engine_port_ownership
+from sardeenz.runtime.identity import (
+    LISTEN,
+    PortOwnership,
+    engine_port_ownership,
+    sockets_on_port,
+)
 from sardeenz.security.auth import ApiKey
 from sardeenz.tenancy.admission import Admission, Rejection
 
@@ -342,6 +347,7 @@ class InferenceProxy(AsgiRelay):
 
 def _ownership(port: int, pids: list[int]) -> PortOwnership:
     """The port's listeners against the trees of every instance said to use it (blocks)."""
-    found = [engine_port_ownership(port, pid) for pid in pids]
+    listeners = sockets_on_port(port, {LISTEN})  # one read of the kernel's tables for all
+    found = [engine_port_ownership(port, pid, listeners) for pid in pids]
     good = next((o for o in found if o.served_by_own_tree), None)
     return good if good is not None else found[0]

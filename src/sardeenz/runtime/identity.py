@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -52,12 +52,8 @@ def _decode_address(hex_addr: str) -> str:
     return socket.inet_ntop(socket.AF_INET6, words)
 
 
-def sockets_on_port(port: int, states: Collection[int] | None = None) -> list[TcpSocket]:
-    """TCP sockets (IPv4 and IPv6) whose local port is ``port``, optionally by state.
-
-    A socket that is bound but neither listening nor connected is in no table the
-    kernel lists here: it cannot be seen, only bound against.
-    """
+def _tcp_sockets(port: int | None, states: Collection[int] | None) -> list[TcpSocket]:
+    """The rows of ``/proc/net/tcp{,6}`` on ``port`` (None: every port), by state."""
     found: list[TcpSocket] = []
     for table in TCP_TABLES:
         try:
@@ -70,12 +66,35 @@ def sockets_on_port(port: int, states: Collection[int] | None = None) -> list[Tc
             if len(fields) < 10:
                 continue
             local, _, port_hex = fields[1].rpartition(":")
-            if int(port_hex, 16) != port:
+            local_port = int(port_hex, 16)
+            if port is not None and local_port != port:
                 continue
             state = int(fields[3], 16)
             if states is not None and state not in states:
                 continue
-            found.append(TcpSocket(_decode_address(local), port, state, int(fields[9])))
+            found.append(TcpSocket(_decode_address(local), local_port, state, int(fields[9])))
+    return found
+
+
+def sockets_on_port(port: int, states: Collection[int] | None = None) -> list[TcpSocket]:
+    """TCP sockets (IPv4 and IPv6) whose local port is ``port``, optionally by state.
+
+    A socket that is bound but neither listening nor connected is in no table the
+    kernel lists here: it cannot be seen, only bound against.
+    """
+    return _tcp_sockets(port, states)
+
+
+def listeners_by_port() -> dict[int, list[TcpSocket]]:
+    """Every listening TCP socket by its local port, from one read of the kernel's tables.
+
+    For a caller that checks many ports at once: each read has the kernel write out
+    every socket of the host (some milliseconds of CPU at a thousand sockets), so one
+    read for all the ports rather than one per port.
+    """
+    found: dict[int, list[TcpSocket]] = {}
+    for sock in _tcp_sockets(None, {LISTEN}):
+        found.setdefault(sock.port, []).append(sock)
     return found
 
 
@@ -147,9 +166,16 @@ class PortOwnership:
         return f"port {self.port} is also listened on by another process ({who}, on {where})"
 
 
-def port_ownership(port: int, pids: Collection[int]) -> PortOwnership:
-    """Classify the listeners on ``port``: held by one of ``pids``, or foreign."""
-    listeners = sockets_on_port(port, {LISTEN})
+def port_ownership(
+    port: int, pids: Collection[int], listeners: Sequence[TcpSocket] | None = None
+) -> PortOwnership:
+    """Classify the listeners on ``port``: held by one of ``pids``, or foreign.
+
+    ``listeners``: the port's listening sockets when the caller has read them already
+    (``listeners_by_port``); otherwise they are read here.
+    """
+    if listeners is None:
+        listeners = sockets_on_port(port, {LISTEN})
     if not listeners:
         return PortOwnership(port, (), ())
     owned = socket_inodes(pids)
@@ -168,10 +194,12 @@ def port_ownership(port: int, pids: Collection[int]) -> PortOwnership:
     return PortOwnership(port, own, foreign, tuple(foreign_pids), tuple(names))
 
 
-def engine_port_ownership(port: int, root_pid: int | None) -> PortOwnership:
+def engine_port_ownership(
+    port: int, root_pid: int | None, listeners: Sequence[TcpSocket] | None = None
+) -> PortOwnership:
     """``port_ownership`` for the process tree of the engine whose main PID is ``root_pid``."""
     pids = [p.pid for p in proctree.tree(root_pid)] if root_pid is not None else []
-    return port_ownership(port, pids)
+    return port_ownership(port, pids, listeners)
 
 
 async def served_names(
