@@ -30,6 +30,7 @@ import json
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -85,9 +86,15 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         cluster.start()
         cluster.wait_one_leader()
-        cluster.load_on("pod-c", USAGE_MODEL)
-        for pod in cluster.names:  # served by every pod: each admits what it serves
-            cluster.load_on(pod, MODEL, "--ttft-ms", "1", "--itl-ms", "1")
+        # The four loads side by side: each waits for its engine, then for the leader to
+        # hear of it in a heartbeat, and one after another they were seconds of waiting.
+        loads = [(pod, MODEL, "--ttft-ms", "1", "--itl-ms", "1") for pod in cluster.names]
+        with ThreadPoolExecutor(4) as pool:  # MODEL on every pod: each admits what it serves
+            done = [
+                pool.submit(cluster.load_on, *load) for load in [("pod-c", USAGE_MODEL), *loads]
+            ]
+            for future in done:
+                future.result()
         yield cluster
     finally:
         cluster.close()

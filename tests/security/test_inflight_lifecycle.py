@@ -9,7 +9,7 @@ cuts with ``model_sleeping``), an unload drains up to the grace and cuts with
 model) or refused, never sent to an engine that is falling asleep or stopping.
 
 Every test runs a real ``sardeenz serve`` with sim engines; streams are read
-with httpx's async client, each with a hard client timeout far beyond what any
+with aiohttp's client, each with a hard client timeout far beyond what any
 of these phases may take, so a hang fails the test instead of stalling it.
 """
 
@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -57,23 +58,23 @@ class Outcome:
         return f"error:{self.code}"
 
 
-async def whole_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> Outcome:
+async def whole_one(session: aiohttp.ClientSession, model: str, max_tokens: int) -> Outcome:
     """A non-streamed completion: done, or an OpenAI error body."""
     out = Outcome()
     body = {"model": model, "prompt": "hello", "max_tokens": max_tokens}
     try:
-        resp = await client.post("/v1/completions", json=body)
-        out.status = resp.status_code
-        data = resp.json()
-        if resp.status_code == 200:
+        async with session.post("/v1/completions", json=body) as resp:
+            out.status = resp.status
+            data = await resp.json(content_type=None)
+        if out.status == 200:
             out.done = True
             out.finish_reason = data["choices"][0]["finish_reason"]
         else:
             out.error = data.get("error")
             out.code = out.error["code"] if out.error else "no-error-object"
-    except httpx.TimeoutException:
+    except TimeoutError:
         out.problem = "hung"
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         out.problem = f"transport:{type(exc).__name__}"
     finally:
         out.ended_at = time.monotonic()
@@ -81,29 +82,33 @@ async def whole_one(client: httpx.AsyncClient, model: str, max_tokens: int) -> O
 
 
 async def stream_one(
-    client: httpx.AsyncClient, model: str, max_tokens: int, started: asyncio.Event | None = None
+    session: aiohttp.ClientSession,
+    model: str,
+    max_tokens: int,
+    started: asyncio.Event | None = None,
 ) -> Outcome:
     """One stream; ``started`` is set at its first token (or its end, whichever first)."""
     out = Outcome()
     body = {"model": model, "prompt": "hello", "max_tokens": max_tokens, "stream": True}
-    event = ""
+    event = b""
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as resp:
-            out.status = resp.status_code
-            if resp.status_code != 200:
-                data = json.loads(await resp.aread())
+        async with session.post("/v1/completions", json=body) as resp:
+            out.status = resp.status
+            if resp.status != 200:
+                data = json.loads(await resp.read())
                 out.error = data.get("error")
                 out.code = out.error["code"] if out.error else "no-error-object"
                 return out
-            async for line in resp.aiter_lines():
-                if line.startswith("event:"):
+            async for raw in resp.content:
+                line = raw.rstrip(b"\r\n")
+                if line.startswith(b"event:"):
                     event = line[6:].strip()
-                elif line.startswith("data:"):
+                elif line.startswith(b"data:"):
                     payload = line[5:].strip()
-                    if payload == "[DONE]":
+                    if payload == b"[DONE]":
                         out.done = True
                         out.ended_at = time.monotonic()
-                    elif event == "error":
+                    elif event == b"error":
                         out.error = json.loads(payload)["error"]
                         out.code = out.error["code"]
                         out.ended_at = time.monotonic()
@@ -117,19 +122,30 @@ async def stream_one(
                                 out.finish_reason = choice["finish_reason"]
             if not out.done and out.code is None:
                 out.problem = "cut-without-error"
-    except httpx.TimeoutException:
+    except TimeoutError:
         out.problem = "hung"
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         out.problem = f"transport:{type(exc).__name__}"
     finally:
-        # When the end was read, not when httpx has put the connection back: its pool
-        # does work per release under one lock, and 200 streams ending together then
-        # finish their `async with` up to 2 s apart (a raw-socket client sees all 200
-        # ends within 50 ms of an engine kill).
+        # When the end was read, not when the client has put the connection back.
         out.ended_at = out.ended_at or time.monotonic()
         if started is not None:
             started.set()
     return out
+
+
+def session(url: str, n: int) -> aiohttp.ClientSession:
+    """A client for ``n`` concurrent requests to ``url``, each with a hard timeout.
+
+    aiohttp, not httpx: reading 200 streams at once cost this process twice the CPU
+    with httpx's async client, and on a loaded machine a client that lags behind the
+    streams records their ends late (the timing assertions below measure those ends).
+    """
+    return aiohttp.ClientSession(
+        base_url=url,
+        connector=aiohttp.TCPConnector(limit=n + 10),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=CLIENT_TIMEOUT),
+    )
 
 
 async def all_started(events: list[asyncio.Event], within: float = 30.0) -> None:
@@ -162,9 +178,7 @@ async def run_streams(
 ) -> tuple[list[Outcome], float, Any]:
     """``n`` concurrent streams; ``action()`` (blocking, in a thread) once every stream has
     its first token (``in_flight``), or at once (e.g. for a sleeping model)."""
-    limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
-    timeout = httpx.Timeout(CLIENT_TIMEOUT, connect=10)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as client:
+    async with session(url, n) as client:
         events = [asyncio.Event() for _ in range(n)]
         tasks = [asyncio.create_task(stream_one(client, model, max_tokens, e)) for e in events]
         if in_flight:
@@ -313,11 +327,7 @@ def test_unload_drains_then_cuts_with_model_unloaded(
         async def both() -> tuple[
             list[Outcome], list[Outcome], list[Outcome], float, httpx.Response
         ]:
-            limits = httpx.Limits(max_connections=60, max_keepalive_connections=60)
-            timeout = httpx.Timeout(CLIENT_TIMEOUT, connect=10)
-            async with httpx.AsyncClient(
-                base_url=drain_server.url, limits=limits, timeout=timeout
-            ) as client:
+            async with session(drain_server.url, 50) as client:
                 # 20 short streams (1.5 s) finish within the grace, 20 long ones (20 s) do not.
                 started = [asyncio.Event() for _ in range(40)]
                 short = [
