@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,14 @@ def engine_processes(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
+def _instance_of(proc: psutil.Process) -> str | None:
+    """The instance id an engine process was started for (None once it has gone)."""
+    try:
+        return proc.environ().get("SARDEENZ_INSTANCE_ID")
+    except psutil.Error:
+        return None
+
+
 def kill_engines(data_dir: Path) -> None:
     for proc in engine_processes(data_dir):
         with contextlib.suppress(psutil.Error, OSError):
@@ -259,22 +268,31 @@ def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
     return alive
 
 
-def unload_all(srv: ServerProcess, timeout: float = 20.0) -> None:
-    """Unload every instance of ``srv`` and wait until its engines have ended.
+def unload_all(srv: ServerProcess, timeout: float = 20.0, keep: Collection[str] = ()) -> None:
+    """Unload every instance of ``srv`` (but those serving a name in ``keep``) and wait
+    until their engines have ended.
 
-    What a test sharing a server does last: the next one finds it as empty as a
-    new server (nothing listed, no engine running).
+    What a test sharing a server does last: the next one finds it as it found it (with
+    ``keep`` empty: as empty as a new server, nothing listed, no engine running). ``keep``
+    lets a module's standing models stay loaded for its other tests.
     """
     deadline = time.monotonic() + timeout
+
+    def others(api: httpx.Client) -> list[dict[str, Any]]:
+        listed: list[dict[str, Any]] = api.get("/api/v1/models").json()
+        return [i for i in listed if i["servedModelName"] not in keep]
+
     with srv.client() as api:
-        for inst in api.get("/api/v1/models").json():
+        kept = {i["id"] for i in api.get("/api/v1/models").json()} - {i["id"] for i in others(api)}
+        for inst in others(api):
             resp = api.post(f"/api/v1/models/{inst['id']}/unload")
             # 404: it went by itself; 409 instance_stopping: an unload already under way
             assert resp.status_code in (200, 404, 409), resp.text
-        left = api.get("/api/v1/models").json()
+        left = others(api)
         while left and time.monotonic() < deadline:
             time.sleep(0.05)
-            left = api.get("/api/v1/models").json()
+            left = others(api)
         assert left == [], f"instances of {srv.url} still listed {timeout:g} s after unload: {left}"
-    alive = wait_gone([p.pid for p in engine_processes(srv.data_dir)], timeout)
+    engines = [p.pid for p in engine_processes(srv.data_dir) if _instance_of(p) not in kept]
+    alive = wait_gone(engines, timeout)
     assert alive == [], f"engines of {srv.url} still running {timeout:g} s after unload: {alive}"

@@ -1,7 +1,8 @@
 """The operator CLI against a real server, and the serve command's guards.
 
-The CLI round trips share one server (``reused_server``, emptied after each test); the
-serve guards and the servers started with other flags are each their own.
+The CLI round trips share one server with one simulated GPU (``reused_server``, emptied
+after each test; the GPU is what the --force test needs, and the others do not mind it);
+the serve guards and the servers started with other flags are each their own.
 """
 
 from __future__ import annotations
@@ -14,8 +15,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from testkit.ports import free_port
-from testkit.servers import ServerProcess, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, wait_for_status
+
+SIM_GPUS = ["--sim-gpus", "NVIDIA L4:24GiB"]
+
+
+@pytest.fixture(scope="module")
+def module_server(module_server_factory: ServerPool) -> ServerProcess:
+    """The module's shared server (behind ``reused_server``), with one simulated GPU."""
+    return module_server_factory(args=SIM_GPUS).start()
 
 
 def cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> Any:
@@ -251,14 +262,16 @@ def test_logs_n_counts_the_lines_it_prints(reused_server: ServerProcess) -> None
     assert not any(is_health_poll(e.get("line", "")) for e in before_status + live)
 
 
-def test_force_says_what_it_overrides_in_the_flags_and_unit_typed(server_factory: Any) -> None:
+def test_force_says_what_it_overrides_in_the_flags_and_unit_typed(
+    reused_server: ServerProcess,
+) -> None:
     """A refusal offers --force only when forcing would start the engine (issue 25).
 
     100 GB per GPU is more than the simulated GPU has: no force helps, and the refusal
     says so, in GB (the unit of --gpu-memory-limit). (A refusal by the estimate, which
     --force does skip, is tests/unit/test_memory_ledger.py's.)
     """
-    srv: ServerProcess = server_factory(args=["--sim-gpus", "NVIDIA L4:24GiB"]).start()
+    srv = reused_server
     with srv.client() as api:  # simulated GPUs say so; the default engine is named
         assert api.get("/api/health").json()["mode"] == "simulated"
         assert api.get("/api/v1/engines").json()["defaultEngine"] == "vllm"

@@ -25,7 +25,7 @@ import typer.main
 from sardeenz import cli as cli_module
 from sardeenz.cli.resolve import pick
 from testkit.ports import free_port
-from testkit.servers import ServerPool, ServerProcess, load_active
+from testkit.servers import ServerPool, ServerProcess, load_active, sim_load, wait_for_status
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 COLUMNS = 80
@@ -71,17 +71,19 @@ def srv(module_server_factory: ServerPool) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def two(srv: ServerProcess) -> list[dict[str, Any]]:
-    """Two active instances; the second has a long served name to crowd the table."""
+    """Two active instances; the second has a long served name to crowd the table.
+    Loaded side by side, then waited for."""
     with srv.client() as api:
-        return [
-            load_active(api, "compose-a", servedModelName="alpha-served"),
-            load_active(
+        loading = [
+            sim_load(api, "compose-a", servedModelName="alpha-served"),
+            sim_load(
                 api,
                 "compose-b",
                 servedModelName="a-rather-long-served-model-name-that-crowds-the-table",
                 enableSleepMode=True,
             ),
         ]
+        return [wait_for_status(api, inst["id"], "active") for inst in loading]
 
 
 def test_ids_complete_at_80_columns(srv: ServerProcess, two: list[dict[str, Any]]) -> None:
@@ -117,7 +119,8 @@ def test_prefix_and_name_lookup(srv: ServerProcess, two: list[dict[str, Any]]) -
 
 def test_ambiguous_name_lists_the_candidates(srv: ServerProcess) -> None:
     with srv.client() as api:
-        twins = [load_active(api, f"twin-{i}", servedModelName="twin") for i in range(2)]
+        loading = [sim_load(api, f"twin-{i}", servedModelName="twin") for i in range(2)]
+        twins = [wait_for_status(api, inst["id"], "active") for inst in loading]
     try:
         out = cli("models", "show", "twin", "--url", srv.url)
         assert out.returncode == 2

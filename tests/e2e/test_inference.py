@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from testkit.servers import ServerPool, ServerProcess, sim_load, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, sim_load, unload_all, wait_for_status
 
 
 def _expected(n: int) -> str:
@@ -19,9 +20,9 @@ def _expected(n: int) -> str:
 
 @pytest.fixture(scope="module")
 def two_models(module_server_factory: ServerPool) -> ServerProcess:
-    """One server with alpha and beta, shared by the tests that only send traffic to them.
+    """One server with alpha and beta, shared by the module's tests.
 
-    Nothing else is loaded on it: tests that load models of their own take ``server``.
+    Tests that load models of their own take ``loads_own`` and leave alpha and beta alone.
     """
     server = module_server_factory().start()
     with server.client() as api:
@@ -30,6 +31,14 @@ def two_models(module_server_factory: ServerPool) -> ServerProcess:
         wait_for_status(api, a["id"], "active")
         wait_for_status(api, b["id"], "active")
     return server
+
+
+@pytest.fixture
+def loads_own(two_models: ServerProcess) -> Iterator[ServerProcess]:
+    """``two_models`` for a test that loads models: what it loaded is unloaded after it,
+    so the next test finds alpha and beta alone (one server start fewer for the module)."""
+    yield two_models
+    unload_all(two_models, keep={"alpha", "beta"})
 
 
 def _express_requests(server: ServerProcess) -> float:
@@ -103,14 +112,14 @@ def test_raw_sse_ends_with_done(two_models: ServerProcess) -> None:
     assert lines[-1] == "data: [DONE]"
 
 
-def test_round_robin_across_two_instances_of_one_name(reused_server: ServerProcess) -> None:
-    with reused_server.client() as api:
+def test_round_robin_across_two_instances_of_one_name(loads_own: ServerProcess) -> None:
+    with loads_own.client() as api:
         ids = [sim_load(api, "twin", "--ttft-ms", "1")["id"] for _ in range(2)]
         ports = {wait_for_status(api, i, "active")["port"] for i in ids}
     seen = []
     for _ in range(6):
         r = httpx.post(
-            f"{reused_server.url}/v1/completions",
+            f"{loads_own.url}/v1/completions",
             json={"model": "twin", "prompt": "x", "max_tokens": 1},
             timeout=10,
         )
@@ -119,12 +128,12 @@ def test_round_robin_across_two_instances_of_one_name(reused_server: ServerProce
     assert all(seen[i] != seen[i + 1] for i in range(len(seen) - 1))
 
 
-def test_request_during_start_is_served_once_active(reused_server: ServerProcess) -> None:
-    with reused_server.client() as api:
+def test_request_during_start_is_served_once_active(loads_own: ServerProcess) -> None:
+    with loads_own.client() as api:
         inst = sim_load(api, "late", "--load-seconds", "2")
         assert inst["status"] == "starting"
         r = httpx.post(
-            f"{reused_server.url}/v1/completions",
+            f"{loads_own.url}/v1/completions",
             json={"model": "late", "prompt": "x", "max_tokens": 2},
             timeout=30,
         )

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from testkit.servers import ServerProcess, load_active
+from testkit.servers import ServerProcess, sim_load, wait_for_status
 
 POLLS = 200
 """Health polls the engines must have answered before the controller's log is read."""
@@ -28,7 +28,10 @@ def test_info_log_has_no_per_poll_lines(server_factory: Any) -> None:
         }
     ).start()
     with srv.client() as api:
-        ids = [load_active(api, f"quiet-{i}")["id"] for i in range(ENGINES)]
+        # Loaded side by side (each engine start is a process start of its own).
+        ids = [sim_load(api, f"quiet-{i}")["id"] for i in range(ENGINES)]
+        for inst_id in ids:
+            wait_for_status(api, inst_id, "active")
         deadline = time.monotonic() + 60
         polls = 0
         while polls < POLLS:

@@ -29,16 +29,30 @@ from testkit.servers import HTTP
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def pods(kube: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubePods]:
-    cluster = KubePods(kube, tmp_path_factory.mktemp("firstload"), 3)
+    """pod-a and pod-b running (one of them the leader) for the module; each test starts a
+    pod of its own that no pod has heard from yet (pod-c, pod-d): one cluster start for the
+    module instead of one per test."""
+    cluster = KubePods(kube, tmp_path_factory.mktemp("firstload"), 4)
     try:
+        for name in ("pod-a", "pod-b"):
+            cluster.create_pod(name)
+        _start_side_by_side(cluster, "pod-a", "pod-b")
         yield cluster
     finally:
-        proc = cluster.pods["pod-c"].proc
+        cluster.close()
+
+
+@pytest.fixture(autouse=True)
+def _continued(pods: KubePods) -> Iterator[None]:
+    """A test that failed while its pod was stopped leaves it running again: the next test
+    waits on every live pod's status."""
+    yield
+    for name in ("pod-c", "pod-d"):
+        proc = pods.pods[name].proc
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGCONT)
-        cluster.close()
 
 
 def _start_side_by_side(pods: KubePods, *names: str) -> None:
@@ -49,6 +63,18 @@ def _start_side_by_side(pods: KubePods, *names: str) -> None:
     for name in names:
         pods.pods[name].wait_ready(60)
         pods.mark_ready(name)
+
+
+def _silent_member(pods: KubePods, name: str) -> tuple[str, int]:
+    """Start ``name`` stopped (SIGSTOP: it cannot send or answer a heartbeat) and mark it
+    Ready; the leader then and the stopped process's pid."""
+    leader, _ = pods.wait_one_leader(30)
+    pods.create_pod(name)
+    started = pods.pods[name].start(60)
+    assert started.proc is not None
+    os.kill(started.proc.pid, signal.SIGSTOP)
+    pods.mark_ready(name)
+    return leader, started.proc.pid
 
 
 def _listed(pods: KubePods, leader: str, name: str) -> dict[str, Any]:
@@ -75,15 +101,8 @@ def _load(url: str, pod: str, out: dict[str, Any]) -> None:
 
 
 def test_load_on_a_pod_just_listed_waits_for_its_first_heartbeat(pods: KubePods) -> None:
-    for name in pods.names:
-        pods.create_pod(name)
-    _start_side_by_side(pods, "pod-a", "pod-b")
-    leader, _ = pods.wait_one_leader(30)
+    leader, pid = _silent_member(pods, "pod-c")
     url = pods.pods[leader].url
-    c = pods.pods["pod-c"].start(60)
-    assert c.proc is not None
-    os.kill(c.proc.pid, signal.SIGSTOP)  # it cannot send or answer a heartbeat
-    pods.mark_ready("pod-c")
     listed = _listed(pods, leader, "pod-c")
     assert listed["lastSeenSecondsAgo"] is None, f"pod-c heard while stopped: {listed}"
 
@@ -92,22 +111,15 @@ def test_load_on_a_pod_just_listed_waits_for_its_first_heartbeat(pods: KubePods)
     loading.start()
     loading.join(0.8)
     assert answer == {}, f"the load did not wait for pod-c's first heartbeat: {answer}"
-    os.kill(c.proc.pid, signal.SIGCONT)
+    os.kill(pid, signal.SIGCONT)
     loading.join(60)
     assert answer.get("status") == 202, f"load on pod-c just after it was listed: {answer}"
     assert pods.wait_instance("pod-c", answer["body"]["id"], "active", 30)
 
 
 def test_a_member_that_stays_silent_is_refused_not_waited_for_ever(pods: KubePods) -> None:
-    for name in pods.names:
-        pods.create_pod(name)
-    _start_side_by_side(pods, "pod-a", "pod-b")
-    leader, _ = pods.wait_one_leader(30)
-    c = pods.pods["pod-c"].start(60)
-    assert c.proc is not None
-    os.kill(c.proc.pid, signal.SIGSTOP)
-    pods.mark_ready("pod-c")
-    _listed(pods, leader, "pod-c")
+    leader, _ = _silent_member(pods, "pod-d")
+    _listed(pods, leader, "pod-d")
     answer: dict[str, Any] = {}
-    _load(pods.pods[leader].url, "pod-c", answer)
+    _load(pods.pods[leader].url, "pod-d", answer)
     assert (answer["status"], answer["body"].get("code")) == (503, "pod_unavailable"), answer
