@@ -68,3 +68,13 @@ def test_an_unrouted_instance_is_no_endpoint_but_still_listed() -> None:
     assert [i.id for i in withdrawn.instances] == ["i1", "i2"]
     assert route_key(withdrawn) != route_key(hb)
     assert Heartbeat.model_validate_json(withdrawn.model_dump_json()).unrouted == ["i1"]
+
+
+def test_a_withdrawal_carries_the_term_that_made_it_and_older_pods_send_none() -> None:
+    hb = beat(instance("i1", "m", InstanceStatus.ACTIVE))
+    withdrawn = hb.model_copy(update={"unrouted": ["i1"], "withdrawn_terms": {"i1": 4}})
+    wire = withdrawn.model_dump(mode="json", by_alias=True)
+    assert wire["withdrawnTerms"] == {"i1": 4}
+    assert Heartbeat.model_validate(wire).withdrawn_terms == {"i1": 4}
+    del wire["withdrawnTerms"]  # a heartbeat of a pod of the previous version
+    assert Heartbeat.model_validate(wire).withdrawn_terms == {}

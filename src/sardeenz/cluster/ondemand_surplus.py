@@ -33,13 +33,28 @@ to it, the transit grace, drain its requests in flight (the unload's hold;
 ``stop_grace_seconds``, as a move gives its source), then unload it. A sleeping
 copy has nothing in flight and is unloaded at once (the unload's own drain).
 A step that fails restores the copy's advertisement; the next round tries again.
+
+A leader that dies between the withdrawal and the unload leaves the copy
+withdrawn for the withdrawal's TTL (``route_timeout x 2 + 60`` s). When the
+copy kept died with it (it ran on the leader's pod), that withdrawn copy is
+the model's only one, and no other pod routes it meanwhile. So every round,
+before anything else and without waiting for membership to settle, the leader
+compares what is wanted (each reducible name with an active copy has at least
+one that other pods route) with what it observes (each pod's withdrawals and
+the term of the order that made each, ``withdrawnTerms`` in its heartbeat):
+a name whose active copies are all withdrawn, one of them by an earlier term,
+gets its best such copy advertised again (``stale_withdrawals``). A withdrawal
+of this leader's own term is never touched: it is part of a retirement this
+leader runs (and then another copy is routed anyway). A drain's hold is
+permanent and never listed. Withdrawals live in the pod's memory only: a pod
+that restarts advertises every copy it adopts again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from sardeenz.catalog.metrics import STATS
@@ -96,6 +111,39 @@ def surplus(copies: Iterable[Copy], reducible: Callable[[str], bool]) -> list[Re
             )
         )
         out.append(Reduction(name, group[0], tuple(group[1:])))
+    return out
+
+
+def stale_withdrawals(
+    copies: Iterable[Copy],
+    withdrawn: Mapping[tuple[str, str], int],
+    term: int,
+    reducible: Callable[[str], bool],
+) -> list[Copy]:
+    """The pure decision: the copies to advertise again now.
+
+    ``withdrawn`` maps (pod, instance) to the term of the order that withdrew it. For
+    each served name ``reducible`` accepts whose active copies are all withdrawn (no
+    other pod routes the model), the best active on-demand copy (the oldest; pod and
+    instance ids break ties) that an earlier term than ``term`` withdrew: its leader is
+    gone and no one will finish the retirement it began. A name with a routed active
+    copy, or whose withdrawals are all of ``term`` (this leader's own, mid-retirement),
+    is left as it is.
+    """
+    groups: dict[str, list[Copy]] = {}
+    for c in copies:
+        if c.instance.status is InstanceStatus.ACTIVE and reducible(c.instance.served_model_name):
+            groups.setdefault(c.instance.served_model_name, []).append(c)
+    out = []
+    for name in sorted(groups):
+        group = groups[name]
+        if any((c.pod_id, c.instance.id) not in withdrawn for c in group):
+            continue  # routed by every pod
+        stale = [
+            c for c in group if c.instance.on_demand and withdrawn[(c.pod_id, c.instance.id)] < term
+        ]
+        if stale:
+            out.append(min(stale, key=lambda c: (c.instance.created_at, c.pod_id, c.instance.id)))
     return out
 
 
@@ -161,7 +209,33 @@ class SurplusReducer(MoveSteps):
         copies = [Copy(pod, inst) for pod in live for inst in pods.on(pod)]
         return surplus(copies, lambda n: n not in moving and self._reducible(n))
 
+    def orphaned(self) -> list[Copy]:
+        """The copies to advertise again now (``stale_withdrawals``; no settling wait:
+        advertising a model's last copy again never takes a route away)."""
+        pods, moving = self._pods, self._moving()
+        live = pods.live()
+        copies = [Copy(pod, inst) for pod in live for inst in pods.on(pod)]
+        withdrawn = {
+            (pod, iid): term for pod in live for iid, term in pods.withdrawals(pod).items()
+        }
+        reducible = self._reducible
+        return stale_withdrawals(
+            copies, withdrawn, self._term(), lambda n: n not in moving and reducible(n)
+        )
+
     async def step(self) -> None:
+        for c in self.orphaned():
+            log.warning(
+                "%s: its only routable copy %s on pod %s was withdrawn by a previous leader; "
+                "advertising it again",
+                c.instance.served_model_name,
+                c.instance.id,
+                c.pod_id,
+            )
+            try:
+                await self._call(self._pods.restore(c.pod_id, c.instance.id), "surplus_restore")
+            except MoveFailed as exc:  # the next round tries again
+                log.warning("advertising %s again failed: %s", c.instance.id, exc.reason)
         for reduction in self.decide():
             for go in reduction.drop:
                 try:
