@@ -1,4 +1,5 @@
-"""After a partition heals, the leader reduces surplus on-demand copies to one.
+"""After a partition heals, the leader reduces surplus on-demand copies to one; a
+copy a dead leader withdrew is not left unroutable.
 
 Three pods in network namespaces (testkit/netns.py). pod-c is cut off; a request
 through pod-a starts the catalog model where the leader places it, a request
@@ -8,27 +9,46 @@ traffic (streams, through every pod) keeps every copy busy, so no idle reaper
 would ever put one away; the leader must drain and unload pod-c's copy (the
 younger of the two on-demand copies), keep the operator's, and every request must
 succeed throughout.
+
+A leader retires a copy by withdrawing it from routing, then unloading it. On
+three pods on loopback (testkit/cluster.py) where only pod-c can hold the model,
+the test sends pod-c the withdrawal a retiring leader sends (signed as a pod,
+with the leader's term) and kills the leader: the copy kept ran on the leader's
+pod, so pod-c's is the model's only copy. The next leader must advertise it again
+at once, not after the withdrawal's TTL. A withdrawn copy whose own pod restarts
+is advertised again as well (withdrawals live in memory).
 """
 
 from __future__ import annotations
 
+import json
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import openai
+import orjson
 import pytest
 
+from sardeenz.cluster.transport import routes
+from sardeenz.security.cluster_hmac import Signer
 from testkit import netns
-from testkit.cluster import TIMING
+from testkit.cluster import (
+    SECRET,
+    TESTER,
+    TIMING,
+    Cluster,
+    agreed_leader,
+    assert_answers_through,
+    poll,
+)
 from testkit.servers import HTTP
 from tests.hostnet import host_network
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not netns.available(), reason="needs root and iproute2 (ip netns)"),
-]
+pytestmark = pytest.mark.slow
+needs_netns = pytest.mark.skipif(not netns.available(), reason="needs root and iproute2 (ip netns)")
 
 NAMES = ["pod-a", "pod-b", "pod-c"]
 MODEL = "surplus-cat"
@@ -97,6 +117,7 @@ class Traffic:
         assert not any(t.is_alive() for t in self._threads), "a request hung"
 
 
+@needs_netns
 def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
     leader = netns.until("one leader everywhere", 30, pods.leader)
     assert leader != "pod-c"  # the Bully election: pod-a
@@ -146,3 +167,133 @@ def test_surplus_on_demand_copy_is_drained_after_the_heal(pods: Pods) -> None:
         f'reason="surplus"}} 1.0'
     )
     assert counted in metrics, [m for m in metrics.splitlines() if "lifecycle" in m]
+
+
+# ------------------------------------- a copy withdrawn by a leader that then died
+
+LONE = "lone-cat"
+LONE_ENTRY = {
+    "modelPath": f"/models/{LONE}",
+    "engine": "sim",
+    "extraArgs": ["--memory-gib", "30", "--load-seconds", "0.3"],
+}
+WITHDRAW_TTL = 120.0
+"""Longer than a retiring leader's (``route_timeout x 2 + 60``, 80 s with TIMING)."""
+BACK_WITHIN = 40.0
+"""Detection, election and a few leader rounds: far less than WITHDRAW_TTL, so a copy
+routed again within it was advertised again, not left to expire."""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """pod-a leads; only pod-c's GPU holds the catalog model: its copy runs there."""
+    c = Cluster(
+        tmp_path_factory.mktemp("ondemand-withdrawn"),
+        3,
+        pod_env={
+            "pod-a": {"SARDEENZ_SIM_GPUS": "NVIDIA L4:16GiB"},
+            "pod-b": {"SARDEENZ_SIM_GPUS": "NVIDIA L4:16GiB"},
+            "pod-c": {"SARDEENZ_SIM_GPUS": "NVIDIA L40S:40GiB"},
+        },
+        SARDEENZ_CATALOG=json.dumps({LONE: LONE_ENTRY}),
+        SARDEENZ_ONDEMAND_MAX_WAIT_SECONDS="30",
+    )
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+        assert c.orphans() == []
+
+
+_signer = Signer(SECRET.encode(), source=TESTER)
+
+
+def _routes(cluster: Cluster, pod: str) -> set[str]:
+    """``pod/instance`` of every endpoint of ``LONE`` in ``pod``'s routing table."""
+    path = routes.ROUTES.path()
+    headers = _signer.headers("GET", path, b"", target=pod)
+    resp = HTTP.get(f"{cluster.pods[pod].url}{path}", headers=headers, timeout=5)
+    assert resp.status_code == 200, resp.text
+    return set(resp.json()["routes"].get(LONE, []))
+
+
+def _withdraw(cluster: Cluster, pod: str, iid: str, term: int) -> None:
+    """The order a leader of ``term`` retiring ``iid`` sends first (cluster/handover.py)."""
+    path = routes.WITHDRAW.path(instance_id=iid)
+    body = orjson.dumps({"term": term, "seconds": WITHDRAW_TTL})
+    headers = {
+        **_signer.headers("POST", path, body, target=pod),
+        "Content-Type": "application/json",
+    }
+    resp = HTTP.post(f"{cluster.pods[pod].url}{path}", content=body, headers=headers, timeout=5)
+    assert resp.status_code == 200, resp.text
+
+
+def _lone_copy(cluster: Cluster) -> str:
+    """Start the model on demand (a request through pod-b), once; pod-c's copy's id, once
+    pod-b routes it."""
+    resp = HTTP.post(
+        f"{cluster.pods['pod-b'].url}/v1/completions",
+        json={"model": LONE, "prompt": "hi", "max_tokens": 3},
+        timeout=60,
+    )
+    assert resp.status_code == 200, resp.text
+    [copy] = [i for i in cluster.instances("pod-c") if i["servedModelName"] == LONE]
+    assert copy["onDemand"] is True, copy
+    key = f"pod-c/{copy['id']}"
+    poll(f"pod-b routes {key}", lambda: _routes(cluster, "pod-b"), lambda r: key in r, 15)
+    return str(copy["id"])
+
+
+def test_the_only_copy_a_dead_leader_withdrew_is_advertised_again(cluster: Cluster) -> None:
+    leader, term = cluster.wait_one_leader()
+    assert leader == "pod-a"
+    iid = _lone_copy(cluster)
+    key = f"pod-c/{iid}"
+    _withdraw(cluster, "pod-c", iid, term)
+    poll(f"pod-b drops {key}", lambda: _routes(cluster, "pod-b"), lambda r: key not in r, 15)
+
+    cluster.pods["pod-a"].stop(signal.SIGKILL)  # the leader dies before the unload
+    killed = time.monotonic()
+    try:
+        cluster.wait(
+            lambda st: agreed_leader(st) and all(s["leader"] != "pod-a" for s in st.values()),
+            30,
+            "a leader other than the dead one",
+        )
+        assert cluster.wait_one_leader()[1] > term
+        poll(
+            f"pod-b routes {key} again (the withdrawal's TTL is {WITHDRAW_TTL:g}s)",
+            lambda: _routes(cluster, "pod-b"),
+            lambda r: key in r,
+            BACK_WITHIN,
+        )
+        back_after = time.monotonic() - killed
+        assert_answers_through(cluster.pods["pod-b"].url, LONE)
+        [copy] = [i for i in cluster.instances("pod-c") if i["servedModelName"] == LONE]
+        assert copy["id"] == iid, "the copy was replaced, not advertised again"
+    finally:
+        cluster.rejoin("pod-a")
+    print(f"\nrouted again by pod-b {back_after:.1f}s after the leader was killed")
+
+
+def test_a_withdrawn_copy_whose_pod_restarts_is_advertised_again(cluster: Cluster) -> None:
+    """The withdrawal lives in pod-c's memory: the pod that restarts adopts its engine
+    and advertises it again (a live leader retiring it sees it routed again, restores
+    it and tries again on its next round)."""
+    _, term = cluster.wait_one_leader()
+    iid = _lone_copy(cluster)
+    key = f"pod-c/{iid}"
+    _withdraw(cluster, "pod-c", iid, term)
+    poll(f"pod-b drops {key}", lambda: _routes(cluster, "pod-b"), lambda r: key not in r, 15)
+
+    cluster.pods["pod-c"].stop(signal.SIGKILL)  # its engine outlives it
+    cluster.rejoin("pod-c")
+    poll(
+        f"pod-b routes {key} again (the withdrawal's TTL is {WITHDRAW_TTL:g}s)",
+        lambda: _routes(cluster, "pod-b"),
+        lambda r: key in r,
+        BACK_WITHIN,
+    )
+    assert_answers_through(cluster.pods["pod-b"].url, LONE)
