@@ -200,6 +200,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     try:
         c.start()
+        c.wait(
+            lambda st: all(len(p["gpus"]) == 1 for s in st.values() for p in s["pods"]),
+            20,
+            "every pod's GPUs in every heartbeat (the leader places by them)",
+        )
         yield c
     finally:
         c.close()
@@ -246,36 +251,84 @@ def _lone_copy(cluster: Cluster) -> str:
     return str(copy["id"])
 
 
-def test_the_only_copy_a_dead_leader_withdrew_is_advertised_again(cluster: Cluster) -> None:
-    leader, term = cluster.wait_one_leader()
-    assert leader == "pod-a"
-    iid = _lone_copy(cluster)
-    key = f"pod-c/{iid}"
-    _withdraw(cluster, "pod-c", iid, term)
-    poll(f"pod-b drops {key}", lambda: _routes(cluster, "pod-b"), lambda r: key not in r, 15)
+def _drain(cluster: Cluster, pod: str, iid: str, term: int) -> None:
+    """The order a leader of ``term`` sends once no other pod routes ``iid``: hold and
+    drain it for its unload (cluster/handover.py)."""
+    path = routes.DRAIN.path(instance_id=iid)
+    body = orjson.dumps({"term": term, "seconds": 1})
+    headers = _signer.headers("POST", path, body, target=pod)
+    headers["Content-Type"] = "application/json"
+    resp = HTTP.post(f"{cluster.pods[pod].url}{path}", content=body, headers=headers, timeout=15)
+    assert resp.status_code == 200, resp.text
 
-    cluster.pods["pod-a"].stop(signal.SIGKILL)  # the leader dies before the unload
-    killed = time.monotonic()
-    try:
-        cluster.wait(
-            lambda st: agreed_leader(st) and all(s["leader"] != "pod-a" for s in st.values()),
+
+class LeaderDeath:
+    """The leader (never pod-c, which runs the copy) is SIGKILLed; the other pod left
+    watches; the dead leader is started again on the way out."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.leader, self.term = cluster.wait_one_leader()
+        assert self.leader != "pod-c", "the pod running the copy leads"
+        self.observer = next(n for n in ("pod-a", "pod-b") if n != self.leader)
+        self.killed = 0.0
+
+    def __enter__(self) -> LeaderDeath:
+        return self
+
+    def kill(self) -> None:
+        self.cluster.pods[self.leader].stop(signal.SIGKILL)
+        self.killed = time.monotonic()
+        self.cluster.wait(
+            lambda st: agreed_leader(st) and all(s["leader"] != self.leader for s in st.values()),
             30,
             "a leader other than the dead one",
         )
-        assert cluster.wait_one_leader()[1] > term
+        assert self.cluster.wait_one_leader()[1] > self.term
+
+    def __exit__(self, *exc: object) -> None:
+        self.cluster.rejoin(self.leader)
+
+
+def test_the_only_copy_a_dead_leader_withdrew_is_advertised_again(cluster: Cluster) -> None:
+    with LeaderDeath(cluster) as death:
+        iid = _lone_copy(cluster)
+        key, watch = f"pod-c/{iid}", death.observer
+        _withdraw(cluster, "pod-c", iid, death.term)
+        poll(f"{watch} drops {key}", lambda: _routes(cluster, watch), lambda r: key not in r, 15)
+        death.kill()  # before the unload
         poll(
-            f"pod-b routes {key} again (the withdrawal's TTL is {WITHDRAW_TTL:g}s)",
-            lambda: _routes(cluster, "pod-b"),
+            f"{watch} routes {key} again (the withdrawal's TTL is {WITHDRAW_TTL:g}s)",
+            lambda: _routes(cluster, watch),
             lambda r: key in r,
             BACK_WITHIN,
         )
-        back_after = time.monotonic() - killed
-        assert_answers_through(cluster.pods["pod-b"].url, LONE)
+        back_after = time.monotonic() - death.killed
+        assert_answers_through(cluster.pods[watch].url, LONE)
         [copy] = [i for i in cluster.instances("pod-c") if i["servedModelName"] == LONE]
         assert copy["id"] == iid, "the copy was replaced, not advertised again"
-    finally:
-        cluster.rejoin("pod-a")
-    print(f"\nrouted again by pod-b {back_after:.1f}s after the leader was killed")
+    print(f"\nrouted again by {watch} {back_after:.1f}s after the leader was killed")
+
+
+def test_the_only_copy_a_dead_leader_drained_is_unloaded(cluster: Cluster) -> None:
+    """Drained, the copy is held for its unload and never serves again: the next leader
+    unloads it, and the next request starts the model anew."""
+    with LeaderDeath(cluster) as death:
+        iid = _lone_copy(cluster)
+        key, watch = f"pod-c/{iid}", death.observer
+        _withdraw(cluster, "pod-c", iid, death.term)
+        poll(f"{watch} drops {key}", lambda: _routes(cluster, watch), lambda r: key not in r, 15)
+        _drain(cluster, "pod-c", iid, death.term)
+        death.kill()  # before the unload
+        poll(
+            f"{iid} unloaded from pod-c",
+            lambda: [i["id"] for i in cluster.instances("pod-c")],
+            lambda ids: iid not in ids,
+            BACK_WITHIN,
+        )
+        gone_after = time.monotonic() - death.killed
+        assert_answers_through(cluster.pods[watch].url, LONE)
+    print(f"\nthe held copy unloaded {gone_after:.1f}s after the leader was killed")
 
 
 def test_a_withdrawn_copy_whose_pod_restarts_is_advertised_again(cluster: Cluster) -> None:

@@ -72,9 +72,11 @@ def test_an_unrouted_instance_is_no_endpoint_but_still_listed() -> None:
 
 def test_a_withdrawal_carries_the_term_that_made_it_and_older_pods_send_none() -> None:
     hb = beat(instance("i1", "m", InstanceStatus.ACTIVE))
-    withdrawn = hb.model_copy(update={"unrouted": ["i1"], "withdrawn_terms": {"i1": 4}})
-    wire = withdrawn.model_dump(mode="json", by_alias=True)
-    assert wire["withdrawnTerms"] == {"i1": 4}
-    assert Heartbeat.model_validate(wire).withdrawn_terms == {"i1": 4}
-    del wire["withdrawnTerms"]  # a heartbeat of a pod of the previous version
-    assert Heartbeat.model_validate(wire).withdrawn_terms == {}
+    update = {"unrouted": ["i1", "i2"], "withdrawn_terms": {"i1": 4}, "held_terms": {"i2": 5}}
+    wire = hb.model_copy(update=update).model_dump(mode="json", by_alias=True)
+    assert (wire["withdrawnTerms"], wire["heldTerms"]) == ({"i1": 4}, {"i2": 5})
+    back = Heartbeat.model_validate(wire)
+    assert (back.withdrawn_terms, back.held_terms) == ({"i1": 4}, {"i2": 5})
+    del wire["withdrawnTerms"], wire["heldTerms"]  # a pod of the previous version
+    back = Heartbeat.model_validate(wire)
+    assert (back.withdrawn_terms, back.held_terms) == ({}, {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
@@ -11,7 +12,7 @@ from sardeenz.cluster.ondemand_surplus import (
     Copy,
     Settling,
     SurplusReducer,
-    stale_withdrawals,
+    orphans,
     surplus,
 )
 from sardeenz.config import Settings
@@ -120,6 +121,18 @@ def _key(c: Copy) -> tuple[str, str]:
     return c.pod_id, c.instance.id
 
 
+def stale_withdrawals(
+    copies: list[Copy],
+    withdrawn: dict[tuple[str, str], int],
+    term: int,
+    reducible: Callable[[str], bool],
+) -> list[Copy]:
+    """``orphans`` with nothing held: the copies advertised again (and nothing unloaded)."""
+    found = orphans(copies, withdrawn, {}, term, reducible)
+    assert found.unload == ()
+    return list(found.advertise)
+
+
 def test_the_only_copy_a_previous_term_withdrew_is_advertised_again() -> None:
     only = _copy("c", "only")
     assert stale_withdrawals([only], {_key(only): 2}, 3, _all) == [only]
@@ -156,6 +169,26 @@ def test_what_the_reducer_does_not_own_is_not_advertised_again() -> None:
     asleep = _copy("c", "asleep", InstanceStatus.SLEEPING)
     withdrawn = {_key(preset): 1, _key(admin): 1, _key(asleep): 1}
     assert stale_withdrawals([preset, admin, asleep], withdrawn, 3, lambda n: n != "preset") == []
+
+
+def test_the_only_copy_a_previous_term_drained_is_unloaded() -> None:
+    """Held for its unload, it never serves again: unloaded, the next request starts the
+    model anew. Held by this leader (its own retirement, mid-unload): left alone."""
+    only = _copy("c", "only")
+    assert orphans([only], {}, {_key(only): 2}, 3, _all).unload == (only,)
+    assert orphans([only], {}, {_key(only): 3}, 3, _all) == orphans([], {}, {}, 3, _all)
+
+
+def test_a_copy_to_advertise_again_is_preferred_to_unloading_a_held_one() -> None:
+    held, withdrawn = _copy("a", "held", age=9), _copy("c", "withdrawn")
+    found = orphans([held, withdrawn], {_key(withdrawn): 2}, {_key(held): 2}, 3, _all)
+    assert (found.advertise, found.unload) == ((withdrawn,), ())
+
+
+def test_a_held_copy_beside_a_routed_one_is_left_to_the_reduction() -> None:
+    """Two live copies: the next leader's own reduction retires the held one."""
+    kept, held = _copy("a", "kept", age=9), _copy("c", "held")
+    assert orphans([kept, held], {}, {_key(held): 2}, 3, _all).unload == ()
 
 
 def test_settling_needs_the_same_term_and_live_pods_for_the_whole_bound() -> None:
@@ -302,3 +335,15 @@ async def test_the_leaders_own_withdrawal_of_the_only_copy_stands(tmp_path: Path
     reducer = _reducer(pods, tmp_path, clock)
     await reducer.step()
     assert pods.calls == []
+
+
+async def test_the_only_copy_a_dead_leader_drained_is_unloaded(tmp_path: Path) -> None:
+    pods, clock = FakePods(), [0.0]
+    pods.instances = {("pod-c", "only"): _od(inst("only"), age=60)}
+    pods.routes_of = {p: set() for p in ("pod-b", "pod-c")}
+    pods.held_terms = {("pod-c", "only"): 2}
+    reducer = _reducer(pods, tmp_path, clock)
+    await reducer.step()
+    assert pods.calls == ["unload pod-c/only"]
+    await reducer.step()
+    assert pods.calls == ["unload pod-c/only"]

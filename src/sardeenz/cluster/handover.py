@@ -100,8 +100,9 @@ class PodSide:
         self._membership.beat_soon()
         return {"instanceId": instance_id, "withdrawn": False}
 
-    async def drain_here(self, instance_id: str, seconds: float) -> dict[str, Any]:
-        """Take ``instance_id`` out of local routing for good and wait for its requests.
+    async def drain_here(self, instance_id: str, seconds: float, term: int) -> dict[str, Any]:
+        """Take ``instance_id`` out of local routing for good and wait for its requests,
+        on the order of the leader of ``term``.
 
         The hold is the one an unload places (runtime/drain.py), so the unload that
         follows finds nothing left to drain; requests still running after ``seconds``
@@ -109,7 +110,7 @@ class PodSide:
         instance must never be advertised again.
         """
         self._serving(instance_id)
-        self.local.withdraw(instance_id, math.inf, self._membership.current_term())
+        self.local.withdraw(instance_id, math.inf, term)
         traffic = self.local.supervisor.traffic
         traffic.hold(instance_id, InstanceStatus.STOPPING)
         in_flight = traffic.in_flight(instance_id)
@@ -138,7 +139,8 @@ class PodSide:
             return self.withdraw_here(r.params["instance_id"], seconds(r), term)
 
         async def drain(r: InternalRequest) -> dict[str, Any]:
-            return await self.drain_here(r.params["instance_id"], seconds(r))
+            term = r.term if r.term is not None else self._membership.current_term()
+            return await self.drain_here(r.params["instance_id"], seconds(r), term)
 
         async def carry(r: InternalRequest) -> dict[str, Any]:
             names = r.parse(_CarryOrder).adapters
@@ -283,6 +285,15 @@ class Pods:
         hb = peer.heartbeat if peer is not None else None
         return dict(hb.withdrawn_terms) if hb is not None else {}
 
+    def holds(self, pod_id: str) -> dict[str, int]:
+        """The instances ``pod_id`` holds for their unload (a drain's) -> the term of the
+        drain order (a peer's: as of its last heartbeat)."""
+        if pod_id == self.me:
+            return self._local.held_terms()
+        peer = self._m.peers.get(pod_id)
+        hb = peer.heartbeat if peer is not None else None
+        return dict(hb.held_terms) if hb is not None else {}
+
     async def restore(self, pod_id: str, instance_id: str) -> None:
         if pod_id == self.me:
             self._here.restore_here(instance_id)
@@ -318,7 +329,7 @@ class Pods:
     async def drain(self, pod_id: str, instance_id: str, seconds: float) -> tuple[int, int]:
         """Hold and drain: (requests in flight when it began, how many had to be cut)."""
         if pod_id == self.me:
-            data = await self._here.drain_here(instance_id, seconds)
+            data = await self._here.drain_here(instance_id, seconds, self._m.current_term())
         else:
             data = await self._m.client_for(pod_id).call(
                 pod_id,

@@ -105,6 +105,7 @@ class LocalPod:
             gpus=self._gpus,
             unrouted=self._unrouted({i.id for i in instances}),
             withdrawn_terms=self.withdrawn_terms(),
+            held_terms=self.held_terms(),
             adapters=self.adapters() if self.adapters is not None else {},
             profiles_version=self._profiles_version() if self._profiles_version else None,
         )
@@ -119,6 +120,10 @@ class LocalPod:
         drain's hold is left out: a held instance must never be advertised again)."""
         now = time.monotonic()  # membership's clock (Membership.now)
         return {i: w.term for i, w in self.withdrawn.items() if now <= w.until < math.inf}
+
+    def held_terms(self) -> dict[str, int]:
+        """Instance id -> the term of the drain order that held it for its unload."""
+        return {i: w.term for i, w in self.withdrawn.items() if w.until == math.inf}
 
     def restore(self, instance_id: str) -> None:
         """Advertise ``instance_id`` again."""
