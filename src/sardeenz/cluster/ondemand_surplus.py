@@ -150,11 +150,12 @@ def orphans(
     for c in copies:
         if c.instance.status is InstanceStatus.ACTIVE and reducible(c.instance.served_model_name):
             groups.setdefault(c.instance.served_model_name, []).append(c)
+    unrouted = withdrawn.keys() | held.keys()
     advertise: list[Copy] = []
     unload: list[Copy] = []
     for name in sorted(groups):
         group = groups[name]
-        if any((c.pod_id, c.instance.id) not in withdrawn.keys() | held.keys() for c in group):
+        if any((c.pod_id, c.instance.id) not in unrouted for c in group):
             continue  # routed by every pod
         mine = [c for c in group if c.instance.on_demand]
         stale = [c for c in mine if withdrawn.get((c.pod_id, c.instance.id), term) < term]
