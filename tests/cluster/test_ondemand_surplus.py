@@ -205,6 +205,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             20,
             "every pod's GPUs in every heartbeat (the leader places by them)",
         )
+        c.wait_whole(30, "started")
         yield c
     finally:
         c.close()
@@ -236,10 +237,12 @@ def _withdraw(cluster: Cluster, pod: str, iid: str, term: int) -> None:
 
 
 def _lone_copy(cluster: Cluster) -> str:
-    """Start the model on demand (a request through pod-b), once; pod-c's copy's id, once
-    pod-b routes it."""
+    """Start the model on demand, once (a request through the leader: a follower would
+    ask it, within the cluster request timeout, 0.5 s in TIMING, which a loaded machine
+    can miss); pod-c's copy's id, once pod-b routes it."""
+    leader, _ = cluster.wait_one_leader()
     resp = HTTP.post(
-        f"{cluster.pods['pod-b'].url}/v1/completions",
+        f"{cluster.pods[leader].url}/v1/completions",
         json={"model": LONE, "prompt": "hi", "max_tokens": 3},
         timeout=60,
     )
