@@ -331,6 +331,19 @@ def test_the_only_copy_a_dead_leader_drained_is_unloaded(cluster: Cluster) -> No
             BACK_WITHIN,
         )
         gone_after = time.monotonic() - death.killed
+        cluster.wait(
+            lambda st: all(
+                g["freeBytes"] >= 32 * 2**30
+                for s in st.values()
+                for p in s["pods"]
+                if p["id"] == "pod-c"
+                for g in p["gpus"]
+            ),
+            30,
+            "pod-c's GPU free again in every view (the leader places by it)",
+        )
+        leader, _ = cluster.wait_one_leader()  # places it at once (see _lone_copy)
+        assert_answers_through(cluster.pods[leader].url, LONE)
         assert_answers_through(cluster.pods[watch].url, LONE)
     print(f"\nthe held copy unloaded {gone_after:.1f}s after the leader was killed")
 
