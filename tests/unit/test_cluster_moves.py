@@ -69,6 +69,12 @@ class FakePods:
         self.adapters: dict[tuple[str, str], list[str]] = {}
         """(pod, instance) -> the LoRA adapters it holds."""
         self.carry_refusals: dict[str, str] = {}
+        self.term = 3
+        """The leader's term: the one its withdrawals carry."""
+        self.withdrawn_terms: dict[tuple[str, str], int] = {}
+        """(pod, instance) -> the term of the order that withdrew it."""
+        self.held_terms: dict[tuple[str, str], int] = {}
+        """(pod, instance) -> the term of the drain order that held it."""
 
     def recorded_state(self) -> str:
         body = self.control.body("moves", [])
@@ -121,18 +127,28 @@ class FakePods:
 
     async def unload(self, pod: str, iid: str) -> None:
         self.calls.append(f"unload {pod}/{iid}")
+        self.withdrawn_terms.pop((pod, iid), None)
+        self.held_terms.pop((pod, iid), None)
         self.record.append(f"(unload: record says {self.recorded_state()})")
         self.instances.pop((pod, iid), None)
         self._route(f"{pod}/{iid}", False)
 
     async def withdraw(self, pod: str, iid: str, ttl: float) -> None:
         self.calls.append(f"withdraw {pod}/{iid}")
+        self.withdrawn_terms[(pod, iid)] = self.term
         for other, table in self.routes_of.items():
             if other != pod and other not in self.stuck:
                 table.discard(f"{pod}/{iid}")
 
+    def withdrawals(self, pod: str) -> dict[str, int]:
+        return {i: t for (p, i), t in self.withdrawn_terms.items() if p == pod}
+
+    def holds(self, pod: str) -> dict[str, int]:
+        return {i: t for (p, i), t in self.held_terms.items() if p == pod}
+
     async def restore(self, pod: str, iid: str) -> None:
         self.calls.append(f"restore {pod}/{iid}")
+        self.withdrawn_terms.pop((pod, iid), None)
         self._route(f"{pod}/{iid}", True)
 
     def adapters_on(self, pod: str, iid: str) -> list[str]:
@@ -146,6 +162,8 @@ class FakePods:
 
     async def drain(self, pod: str, iid: str, seconds: float) -> tuple[int, int]:
         self.calls.append(f"drain {pod}/{iid}")
+        self.withdrawn_terms.pop((pod, iid), None)
+        self.held_terms[(pod, iid)] = self.term
         self.record.append(f"(drain: record says {self.recorded_state()})")
         self.routes_of[pod].discard(f"{pod}/{iid}")
         return 3, 0

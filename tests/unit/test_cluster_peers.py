@@ -68,3 +68,15 @@ def test_an_unrouted_instance_is_no_endpoint_but_still_listed() -> None:
     assert [i.id for i in withdrawn.instances] == ["i1", "i2"]
     assert route_key(withdrawn) != route_key(hb)
     assert Heartbeat.model_validate_json(withdrawn.model_dump_json()).unrouted == ["i1"]
+
+
+def test_a_withdrawal_carries_the_term_that_made_it_and_older_pods_send_none() -> None:
+    hb = beat(instance("i1", "m", InstanceStatus.ACTIVE))
+    update = {"unrouted": ["i1", "i2"], "withdrawn_terms": {"i1": 4}, "held_terms": {"i2": 5}}
+    wire = hb.model_copy(update=update).model_dump(mode="json", by_alias=True)
+    assert (wire["withdrawnTerms"], wire["heldTerms"]) == ({"i1": 4}, {"i2": 5})
+    back = Heartbeat.model_validate(wire)
+    assert (back.withdrawn_terms, back.held_terms) == ({"i1": 4}, {"i2": 5})
+    del wire["withdrawnTerms"], wire["heldTerms"]  # a pod of the previous version
+    back = Heartbeat.model_validate(wire)
+    assert (back.withdrawn_terms, back.held_terms) == ({}, {})

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
 from sardeenz.cluster.handover import Pods
-from sardeenz.cluster.ondemand_surplus import Copy, Settling, SurplusReducer, surplus
+from sardeenz.cluster.ondemand_surplus import (
+    Copy,
+    Settling,
+    SurplusReducer,
+    orphans,
+    surplus,
+)
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from tests.unit.test_cluster_moves import FakePods, inst
@@ -108,6 +115,80 @@ def test_each_model_is_reduced_on_its_own() -> None:
     copies += [_copy("a", "e1", name="embed", age=3), _copy("c", "e2", name="embed")]
     got = {r.name: (r.keep.instance.id, _ids(r.drop)) for r in surplus(copies, _all)}
     assert got == {"chat": ("c2", ["c1"]), "embed": ("e1", ["e2"])}
+
+
+def _key(c: Copy) -> tuple[str, str]:
+    return c.pod_id, c.instance.id
+
+
+def stale_withdrawals(
+    copies: list[Copy],
+    withdrawn: dict[tuple[str, str], int],
+    term: int,
+    reducible: Callable[[str], bool],
+) -> list[Copy]:
+    """``orphans`` with nothing held: the copies advertised again (and nothing unloaded)."""
+    found = orphans(copies, withdrawn, {}, term, reducible)
+    assert found.unload == ()
+    return list(found.advertise)
+
+
+def test_the_only_copy_a_previous_term_withdrew_is_advertised_again() -> None:
+    only = _copy("c", "only")
+    assert stale_withdrawals([only], {_key(only): 2}, 3, _all) == [only]
+
+
+def test_a_withdrawal_of_the_leaders_own_term_is_left_alone() -> None:
+    """The live leader's own retirement (it withdrew the copy this term): not undone."""
+    only = _copy("c", "only")
+    assert stale_withdrawals([only], {_key(only): 3}, 3, _all) == []
+
+
+def test_a_model_another_copy_routes_needs_nothing() -> None:
+    """The surplus copy a dead leader withdrew, while the kept copy is routed: the next
+    leader's own reduction decides about it (its withdrawal expires meanwhile)."""
+    kept, going = _copy("a", "kept", age=9), _copy("c", "going")
+    assert stale_withdrawals([kept, going], {_key(going): 2}, 3, _all) == []
+    operators = _copy("a", "admin", on_demand=False)
+    assert stale_withdrawals([operators, going], {_key(going): 2}, 3, _all) == []
+
+
+def test_of_several_stale_copies_the_oldest_is_advertised_again() -> None:
+    new, old = _copy("a", "new", age=1), _copy("c", "old", age=9)
+    mine = _copy("b", "mine", age=30)  # withdrawn by this leader, mid-retirement
+    withdrawn = {_key(new): 1, _key(old): 2, _key(mine): 3}
+    assert stale_withdrawals([new, old, mine], withdrawn, 3, _all) == [old]
+
+
+def test_what_the_reducer_does_not_own_is_not_advertised_again() -> None:
+    """Not reducible (a preset's name, a model being moved: their owners restore their
+    own withdrawals), an operator's load (only a move withdraws one), a copy that is not
+    active (withdrawals only hide active copies from routing)."""
+    preset = _copy("a", "p", name="preset")
+    admin = _copy("b", "admin", name="admin", on_demand=False)
+    asleep = _copy("c", "asleep", InstanceStatus.SLEEPING)
+    withdrawn = {_key(preset): 1, _key(admin): 1, _key(asleep): 1}
+    assert stale_withdrawals([preset, admin, asleep], withdrawn, 3, lambda n: n != "preset") == []
+
+
+def test_the_only_copy_a_previous_term_drained_is_unloaded() -> None:
+    """Held for its unload, it never serves again: unloaded, the next request starts the
+    model anew. Held by this leader (its own retirement, mid-unload): left alone."""
+    only = _copy("c", "only")
+    assert orphans([only], {}, {_key(only): 2}, 3, _all).unload == (only,)
+    assert orphans([only], {}, {_key(only): 3}, 3, _all) == orphans([], {}, {}, 3, _all)
+
+
+def test_a_copy_to_advertise_again_is_preferred_to_unloading_a_held_one() -> None:
+    held, withdrawn = _copy("a", "held", age=9), _copy("c", "withdrawn")
+    found = orphans([held, withdrawn], {_key(withdrawn): 2}, {_key(held): 2}, 3, _all)
+    assert (found.advertise, found.unload) == ((withdrawn,), ())
+
+
+def test_a_held_copy_beside_a_routed_one_is_left_to_the_reduction() -> None:
+    """Two live copies: the next leader's own reduction retires the held one."""
+    kept, held = _copy("a", "kept", age=9), _copy("c", "held")
+    assert orphans([kept, held], {}, {_key(held): 2}, 3, _all).unload == ()
 
 
 def test_settling_needs_the_same_term_and_live_pods_for_the_whole_bound() -> None:
@@ -226,3 +307,43 @@ async def test_a_follower_does_nothing(tmp_path: Path) -> None:
     clock[0] = reducer.settling.settle
     await reducer.step()  # a round that began while leading: no order leaves this pod
     assert pods.calls == []
+
+
+async def test_the_only_copy_a_dead_leader_withdrew_is_advertised_at_once(
+    tmp_path: Path,
+) -> None:
+    """A leader of term 2 withdrew pod-c's copy to retire it (the copy kept ran on its
+    own pod, which died with it): the leader of term 3 advertises it again on its first
+    round, without waiting for membership to settle, and retires nothing."""
+    pods, clock = FakePods(), [0.0]
+    pods.instances = {("pod-c", "only"): _od(inst("only"), age=60)}
+    pods.routes_of = {p: set() for p in ("pod-b", "pod-c")}
+    pods.routes_of["pod-c"].add("pod-c/only")  # its own pod still routes it
+    pods.withdrawn_terms = {("pod-c", "only"): 2}
+    reducer = _reducer(pods, tmp_path, clock)
+    await reducer.step()
+    assert pods.calls == ["restore pod-c/only"]
+    assert all("pod-c/only" in table for table in pods.routes_of.values()), pods.routes_of
+    await reducer.step()  # level-triggered: routed now, nothing more to do
+    assert pods.calls == ["restore pod-c/only"]
+
+
+async def test_the_leaders_own_withdrawal_of_the_only_copy_stands(tmp_path: Path) -> None:
+    pods, clock = FakePods(), [0.0]
+    pods.instances = {("pod-c", "only"): _od(inst("only"), age=60)}
+    pods.withdrawn_terms = {("pod-c", "only"): 3}  # this leader's term (_reducer's)
+    reducer = _reducer(pods, tmp_path, clock)
+    await reducer.step()
+    assert pods.calls == []
+
+
+async def test_the_only_copy_a_dead_leader_drained_is_unloaded(tmp_path: Path) -> None:
+    pods, clock = FakePods(), [0.0]
+    pods.instances = {("pod-c", "only"): _od(inst("only"), age=60)}
+    pods.routes_of = {p: set() for p in ("pod-b", "pod-c")}
+    pods.held_terms = {("pod-c", "only"): 2}
+    reducer = _reducer(pods, tmp_path, clock)
+    await reducer.step()
+    assert pods.calls == ["unload pod-c/only"]
+    await reducer.step()
+    assert pods.calls == ["unload pod-c/only"]

@@ -17,7 +17,10 @@ on). A withdrawn instance is left out of the pod's heartbeats (``unrouted``)
 but keeps serving locally, so those late forwarded requests are still
 answered; it is drained and held only once every pod's table has dropped it.
 A withdrawal expires (``ttl``) unless the drain makes it final, so a leader
-that dies mid-move cannot leave an instance unadvertised for ever.
+that dies mid-move cannot leave an instance unadvertised for ever. It carries
+the term of the order that made it (in the heartbeat, ``withdrawnTerms``): the
+next leader advertises again, at once, a model's last routable copy that a
+previous term withdrew (cluster/ondemand_surplus.py).
 """
 
 from __future__ import annotations
@@ -77,8 +80,9 @@ class PodSide:
             )
         return inst
 
-    def withdraw_here(self, instance_id: str, ttl: float) -> dict[str, Any]:
-        """Stop advertising ``instance_id`` to peers for ``ttl`` s; it keeps serving here.
+    def withdraw_here(self, instance_id: str, ttl: float, term: int) -> dict[str, Any]:
+        """Stop advertising ``instance_id`` to peers for ``ttl`` s, on the order of the
+        leader of ``term``; it keeps serving here.
 
         A ``starting`` instance may be withdrawn too: a move's target is advertised
         only once it has settled (cluster/moves.py).
@@ -86,7 +90,7 @@ class PodSide:
         inst = self.local.supervisor.get(instance_id)  # NotFound: instance_not_found
         if inst.status not in (InstanceStatus.ACTIVE, InstanceStatus.STARTING):
             self._serving(instance_id)  # the refusal, with its code
-        self.local.withdraw(instance_id, self._membership.now() + ttl)
+        self.local.withdraw(instance_id, self._membership.now() + ttl, term)
         self._membership.beat_soon()
         return {"instanceId": instance_id, "withdrawn": True}
 
@@ -96,8 +100,9 @@ class PodSide:
         self._membership.beat_soon()
         return {"instanceId": instance_id, "withdrawn": False}
 
-    async def drain_here(self, instance_id: str, seconds: float) -> dict[str, Any]:
-        """Take ``instance_id`` out of local routing for good and wait for its requests.
+    async def drain_here(self, instance_id: str, seconds: float, term: int) -> dict[str, Any]:
+        """Take ``instance_id`` out of local routing for good and wait for its requests,
+        on the order of the leader of ``term``.
 
         The hold is the one an unload places (runtime/drain.py), so the unload that
         follows finds nothing left to drain; requests still running after ``seconds``
@@ -105,7 +110,7 @@ class PodSide:
         instance must never be advertised again.
         """
         self._serving(instance_id)
-        self.local.withdraw(instance_id, math.inf)
+        self.local.withdraw(instance_id, math.inf, term)
         traffic = self.local.supervisor.traffic
         traffic.hold(instance_id, InstanceStatus.STOPPING)
         in_flight = traffic.in_flight(instance_id)
@@ -128,8 +133,14 @@ class PodSide:
         def seconds(request: InternalRequest) -> float:
             return request.parse(_HandoverOrder).seconds
 
+        def withdraw(r: InternalRequest) -> dict[str, Any]:
+            # A fenced route: the order's term, already accepted, is the withdrawal's.
+            term = r.term if r.term is not None else self._membership.current_term()
+            return self.withdraw_here(r.params["instance_id"], seconds(r), term)
+
         async def drain(r: InternalRequest) -> dict[str, Any]:
-            return await self.drain_here(r.params["instance_id"], seconds(r))
+            term = r.term if r.term is not None else self._membership.current_term()
+            return await self.drain_here(r.params["instance_id"], seconds(r), term)
 
         async def carry(r: InternalRequest) -> dict[str, Any]:
             names = r.parse(_CarryOrder).adapters
@@ -138,7 +149,7 @@ class PodSide:
         return [
             (routes.ROUTES, lambda _: self.routes_here()),
             (routes.ADAPTERS_CARRY, carry),
-            (routes.WITHDRAW, lambda r: self.withdraw_here(r.params["instance_id"], seconds(r))),
+            (routes.WITHDRAW, withdraw),
             (routes.RESTORE, lambda r: self.restore_here(r.params["instance_id"])),
             (routes.DRAIN, drain),
         ]
@@ -260,10 +271,28 @@ class Pods:
 
     async def withdraw(self, pod_id: str, instance_id: str, ttl: float) -> None:
         if pod_id == self.me:
-            self._here.withdraw_here(instance_id, ttl)
+            self._here.withdraw_here(instance_id, ttl, self._m.current_term())
         else:
             client = self._m.client_for(pod_id)
             await client.call(pod_id, routes.WITHDRAW, {"seconds": ttl}, instance_id=instance_id)
+
+    def withdrawals(self, pod_id: str) -> dict[str, int]:
+        """The instances ``pod_id`` withdraws (for a while, not held) -> the term of the
+        order that withdrew each (a peer's: as of its last heartbeat)."""
+        if pod_id == self.me:
+            return self._local.withdrawn_terms()
+        peer = self._m.peers.get(pod_id)
+        hb = peer.heartbeat if peer is not None else None
+        return dict(hb.withdrawn_terms) if hb is not None else {}
+
+    def holds(self, pod_id: str) -> dict[str, int]:
+        """The instances ``pod_id`` holds for their unload (a drain's) -> the term of the
+        drain order (a peer's: as of its last heartbeat)."""
+        if pod_id == self.me:
+            return self._local.held_terms()
+        peer = self._m.peers.get(pod_id)
+        hb = peer.heartbeat if peer is not None else None
+        return dict(hb.held_terms) if hb is not None else {}
 
     async def restore(self, pod_id: str, instance_id: str) -> None:
         if pod_id == self.me:
@@ -300,7 +329,7 @@ class Pods:
     async def drain(self, pod_id: str, instance_id: str, seconds: float) -> tuple[int, int]:
         """Hold and drain: (requests in flight when it began, how many had to be cut)."""
         if pod_id == self.me:
-            data = await self._here.drain_here(instance_id, seconds)
+            data = await self._here.drain_here(instance_id, seconds, self._m.current_term())
         else:
             data = await self._m.client_for(pod_id).call(
                 pod_id,

@@ -12,8 +12,10 @@ membership (no cycle between the two).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from sardeenz.cluster.identity import Identity
 from sardeenz.cluster.membership.peers import GpuFigures, Heartbeat
@@ -28,6 +30,15 @@ AdaptersHeld = Callable[[], dict[str, dict[str, int]]]
 
 PromisedBytes = Callable[[list[GpuInfo]], Awaitable[dict[int, int]]]
 """The memory ledger's promised bytes per GPU of a snapshot."""
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawal:
+    until: float
+    """Monotonic expiry; ``math.inf`` for a drain's hold (never advertised again)."""
+    term: int
+    """The term of the leader order that withdrew the instance: a leader of a later term
+    knows the leader that made it is gone and no one will finish what it began."""
 
 
 class LocalPod:
@@ -51,10 +62,13 @@ class LocalPod:
         self.adapters: AdaptersHeld | None = None
         """The LoRA adapters this pod's instances hold (set by the app's wiring: the
         loader is built after the cluster core)."""
-        self.withdrawn: dict[str, float] = {}
-        """Instance id -> monotonic expiry: served here, not advertised to peers (a move's
-        source on its way out, cluster/handover.py). Expiry so that a leader dying mid-move
-        cannot leave an instance unadvertised forever."""
+        self.withdrawn: dict[str, Withdrawal] = {}
+        """Instance id -> its withdrawal: served here, not advertised to peers (a move's
+        source or a surplus copy on its way out, cluster/handover.py). In memory only: a
+        pod that restarts advertises every instance it adopts again. Expiry and term so
+        that a leader dying mid-move cannot leave an instance unadvertised for ever (the
+        next leader advertises a model's last copy again at once, by the term; the
+        expiry covers the rest, cluster/ondemand_surplus.py)."""
 
     @property
     def pod_id(self) -> str:
@@ -90,13 +104,26 @@ class LocalPod:
             instances=instances,
             gpus=self._gpus,
             unrouted=self._unrouted({i.id for i in instances}),
+            withdrawn_terms=self.withdrawn_terms(),
+            held_terms=self.held_terms(),
             adapters=self.adapters() if self.adapters is not None else {},
             profiles_version=self._profiles_version() if self._profiles_version else None,
         )
 
-    def withdraw(self, instance_id: str, until: float) -> None:
-        """Stop advertising ``instance_id`` until the monotonic time ``until``."""
-        self.withdrawn[instance_id] = until
+    def withdraw(self, instance_id: str, until: float, term: int) -> None:
+        """Stop advertising ``instance_id`` until the monotonic time ``until``, on the order
+        of the leader of ``term``."""
+        self.withdrawn[instance_id] = Withdrawal(until, term)
+
+    def withdrawn_terms(self) -> dict[str, int]:
+        """Instance id -> the term that withdrew it, for each withdrawal that may end (a
+        drain's hold is left out: a held instance must never be advertised again)."""
+        now = time.monotonic()  # membership's clock (Membership.now)
+        return {i: w.term for i, w in self.withdrawn.items() if now <= w.until < math.inf}
+
+    def held_terms(self) -> dict[str, int]:
+        """Instance id -> the term of the drain order that held it for its unload."""
+        return {i: w.term for i, w in self.withdrawn.items() if w.until == math.inf}
 
     def restore(self, instance_id: str) -> None:
         """Advertise ``instance_id`` again."""
@@ -104,6 +131,6 @@ class LocalPod:
 
     def _unrouted(self, present: set[str]) -> list[str]:
         now = time.monotonic()  # membership's clock (Membership.now)
-        for iid in [i for i, until in self.withdrawn.items() if until < now or i not in present]:
+        for iid in [i for i, w in self.withdrawn.items() if w.until < now or i not in present]:
             del self.withdrawn[iid]
         return sorted(self.withdrawn)

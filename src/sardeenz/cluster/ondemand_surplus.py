@@ -33,13 +33,30 @@ to it, the transit grace, drain its requests in flight (the unload's hold;
 ``stop_grace_seconds``, as a move gives its source), then unload it. A sleeping
 copy has nothing in flight and is unloaded at once (the unload's own drain).
 A step that fails restores the copy's advertisement; the next round tries again.
+
+A leader that dies between the withdrawal and the unload leaves the copy
+withdrawn for the withdrawal's TTL (``route_timeout x 2 + 60`` s). When the
+copy kept died with it (it ran on the leader's pod), that withdrawn copy is
+the model's only one, and no other pod routes it meanwhile. So every round,
+before anything else and without waiting for membership to settle, the leader
+compares what is wanted (each reducible name with an active copy has at least
+one that other pods route) with what it observes (each pod's withdrawals and
+the term of the order that made each, ``withdrawnTerms`` and ``heldTerms`` in
+its heartbeat): a name whose active copies are all withdrawn, one of them by an
+earlier term, gets its best such copy advertised again (``orphans``); one
+whose copies a dead leader had already drained (held: never advertised or
+served again) has them unloaded, and the next request starts the model anew.
+A withdrawal of this leader's own term is never touched: it is part of a
+retirement this leader runs (and then another copy is routed anyway).
+Withdrawals live in the pod's memory only: a pod that restarts advertises
+every copy it adopts again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from sardeenz.catalog.metrics import STATS
@@ -97,6 +114,57 @@ def surplus(copies: Iterable[Copy], reducible: Callable[[str], bool]) -> list[Re
         )
         out.append(Reduction(name, group[0], tuple(group[1:])))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Orphans:
+    """What a previous leader's unfinished retirements left without an owner."""
+
+    advertise: tuple[Copy, ...] = ()
+    """Withdrawn copies to advertise again."""
+    unload: tuple[Copy, ...] = ()
+    """Held copies (drained for their unload) to unload: they never serve again."""
+
+
+def orphans(
+    copies: Iterable[Copy],
+    withdrawn: Mapping[tuple[str, str], int],
+    held: Mapping[tuple[str, str], int],
+    term: int,
+    reducible: Callable[[str], bool],
+) -> Orphans:
+    """The pure decision: what to do now about the withdrawals earlier terms left.
+
+    ``withdrawn`` and ``held`` map (pod, instance) to the term of the order that
+    withdrew it, or that held it for its unload (a drain). For each served name
+    ``reducible`` accepts whose active copies are all withdrawn or held (no other pod
+    routes the model), among its active on-demand copies: the best (the oldest; pod
+    and instance ids break ties) that an earlier term than ``term`` withdrew is
+    advertised again; failing one, those an earlier term held are unloaded (a held
+    copy never serves again; the next request starts the model anew). Their leader is
+    gone and no one will finish what it began. A name with a routed active copy, or
+    whose withdrawals are all of ``term`` (this leader's own, mid-retirement), is left
+    as it is.
+    """
+    groups: dict[str, list[Copy]] = {}
+    for c in copies:
+        if c.instance.status is InstanceStatus.ACTIVE and reducible(c.instance.served_model_name):
+            groups.setdefault(c.instance.served_model_name, []).append(c)
+    unrouted = withdrawn.keys() | held.keys()
+    advertise: list[Copy] = []
+    unload: list[Copy] = []
+    for name in sorted(groups):
+        group = groups[name]
+        if any((c.pod_id, c.instance.id) not in unrouted for c in group):
+            continue  # routed by every pod
+        mine = [c for c in group if c.instance.on_demand]
+        stale = [c for c in mine if withdrawn.get((c.pod_id, c.instance.id), term) < term]
+        if stale:
+            best = min(stale, key=lambda c: (c.instance.created_at, c.pod_id, c.instance.id))
+            advertise.append(best)
+            continue
+        unload += [c for c in mine if held.get((c.pod_id, c.instance.id), term) < term]
+    return Orphans(tuple(advertise), tuple(unload))
 
 
 class Settling:
@@ -161,7 +229,48 @@ class SurplusReducer(MoveSteps):
         copies = [Copy(pod, inst) for pod in live for inst in pods.on(pod)]
         return surplus(copies, lambda n: n not in moving and self._reducible(n))
 
+    def orphaned(self) -> Orphans:
+        """What to do now about withdrawals earlier terms left (``orphans``; no settling
+        wait: it never takes a route away, and a held copy never serves again)."""
+        pods, moving = self._pods, self._moving()
+        live = pods.live()
+        copies = [Copy(pod, inst) for pod in live for inst in pods.on(pod)]
+        withdrawn = {(pod, i): t for pod in live for i, t in pods.withdrawals(pod).items()}
+        held = {(pod, i): t for pod in live for i, t in pods.holds(pod).items()}
+        reducible = self._reducible
+        return orphans(
+            copies, withdrawn, held, self._term(), lambda n: n not in moving and reducible(n)
+        )
+
     async def step(self) -> None:
+        found = self.orphaned()
+        for c in found.advertise:
+            log.warning(
+                "%s: its only routable copy %s on pod %s was withdrawn by a previous leader; "
+                "advertising it again",
+                c.instance.served_model_name,
+                c.instance.id,
+                c.pod_id,
+            )
+            try:
+                await self._call(self._pods.restore(c.pod_id, c.instance.id), "surplus_restore")
+            except MoveFailed as exc:  # the next round tries again
+                log.warning("advertising %s again failed: %s", c.instance.id, exc.reason)
+        for c in found.unload:
+            name = c.instance.served_model_name
+            log.warning(
+                "%s: copy %s on pod %s was drained for its unload by a previous leader; "
+                "unloading it (the next request starts the model again)",
+                name,
+                c.instance.id,
+                c.pod_id,
+            )
+            try:
+                await self._call(self._pods.unload(c.pod_id, c.instance.id), "surplus_unload")
+            except MoveFailed as exc:
+                log.warning("unloading %s failed: %s", c.instance.id, exc.reason)
+            else:
+                STATS.action(name, "unload", "surplus")
         for reduction in self.decide():
             for go in reduction.drop:
                 try:

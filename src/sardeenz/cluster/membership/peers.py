@@ -46,6 +46,15 @@ class Heartbeat(CamelModel):
     unrouted: list[str] = Field(default_factory=list, max_length=4096)
     """Instance ids the sender still serves but withdraws from other pods' routing
     (the source of a move, cluster/handover.py): peers route none of them."""
+    withdrawn_terms: dict[str, int] = Field(default_factory=dict, max_length=4096)
+    """Instance id (of ``unrouted``) -> the term of the leader order that withdrew it, so
+    that a later leader can tell a withdrawal whose leader is gone
+    (cluster/ondemand_surplus.py). A drain's hold is not listed (never advertised again).
+    Empty from older pods: their withdrawals only expire."""
+    held_terms: dict[str, int] = Field(default_factory=dict, max_length=4096)
+    """Instance id (of ``unrouted``) -> the term of the drain order that held it for its
+    unload: a later leader unloads a held copy whose leader died before the unload
+    (cluster/ondemand_surplus.py). Empty from older pods."""
     adapters: dict[str, dict[str, int]] = Field(default_factory=dict, max_length=4096)
     """Instance id -> {LoRA adapter loaded there: its requests in flight}: where other
     pods send an adapter's requests (catalog/adapters.py). Empty from older pods."""
