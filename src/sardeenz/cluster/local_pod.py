@@ -95,8 +95,12 @@ class LocalPod:
         )
 
     def withdraw(self, instance_id: str, until: float) -> None:
-        """Stop advertising ``instance_id`` until the monotonic time ``until``."""
-        self.withdrawn[instance_id] = until
+        """Stop advertising ``instance_id`` until the monotonic time ``until``.
+
+        Never shortens a withdrawal: a held (drained) source's is for good
+        (``math.inf``), and a new leader resuming its move withdraws it again.
+        """
+        self.withdrawn[instance_id] = max(until, self.withdrawn.get(instance_id, until))
 
     def restore(self, instance_id: str) -> None:
         """Advertise ``instance_id`` again."""
