@@ -34,7 +34,14 @@ new leader, once it has adopted the control state, takes every unfinished
 move over (:meth:`MoveService.take_over`):
 
 * phase ``draining`` or ``unloading-source`` (every pod already routes to the
-  target, the source is held): the move is resumed, drain then unload;
+  target, the source is held): the move is resumed, withdraw, drain then
+  unload. The source's pod is often the old leader, paused or cut off for a
+  few seconds: each step waits for it with backoff up to ``source_wait``
+  (cluster/move_steps.py) rather than giving up at once, which left the
+  source held and routed by no pod (the 60-minute soak). If the pod stays
+  away or left, the move ends failed (``source_pod_unavailable``,
+  ``source_pod_gone``) and the held source is unloaded by its own pod
+  (cluster/handover.py), so it cannot stay a zombie either way;
 * earlier phases (the source was never held): the move is rolled back, the
   source advertised again and the target (if one was started) retired the
   careful way; it ends ``failed`` with code ``leader_changed``;
