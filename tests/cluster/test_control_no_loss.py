@@ -207,3 +207,106 @@ def test_a_new_leader_that_missed_a_write_adopts_it_from_the_majority(cluster: C
     [doc] = [d for d in control["documents"] if d["key"] == "presets"]
     assert "missed" in [p["name"] for p in doc["body"]]
     bring_back(cluster, leader)
+
+
+async def _recorded(s: aiohttp.ClientSession, url: str, move_id: str) -> str | None:
+    """The move's state in the replicated record as the pod at ``url`` stores it."""
+    async with s.get(f"{url}/api/cluster/control") as resp:
+        assert resp.status == 200, await resp.text()
+        docs = (await resp.json())["documents"]
+    moves = next((d["body"] for d in docs if d["key"] == "moves"), None) or []
+    return next((m["state"] for m in moves if m["id"] == move_id), None)
+
+
+def _story(move: dict[str, Any]) -> str:
+    steps = [(s["name"], s["detail"]) for s in move.get("steps", [])]
+    return f"{move['state']} {move.get('code')}: {move.get('reason')}; {steps}"
+
+
+def next_leader_without(cluster: Cluster, paused: str) -> str:
+    """The leader the pods other than ``paused`` (SIGSTOPped: it answers nothing) agree on."""
+    others = [p for p in cluster.names if p != paused]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        leaders = {(cluster.status(p) or {}).get("leader") for p in others}
+        if len(leaders) == 1 and (new := leaders.pop()) not in (None, paused):
+            return str(new)
+        time.sleep(0.1)
+    raise AssertionError(f"no leader other than the paused {paused} within 30s")
+
+
+def test_a_move_resumed_while_its_source_pod_is_paused_waits_for_it_and_unloads_the_source(
+    cluster: Cluster,
+) -> None:
+    """The 60-minute soak's zombie: the leader, which was also the source's pod, drained
+    the source (held: never advertised again) and was SIGSTOPped before the unload. The
+    next leader took the move over in ``draining`` and failed it at once ("pod is
+    unavailable"): the paused pod came back with the source held for good and routed
+    by no pod. Now the next leader waits for the pod, then withdraws, drains, unloads."""
+    for pod in cluster.names:  # an earlier test may have left a pod dead
+        if pod not in cluster.alive():
+            bring_back(cluster, pod)
+    leader, _ = cluster.wait_one_leader()
+    target_pod = min(p for p in cluster.names if p != leader)
+    src = cluster.load_on(leader, "zb", "--itl-ms", "40")
+    url = cluster.pods[leader].url
+    proc = cluster.pods[leader].proc
+    assert proc is not None
+
+    async def main() -> tuple[dict[str, Any], str]:
+        # One long stream on the source (~12 s) keeps the old leader's drain running.
+        body = {"model": "zb", "prompt": "hi", "max_tokens": 300, "stream": True}
+        timeout = aiohttp.ClientTimeout(total=120)
+        async with aiohttp.ClientSession(timeout=timeout) as s:
+            stream = await s.post(f"{url}/v1/completions", json=body)
+            assert stream.status == 200, await stream.text()
+            await stream.content.readline()  # flowing on the source
+            move_body = {"instanceId": src["id"], "targetPodId": target_pod, "drainSeconds": 60}
+            resp = await s.post(f"{url}/api/cluster/moves", json=move_body)
+            assert resp.status == 202, await resp.text()
+            move_id = (await resp.json())["id"]
+            t0 = time.monotonic()
+            # `draining` stored on every other pod (a leader's memory has it before the
+            # record is acknowledged): whichever leads next finds the source held.
+            while not all(
+                [
+                    await _recorded(s, cluster.pods[p].url, move_id) == "draining"
+                    for p in cluster.names
+                    if p != leader
+                ]
+            ):
+                assert time.monotonic() - t0 < 30, "the move never reached draining"
+                await asyncio.sleep(0.02)
+            proc.send_signal(signal.SIGSTOP)  # held, not yet unloaded
+            try:
+                new = await asyncio.to_thread(next_leader_without, cluster, leader)
+                new_url = cluster.pods[new].url
+                while "source-waiting" not in [
+                    s["name"] for s in (await _move_state(new_url, move_id)).get("steps", [])
+                ]:
+                    move = await _move_state(new_url, move_id)
+                    # not given up at once (nor finished without its source pod)
+                    assert move["state"] not in ("done", "failed"), _story(move)
+                    assert time.monotonic() - t0 < 60, "the new leader never took the move over"
+                    await asyncio.sleep(0.05)
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            while (move := await _move_state(new_url, move_id))["state"] not in ("done", "failed"):
+                assert time.monotonic() - t0 < 90, f"the move was not finished: {move}"
+                await asyncio.sleep(0.1)
+            await asyncio.wait_for(stream.read(), 30)  # the stream ends (served or cut)
+            stream.release()
+            return move, new
+
+    move, new = asyncio.run(main())
+    steps = [s["name"] for s in move["steps"]]
+    print(f"\nmove {move['state']} ({move.get('code')}) by {new}: {steps}")
+    assert move["state"] == "done", move
+    assert steps.index("taken-over") < steps.index("source-waiting") < steps.index("source-gone")
+    deadline = time.monotonic() + 15
+    while src["id"] in [i["id"] for i in cluster.instances(leader)]:
+        assert time.monotonic() < deadline, f"the held source {src['id']} is still on {leader}"
+        time.sleep(0.1)
+    for pod in cluster.names:
+        models = HTTP.get(f"{cluster.pods[pod].url}/v1/models", timeout=10).json()["data"]
+        assert "zb" in [m["id"] for m in models], f"{pod} does not route zb"

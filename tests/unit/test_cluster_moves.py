@@ -21,7 +21,7 @@ from sardeenz.cluster.move_types import Move, MoveRequest, MoveState
 from sardeenz.cluster.moves import MoveService
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
-from sardeenz.errors import Conflict, SardeenzError
+from sardeenz.errors import Conflict, NotFound, SardeenzError, Unavailable
 from tests.unit.test_cluster_peers import instance
 
 
@@ -75,6 +75,10 @@ class FakePods:
         """(pod, instance) -> the term of the order that withdrew it."""
         self.held_terms: dict[tuple[str, str], int] = {}
         """(pod, instance) -> the term of the drain order that held it."""
+        self.down: set[str] = set()
+        """Pods the failure detector calls unavailable (their calls: pod_unavailable)."""
+        self.refuse_source: dict[str, SardeenzError] = {}
+        """Call kind (drain, unload) -> the source pod's refusal of it."""
 
     def recorded_state(self) -> str:
         body = self.control.body("moves", [])
@@ -83,6 +87,9 @@ class FakePods:
     def leading(self) -> bool:
         return self.leader
 
+    async def stop(self) -> None:
+        self.calls.append("stop")
+
     def on(self, pod: str) -> list[ModelInstance]:
         return [i for (p, _), i in self.instances.items() if p == pod]
 
@@ -90,7 +97,14 @@ class FakePods:
         return pod in self.routes_of
 
     def available(self, pod: str) -> bool:
-        return True
+        return pod not in self.down
+
+    def _reach(self, pod: str, kind: str) -> None:
+        if pod in self.down:
+            self.calls.append(f"{kind} {pod}: unavailable")
+            raise Unavailable(f"pod {pod!r} is unavailable", code="pod_unavailable")
+        if kind in self.refuse_source:
+            raise self.refuse_source[kind]
 
     def live(self) -> list[str]:
         return sorted(self.routes_of)
@@ -126,6 +140,7 @@ class FakePods:
         return inst("tgt", InstanceStatus.STARTING)
 
     async def unload(self, pod: str, iid: str) -> None:
+        self._reach(pod, "unload")
         self.calls.append(f"unload {pod}/{iid}")
         self.withdrawn_terms.pop((pod, iid), None)
         self.held_terms.pop((pod, iid), None)
@@ -134,6 +149,7 @@ class FakePods:
         self._route(f"{pod}/{iid}", False)
 
     async def withdraw(self, pod: str, iid: str, ttl: float) -> None:
+        self._reach(pod, "withdraw")
         self.calls.append(f"withdraw {pod}/{iid}")
         self.withdrawn_terms[(pod, iid)] = self.term
         for other, table in self.routes_of.items():
@@ -147,6 +163,7 @@ class FakePods:
         return {i: t for (p, i), t in self.held_terms.items() if p == pod}
 
     async def restore(self, pod: str, iid: str) -> None:
+        self._reach(pod, "restore")
         self.calls.append(f"restore {pod}/{iid}")
         self.withdrawn_terms.pop((pod, iid), None)
         self._route(f"{pod}/{iid}", True)
@@ -161,6 +178,7 @@ class FakePods:
         return done
 
     async def drain(self, pod: str, iid: str, seconds: float) -> tuple[int, int]:
+        self._reach(pod, "drain")
         self.calls.append(f"drain {pod}/{iid}")
         self.withdrawn_terms.pop((pod, iid), None)
         self.held_terms[(pod, iid)] = self.term
@@ -405,8 +423,12 @@ def recorded(state: str, target: str | None = "tgt") -> dict[str, Any]:
     ).model_dump(mode="json", by_alias=True)
 
 
-async def take_over(pods: FakePods, tmp_path: Path, state: str) -> Move:
+async def take_over(
+    pods: FakePods, tmp_path: Path, state: str, *, source_wait: float | None = None
+) -> Move:
     svc = service(pods, tmp_path)
+    if source_wait is not None:
+        svc.source_wait = source_wait
     pods.control.writes.append([recorded(state)])
     [ready] = pods.control.ready_actions
     await ready()
@@ -445,7 +467,8 @@ async def test_a_new_leader_resumes_a_move_past_the_switch(tmp_path: Path, state
     pods.routes_of = {p: {"pod-b/tgt"} for p in pods.routes_of}
     move = await take_over(pods, tmp_path, state)
     assert move.state == "done"
-    drain = ["drain pod-a/src"] if state == "draining" else []
+    # Withdrawn again first: a source pod that restarted since advertises it again.
+    drain = ["withdraw pod-a/src", "drain pod-a/src"] if state == "draining" else []
     assert pods.calls == [*drain, "unload pod-a/src"]
     assert ("pod-a", "src") not in pods.instances
     assert pods.control.writes[-1][0]["state"] == "done"
@@ -488,3 +511,90 @@ async def test_a_new_leader_unloads_a_target_still_starting_without_draining_it(
     assert move.code == "leader_changed"
     assert pods.calls == ["restore pod-a/src", "unload pod-b/tgt"]
     assert ("pod-b", "tgt") not in pods.instances
+
+
+@pytest.mark.parametrize("state", ["draining", "unloading-source"])
+async def test_a_resumed_move_waits_for_its_source_pod_to_be_back(
+    tmp_path: Path, state: str
+) -> None:
+    """The soak's zombie: the source held by the old leader, its pod paused a few
+    seconds when the new leader resumed the move. The move waits for it, then ends."""
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt")
+    pods.routes_of = {p: {"pod-b/tgt"} for p in pods.routes_of}
+    pods.down = {"pod-a"}
+    tries: list[str] = []
+
+    async def back_later() -> None:
+        while len([c for c in pods.calls if "unavailable" in c]) + len(tries) < 3:
+            tries.append("x")
+            await asyncio.sleep(0.05)
+        pods.down.clear()
+
+    back = asyncio.get_running_loop().create_task(back_later())
+    move = await take_over(pods, tmp_path, state, source_wait=30)
+    await back
+    assert move.state == "done", move.reason
+    assert ("pod-a", "src") not in pods.instances
+    names = [s.name for s in move.steps]
+    assert names.count("source-waiting") == 1
+    assert names[-1] == "source-gone"
+    assert pods.calls[-1] == "unload pod-a/src"
+    assert pods.control.writes[-1][0]["state"] == "done"
+
+
+async def test_a_resumed_move_whose_source_pod_stays_away_ends_with_a_clear_code(
+    tmp_path: Path,
+) -> None:
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt")
+    pods.routes_of = {p: {"pod-b/tgt"} for p in pods.routes_of}
+    pods.down = {"pod-a"}
+    move = await take_over(pods, tmp_path, "draining", source_wait=0.5)
+    assert move.state == "failed"
+    assert move.code == "source_pod_unavailable"
+    assert "unloads the held source itself" in (move.reason or "")
+    assert ("pod-a", "src") in pods.instances  # left to its own pod (handover.py)
+
+
+async def test_a_resumed_move_whose_source_pod_left_ends_at_once(tmp_path: Path) -> None:
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt")
+    pods.routes_of = {p: {"pod-b/tgt"} for p in ("pod-b", "pod-c")}
+    pods.instances[("pod-a", "src")] = inst("src")  # its last heartbeat still lists it
+    pods.down = {"pod-a"}
+    move = await take_over(pods, tmp_path, "unloading-source", source_wait=30)
+    assert move.state == "failed"
+    assert move.code == "source_pod_gone"
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        NotFound("no instance src", code="instance_not_found"),
+        Conflict("instance src is already stopping", code="instance_stopping"),
+    ],
+)
+async def test_a_resumed_move_accepts_a_source_its_pod_already_unloads(
+    tmp_path: Path, refusal: SardeenzError
+) -> None:
+    """The source's pod unloaded its held source itself (the safety net) meanwhile."""
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt")
+    pods.routes_of = {p: {"pod-b/tgt"} for p in pods.routes_of}
+    pods.refuse_source = {"withdraw": refusal, "unload": refusal}
+    move = await take_over(pods, tmp_path, "draining")
+    assert move.state == "done", move.reason
+    assert [s.name for s in move.steps][-2:] == ["drain-skipped", "source-gone"]
+
+
+async def test_a_failed_restore_is_not_reported_as_a_restore(tmp_path: Path) -> None:
+    pods = FakePods()
+    pods.instances[("pod-b", "tgt")] = inst("tgt")
+    pods._route("pod-b/tgt", True)
+    pods.down = {"pod-a"}
+    move = await take_over(pods, tmp_path, "switching")
+    names = [s.name for s in move.steps]
+    assert "source-restored" not in names
+    [failed] = [s for s in move.steps if s.name == "source-restore-failed"]
+    assert "its withdrawal expires within" in (failed.detail or "")

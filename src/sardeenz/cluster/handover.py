@@ -21,10 +21,21 @@ that dies mid-move cannot leave an instance unadvertised for ever. It carries
 the term of the order that made it (in the heartbeat, ``withdrawnTerms``): the
 next leader advertises again, at once, a model's last routable copy that a
 previous term withdrew (cluster/ondemand_surplus.py).
+
+A drained (held) source serves nothing and is never advertised again; the
+move's next step unloads it. Should no leader ever take that step (the move
+failed after the drain, the leader that resumed it gave up on this pod), the
+pod unloads the held source itself ``held_unload_after`` seconds after the
+drain (``PodSide.drain_here``): level-triggered on the pod's own state, so it
+holds through any leader change and partition, and it is always safe (a held
+instance can never serve again; keeping it only hides from the preset
+reconcile that the model lacks a replica).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 from typing import Any, Protocol
 
@@ -38,8 +49,31 @@ from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.config import Settings
 from sardeenz.domain import InstanceStatus, LoadRequest, ModelInstance
-from sardeenz.errors import Conflict, NotFound
+from sardeenz.errors import Conflict, NotFound, SardeenzError
 from sardeenz.runtime.drain import drain_for_unload
+from sardeenz.tasks import stop_task
+
+log = logging.getLogger(__name__)
+
+
+def route_timeout(settings: Settings) -> float:
+    """Bound on each wait of a move for route propagation: three failure-detector
+    bounds (a pod that misses heartbeats is dropped everywhere within one)."""
+    beat = settings.cluster_heartbeat_interval_seconds
+    return max(10.0, 3 * settings.cluster_unavailable_after_seconds, 5 * beat)
+
+
+def held_unload_after(settings: Settings) -> float:
+    """How long after its drain a pod keeps a held source no leader unloaded.
+
+    Longer than anything a leader resuming the move may still do: being elected
+    (within a failure-detector bound, inside ``route_timeout``), waiting for this
+    pod (``route_timeout`` + the stop grace, ``MoveSteps.source_wait``), then a
+    withdrawal's route wait (``route_timeout``). A race is harmless anyway: the
+    second unload finds the source gone or stopping, which a resumed move accepts.
+    """
+    return 3 * route_timeout(settings) + settings.stop_grace_seconds
+
 
 # ------------------------------------------------------------------ pod side
 
@@ -60,6 +94,9 @@ class PodSide:
         self._membership = membership
         self.adapters: AdapterHands | None = None
         """The pod's adapter loader (set by the app's wiring; None: no adapters)."""
+        self.held_unload_after = held_unload_after(local.supervisor.settings)
+        """Seconds after its drain a held source nobody unloaded is unloaded here."""
+        self._retiring: dict[str, asyncio.Task[None]] = {}
 
     def routes_here(self) -> dict[str, Any]:
         """This pod's routing table as ``{name: ["pod/instance", ...]}`` (locals named too)."""
@@ -95,7 +132,12 @@ class PodSide:
         return {"instanceId": instance_id, "withdrawn": True}
 
     def restore_here(self, instance_id: str) -> dict[str, Any]:
-        """Advertise ``instance_id`` again (a move rolled back)."""
+        """Advertise ``instance_id`` again (a move rolled back); never a held one."""
+        if self.local.held(instance_id):
+            raise Conflict(
+                f"instance {instance_id} was drained for a move: it is never advertised again",
+                code="instance_held",
+            )
         self.local.restore(instance_id)
         self._membership.beat_soon()
         return {"instanceId": instance_id, "withdrawn": False}
@@ -115,7 +157,45 @@ class PodSide:
         traffic.hold(instance_id, InstanceStatus.STOPPING)
         in_flight = traffic.in_flight(instance_id)
         cut = await drain_for_unload(traffic, instance_id, seconds)
+        self._unload_later(instance_id)
         return {"instanceId": instance_id, "inFlight": in_flight, "cut": cut}
+
+    def _unload_later(self, instance_id: str) -> None:
+        """The safety net for a held source (module docstring): one owned task each."""
+        if instance_id in self._retiring:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._unload_if_held(instance_id), name=f"sardeenz-held-{instance_id}"
+        )
+        self._retiring[instance_id] = task
+        task.add_done_callback(lambda _: self._retiring.pop(instance_id, None))
+
+    async def _unload_if_held(self, instance_id: str) -> None:
+        await asyncio.sleep(self.held_unload_after)
+        supervisor = self.local.supervisor
+        if not self.local.held(instance_id):
+            return  # unloaded meanwhile (the withdrawal goes with the instance)
+        try:
+            inst = supervisor.get(instance_id)
+        except NotFound:
+            return
+        if inst.status is InstanceStatus.STOPPING:
+            return
+        log.warning(
+            "instance %s was drained for a move %gs ago and no leader unloaded it "
+            "(its move ended without that step): unloading it here",
+            instance_id,
+            self.held_unload_after,
+        )
+        try:
+            await supervisor.unload(instance_id)
+        except SardeenzError as exc:  # unloaded by a leader meanwhile
+            log.info("instance %s: unloading the held source: %s", instance_id, exc.message)
+
+    async def stop(self) -> None:
+        """Shutdown: pending unloads of held sources end (the hold ends with the process)."""
+        for task in list(self._retiring.values()):
+            await stop_task(task)
 
     async def carry_here(self, instance_id: str, names: list[str]) -> dict[str, Any]:
         """Load the LoRA adapters ``names`` into ``instance_id`` (a move's target: what
@@ -181,6 +261,10 @@ class Pods:
     @property
     def me(self) -> str:
         return self._m.identity.pod_id
+
+    async def stop(self) -> None:
+        """Shutdown of this pod's side (its pending unloads of held sources)."""
+        await self._here.stop()
 
     def leading(self) -> bool:
         """Orders to peers are fenced by the term; this guards the local steps too."""

@@ -112,14 +112,24 @@ class LocalPod:
 
     def withdraw(self, instance_id: str, until: float, term: int) -> None:
         """Stop advertising ``instance_id`` until the monotonic time ``until``, on the order
-        of the leader of ``term``."""
-        self.withdrawn[instance_id] = Withdrawal(until, term)
+        of the leader of ``term``.
+
+        Never shortens a withdrawal: a held (drained) source's is for good
+        (``math.inf``), and a new leader resuming its move withdraws it again.
+        """
+        old = self.withdrawn.get(instance_id)
+        self.withdrawn[instance_id] = Withdrawal(max(until, old.until if old else until), term)
 
     def withdrawn_terms(self) -> dict[str, int]:
         """Instance id -> the term that withdrew it, for each withdrawal that may end (a
         drain's hold is left out: a held instance must never be advertised again)."""
         now = time.monotonic()  # membership's clock (Membership.now)
         return {i: w.term for i, w in self.withdrawn.items() if now <= w.until < math.inf}
+
+    def held(self, instance_id: str) -> bool:
+        """Whether ``instance_id`` was drained for its unload (withdrawn for good)."""
+        w = self.withdrawn.get(instance_id)
+        return w is not None and w.until == math.inf
 
     def held_terms(self) -> dict[str, int]:
         """Instance id -> the term of the drain order that held it for its unload."""

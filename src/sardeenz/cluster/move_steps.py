@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TypeVar
 
-from sardeenz.cluster.handover import Pods
+from sardeenz.cluster.handover import Pods, route_timeout
 from sardeenz.cluster.move_types import Move, MoveStep
 from sardeenz.config import Settings
 from sardeenz.domain import ModelInstance, utcnow
@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 POLL = 0.1
+SOURCE_BACKOFF_MAX = 5.0
+"""Longest pause between two tries of a resumed move's step on an unavailable source pod."""
+RETRIED = frozenset({"pod_unavailable"})
+"""Codes of a step on the source pod that mean "not now" (paused, partitioned,
+restarting), not "never": a resumed move tries again until its deadline."""
 
 
 class MoveFailed(Exception):
@@ -40,8 +45,14 @@ class MoveSteps:
         self._pods = pods
         self._settings = settings
         beat = settings.cluster_heartbeat_interval_seconds
-        self.route_timeout = max(10.0, 3 * settings.cluster_unavailable_after_seconds, 5 * beat)
+        self.route_timeout = route_timeout(settings)
         """Bound on each wait for route propagation (target in, source out)."""
+        self.source_wait = self.route_timeout + settings.stop_grace_seconds
+        """How long a resumed move (phase ``draining``/``unloading-source``) waits for its
+        source pod to be available again: a pod paused, partitioned or restarting for
+        up to three failure-detector bounds (``route_timeout``), plus the stop grace
+        its drain may still take. Past it the move ends ``source_pod_unavailable``
+        and the held source is left to its own pod (``PodSide.drain_here``)."""
         self.transit_grace = max(0.5, beat)
         """After the last pod dropped the source: requests it picked just before are
         still on their way to the source pod."""
@@ -92,11 +103,61 @@ class MoveSteps:
             self._step(move, "target-left-running", exc.reason)
             log.warning("move %s: target %s left on pod %s: %s", move.id, target.id, pod, exc)
 
-    async def _restore(self, pod: str, iid: str) -> None:
+    async def _restore(self, pod: str, iid: str, move: Move | None = None) -> None:
+        """Advertise an instance again (a move or a surplus reduction rolled back; the
+        move's step says which way it went). A restore that fails (its pod is
+        unreachable) is said so: the instance is then advertised again when its
+        withdrawal's TTL expires (cluster/handover.py), not now."""
         try:
             await self._call(self._pods.restore(pod, iid), "source_restore")
-        except MoveFailed as exc:  # its withdrawal expires on its own
-            log.warning("restoring %s on pod %s failed: %s", iid, pod, exc)
+        except MoveFailed as exc:
+            ttl = self.route_timeout * 2 + 60
+            detail = (
+                f"restoring {iid} on pod {pod} failed: {exc.reason}; its withdrawal "
+                f"expires within {ttl:g}s and the pod advertises it again then"
+            )
+            log.warning("%s%s", f"move {move.id}: " if move else "", detail)
+            if move is not None:
+                self._step(move, "source-restore-failed", detail)
+            return
+        if move is not None:
+            self._step(move, "source-restored", f"pod {pod} advertises {iid}")
+
+    async def _on_source(self, move: Move, step: Callable[[], Awaitable[T]]) -> T:
+        """Run ``step`` on a resumed move's source pod, waiting for that pod with backoff.
+
+        The source is held (out of every table) when a move is resumed past the switch,
+        so giving up at once on a pod that is only paused or cut off for a few seconds
+        would leave it held for good. ``pod_unavailable`` is retried until
+        ``source_wait``; a pod that left the cluster, or a deadline that passed, ends
+        the move with its own code.
+        """
+        pod = move.source_pod_id
+        deadline = time.monotonic() + self.source_wait
+        pause = POLL
+        waited = False
+        while True:
+            if not self._pods.known(pod):
+                raise MoveFailed(f"the source's pod {pod} left the cluster", "source_pod_gone")
+            why = f"pod {pod} is unavailable"
+            if self._pods.available(pod):
+                try:
+                    return await step()
+                except MoveFailed as exc:
+                    if exc.code not in RETRIED:
+                        raise
+                    why = exc.reason
+            if not waited:
+                waited = True
+                self._step(move, "source-waiting", f"{why}; waiting up to {self.source_wait:g}s")
+            if time.monotonic() + pause > deadline:
+                raise MoveFailed(
+                    f"the source's pod {pod} was unavailable for {self.source_wait:g}s "
+                    f"({why}); it unloads the held source itself when it is back",
+                    "source_pod_unavailable",
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, SOURCE_BACKOFF_MAX)
 
     async def _wait_routes(self, pod: str, iid: str, *, present: bool) -> None:
         """Until every live pod's table has (``present``) or lacks ``pod/iid``.

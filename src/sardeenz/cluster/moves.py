@@ -34,7 +34,14 @@ new leader, once it has adopted the control state, takes every unfinished
 move over (:meth:`MoveService.take_over`):
 
 * phase ``draining`` or ``unloading-source`` (every pod already routes to the
-  target, the source is held): the move is resumed, drain then unload;
+  target, the source is held): the move is resumed, withdraw, drain then
+  unload. The source's pod is often the old leader, paused or cut off for a
+  few seconds: each step waits for it with backoff up to ``source_wait``
+  (cluster/move_steps.py) rather than giving up at once, which left the
+  source held and routed by no pod (the 60-minute soak). If the pod stays
+  away or left, the move ends failed (``source_pod_unavailable``,
+  ``source_pod_gone``) and the held source is unloaded by its own pod
+  (cluster/handover.py), so it cannot stay a zombie either way;
 * earlier phases (the source was never held): the move is rolled back, the
   source advertised again and the target (if one was started) retired the
   careful way; it ends ``failed`` with code ``leader_changed``;
@@ -69,6 +76,8 @@ JOURNALED_HISTORY = 20
 """Finished moves kept in the replicated record (a new leader lists them too)."""
 KEY = "moves"
 """The control-state document that holds the move records."""
+GOING = frozenset({"instance_not_found", "instance_stopping"})
+"""Refusals by the source's pod meaning the source is already gone or being unloaded."""
 
 
 class MoveService(MoveSteps):
@@ -230,9 +239,11 @@ class MoveService(MoveSteps):
                 self._launch(move, self._recover(move))
 
     async def stop(self) -> None:
-        """Shutdown: moves in progress end where they are (documented as a leader loss)."""
+        """Shutdown: moves in progress end where they are (documented as a leader loss),
+        and so do this pod's pending unloads of held sources (the hold ends with it)."""
         for task in list(self._tasks.values()):
             await stop_task(task)
+        await self._pods.stop()
 
     def _forget_old(self) -> None:
         done = [m for m in self.list() if m.state in FINISHED]
@@ -262,7 +273,7 @@ class MoveService(MoveSteps):
                     # model's only instance, so it stays.
                     self._step(move, "target-kept", "the source is no longer active")
                     raise
-                await self._restore(src_pod, source.id)
+                await self._restore(src_pod, source.id, move)
                 await self._rollback(move, target, routed=True)
                 raise
             await self._mark(move, MoveState.DRAINING)
@@ -320,18 +331,10 @@ class MoveService(MoveSteps):
                 self._step(move, "target-kept", f"the source on pod {src_pod} is gone")
                 move.state = MoveState.DONE
             elif move.state in (MoveState.DRAINING, MoveState.UNLOADING_SOURCE):
-                if move.state is MoveState.DRAINING:
-                    drain_s = self._settings.stop_grace_seconds
-                    drained = self._pods.drain(src_pod, src_id, drain_s)
-                    in_flight, cut = await self._call(drained, "source_drain")
-                    self._step(move, "drain-end", f"{in_flight} in flight, {cut} cut")
-                    await self._mark(move, MoveState.UNLOADING_SOURCE)
-                await self._call(self._pods.unload(src_pod, src_id), "source_unload")
-                self._step(move, "source-gone", "resumed by the new leader")
+                await self._finish_source(move)
                 move.state = MoveState.DONE
             else:
-                await self._restore(src_pod, src_id)
-                self._step(move, "source-restored", f"pod {src_pod} advertises {src_id}")
+                await self._restore(src_pod, src_id, move)
                 if target is not None:
                     # A target still starting was held from the start (no pod routes to
                     # it): a plain unload. An active one may be routed: the careful way.
@@ -352,6 +355,42 @@ class MoveService(MoveSteps):
             move.finished_at = utcnow()
             move.duration_seconds = round(time.monotonic() - t0, 3)
             await self._journal_end(move)
+
+    async def _finish_source(self, move: Move) -> None:
+        """Retire the source of a move resumed past the switch: withdraw, drain, unload.
+
+        Every pod already routes to the target; the source may be held (drained), or
+        advertised again if its pod restarted since (a hold lives in memory), hence
+        the withdrawal first (it never shortens a hold, cluster/local_pod.py). Each
+        step waits for a source pod that is unavailable for now (``_on_source``). A
+        source already on its way out (its pod unloads a held source that nobody
+        unloaded, cluster/handover.py) needs nothing more.
+        """
+        src_pod, src_id = move.source_pod_id, move.instance_id
+        if move.state is MoveState.DRAINING:
+            try:
+                await self._on_source(move, lambda: self._withdraw(move, src_pod, src_id, "source"))
+                drain_s = self._settings.stop_grace_seconds
+                in_flight, cut = await self._on_source(
+                    move,
+                    lambda: self._call(self._pods.drain(src_pod, src_id, drain_s), "source_drain"),
+                )
+                self._step(move, "drain-end", f"{in_flight} in flight, {cut} cut")
+            except MoveFailed as exc:
+                if exc.code not in GOING | {"instance_not_active"}:
+                    raise
+                self._step(move, "drain-skipped", exc.reason)
+            await self._mark(move, MoveState.UNLOADING_SOURCE)
+        try:
+            await self._on_source(
+                move, lambda: self._call(self._pods.unload(src_pod, src_id), "source_unload")
+            )
+        except MoveFailed as exc:
+            if exc.code not in GOING:
+                raise
+            self._step(move, "source-gone", f"already on its way out ({exc.reason})")
+            return
+        self._step(move, "source-gone", "resumed by the new leader")
 
     async def _carry_adapters(
         self, move: Move, source: ModelInstance, target: ModelInstance
