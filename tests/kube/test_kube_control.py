@@ -135,6 +135,13 @@ def test_catalog_writes_through_two_pods_at_once_all_land(pods: KubePods) -> Non
 
 def test_a_corrupt_configmap_is_reported_not_a_crash(pods: KubePods) -> None:
     leader = leader_of(pods)
+    # A presets document of its own to corrupt (whatever ran before it in the module).
+    preset = {"models": [{"modelPath": "/models/c", "servedModelName": "c", "engine": "sim"}]}
+    made = HTTP.put(f"{pods.pods[leader].url}/api/cluster/presets/kc", json=preset, timeout=10)
+    assert made.status_code == 200, made.text
+    on_every_pod(
+        pods, "presets", lambda b: "kc" in [p["name"] for p in b or []], "the preset everywhere"
+    )
     before = stored(pods, "presets")
     obj = configmap(pods, "presets")
     assert obj is not None
@@ -154,8 +161,8 @@ def test_a_corrupt_configmap_is_reported_not_a_crash(pods: KubePods) -> None:
     pods.wait(warned, 15, "every pod reports the corrupt ConfigMap")
     for name in pods.alive():  # the last good copy is kept, not the bad one
         assert copy_on(pods, name, "presets") == before, name
-    preset = {"models": [{"modelPath": "/models/z", "servedModelName": "z", "engine": "sim"}]}
-    refused = HTTP.put(f"{pods.pods[leader].url}/api/cluster/presets/kz", json=preset, timeout=10)
+    other = {"models": [{"modelPath": "/models/z", "servedModelName": "z", "engine": "sim"}]}
+    refused = HTTP.put(f"{pods.pods[leader].url}/api/cluster/presets/kz", json=other, timeout=10)
     assert refused.status_code == 409, refused.text
     assert refused.json()["code"] == "control_document_corrupt"
     # The operator deletes it: the leader writes its last good copy again.
