@@ -2,7 +2,8 @@
 
 For each pod: a Pod object labelled ``app=sardeenz`` (its container port ``http``
 is the port every process serves on), one real ``sardeenz serve`` on its own
-loopback address with the env a pod gets (``KUBERNETES_SERVICE_HOST``/``PORT``,
+loopback address (or in its own network namespace of a testkit/netns.py fabric, for
+partitions) with the env a pod gets (``KUBERNETES_SERVICE_HOST``/``PORT``,
 ``POD_NAME``, ``POD_IP``, ``NAMESPACE``) and a ServiceAccount directory holding a
 TokenRequest token of an account bound to the given Role; once the process
 answers its readiness probe, the Pod's status is patched Ready with the
