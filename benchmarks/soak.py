@@ -1,5 +1,5 @@
-"""Chaos soak: a 5-pod static cluster (each pod in its own network namespace) and a 3-pod
-Kubernetes-mode cluster on a real kube-apiserver, side by side, each under steady
+"""Chaos soak: a 5-pod static cluster and a 3-pod Kubernetes-mode cluster on a real
+kube-apiserver (each pod of both in its own network namespace), side by side, each under steady
 traffic and a seeded fault schedule, their invariants checked all along
 (testkit/soak.py, testkit/soak_kube.py).
 
@@ -10,9 +10,10 @@ end each cluster's figures: requests sent, completed, failed (and why), faults b
 the longest unavailability of each model, the longest time routing took to converge,
 and each pod's controller RSS curve. Exit status 1 if any invariant was violated.
 
-The static cluster needs root (network namespaces, a tmpfs for the disk that fills) and
-Debian's libfaketime for the clock jumps (``make soak-deps``); the Kubernetes one the kube tier's
-binaries (``SARDEENZ_KUBE_APISERVER``, ``SARDEENZ_ETCD``: ``make kube-env``).
+Both need root (network namespaces; the static one also a tmpfs for the disk that fills)
+and the static one Debian's libfaketime for the clock jumps (``make soak-deps``); the
+Kubernetes one the kube tier's binaries (``SARDEENZ_KUBE_APISERVER``, ``SARDEENZ_ETCD``:
+``make kube-env``).
 ``--only static`` or ``--only kube`` runs one of them.
 
 Usage: sudo -E .venv/bin/python benchmarks/soak.py [--duration 600] [--seed N]
@@ -69,8 +70,8 @@ def main() -> int:
         "--keep", type=Path, default=None, help="run in this folder and keep it (pod logs)"
     )
     args = parser.parse_args()
-    if args.only != "kube" and not netns.available():
-        print("soak: the static cluster needs root and iproute2 (ip netns)", file=sys.stderr)
+    if not netns.available():
+        print("soak: the pods need root and iproute2 (ip netns)", file=sys.stderr)
         return 2
     if args.only != "static":
         try:

@@ -2,7 +2,8 @@
 
 For each pod: a Pod object labelled ``app=sardeenz`` (its container port ``http``
 is the port every process serves on), one real ``sardeenz serve`` on its own
-loopback address with the env a pod gets (``KUBERNETES_SERVICE_HOST``/``PORT``,
+loopback address (or in its own network namespace of a testkit/netns.py fabric, for
+partitions) with the env a pod gets (``KUBERNETES_SERVICE_HOST``/``PORT``,
 ``POD_NAME``, ``POD_IP``, ``NAMESPACE``) and a ServiceAccount directory holding a
 TokenRequest token of an account bound to the given Role; once the process
 answers its readiness probe, the Pod's status is patched Ready with the
@@ -22,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from testkit import netns
 from testkit.cluster import SECRET, TIMING, Cluster
 from testkit.kube import SARDEENZ_RULES, KubeApiServer
 from testkit.ports import free_port
@@ -59,6 +61,12 @@ def common_port(hosts: Iterable[str]) -> int:
 class KubePods(Cluster):
     """``size`` pods named pod-a, pod-b, ... at 127.0.0.2, .3, ... in a fresh namespace.
 
+    ``fabric``: a testkit/netns.py fabric of ``size`` namespaces whose ``publish`` made
+    ``kube`` reachable: pod ``i`` then runs in namespace ``i`` on port 3000, its podIP is
+    its data address (where its peers find it), it reaches the API server at the
+    ``kubernetes`` Service's address (``netns.SERVICE_IP:443``), and the test reaches it
+    on the management network (``ServerProcess.url``).
+
     ``namespace``: one that already holds the ``sardeenz`` ServiceAccount, Role and
     RoleBinding (the deploy tier's applied manifests); ``rules`` is then not used. The
     pods reach the API through ``SARDEENZ_KUBE_API_URL`` with ``SARDEENZ_CLUSTER_MODE=
@@ -76,6 +84,7 @@ class KubePods(Cluster):
         namespace: str | None = None,
         api_url: bool = False,
         extra_env: dict[str, str] | None = None,
+        fabric: netns.Fabric | None = None,
     ) -> None:
         self.kube = kube
         if namespace is None:
@@ -86,17 +95,24 @@ class KubePods(Cluster):
         sa_dir = kube.write_service_account_dir(root / "serviceaccount", self.namespace, token)
         self.service_account_dir = sa_dir
         self.names = [f"pod-{chr(ord('a') + i)}" for i in range(size)]
-        self.hosts = {n: f"127.0.0.{first_host + i}" for i, n in enumerate(self.names)}
-        self.port = common_port(self.hosts.values())
+        if fabric is None:
+            self.hosts = {n: f"127.0.0.{first_host + i}" for i, n in enumerate(self.names)}
+            self.port = common_port(self.hosts.values())
+        else:
+            assert fabric.published == kube.port, "fabric.publish(kube.port) first"
+            self.hosts = {n: fabric.data_ip(i) for i, n in enumerate(self.names)}
+            self.port = 3000  # each namespace has ports of its own
         self.pods: dict[str, ServerProcess] = {}
-        if api_url:
+        if fabric is not None:
+            api = {"KUBERNETES_SERVICE_HOST": netns.SERVICE_IP, "KUBERNETES_SERVICE_PORT": "443"}
+        elif api_url:
             api = {"SARDEENZ_CLUSTER_MODE": "kubernetes", "SARDEENZ_KUBE_API_URL": kube.url}
         else:
             api = {
                 "KUBERNETES_SERVICE_HOST": "127.0.0.1",
                 "KUBERNETES_SERVICE_PORT": str(kube.port),
             }
-        for name in self.names:
+        for i, name in enumerate(self.names):
             env = {
                 **api,
                 "SARDEENZ_KUBE_SERVICE_ACCOUNT_DIR": str(sa_dir),
@@ -108,9 +124,18 @@ class KubePods(Cluster):
                 **LEASE_TIMING,
                 **(extra_env or {}),
             }
-            self.pods[name] = ServerProcess(
-                root / name, host=self.hosts[name], port=self.port, extra_env=env
+            if fabric is None:
+                self.pods[name] = ServerProcess(
+                    root / name, host=self.hosts[name], port=self.port, extra_env=env
+                )
+                continue
+            # Listening on every address of its namespace, as a container does.
+            env["SARDEENZ_INSECURE"] = "true"
+            srv = ServerProcess(
+                root / name, host="0.0.0.0", port=self.port, prefix=fabric.prefix(i), extra_env=env
             )
+            srv.url = f"http://{fabric.mgmt_ip(i)}:{self.port}"
+            self.pods[name] = srv
 
     # ------------------------------------------------------------- kubelet
     def create_pod(self, name: str) -> None:

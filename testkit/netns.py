@@ -20,11 +20,21 @@ loss and delay where the kernel has netem, else the same loss with nftables
 delay of an ``htb`` rate limit (this machine's kernel has no ``sch_netem``;
 ``degrade`` says which it used).
 
+A service of this namespace listening on loopback only (the kube-apiserver of
+testkit/kube.py) can be ``publish``-ed to the pods: at ``host_ip`` (this namespace's
+address on the management bridge, forwarded to 127.0.0.1 by an nftables DNAT with
+``route_localnet`` on that bridge) and, inside every pod namespace, at
+``SERVICE_IP:443`` (another DNAT: kube-proxy's part for the ``kubernetes`` Service,
+whose ClusterIP is in the API server's self-signed certificate, so the pods verify
+it as they would in a cluster). ``cut_host(i)``/``reach_host(i)`` then drop and let
+through what pod ``i`` sends to it, on the wire (a netdev ingress rule on its
+management link's outer end; the test still reaches the pod).
+
 ``N`` is a random one no other fabric on this machine holds (a lock file per ``N``,
 held from ``open()`` to ``close()``: fabrics of tests running side by side, or of a soak
 beside the suite, never share the management subnet), names carry it and a random
-suffix, and everything is deleted in ``close()`` (deleting a namespace deletes its interfaces; the
-bridges and the cable are deleted explicitly). Needs root (``ip netns``).
+suffix, and everything is deleted in ``close()`` (deleting a namespace deletes its
+interfaces; the bridges and the cable are deleted explicitly). Needs root (``ip netns``).
 ``running_pods`` starts one static-peers pod per namespace and stops them all.
 """
 
@@ -63,6 +73,11 @@ def _tc(ns: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+SERVICE_IP = "10.0.0.1"
+"""The ``kubernetes`` Service's ClusterIP for ``--service-cluster-ip-range=10.0.0.0/24``
+(testkit/kube.py): the pods' ``KUBERNETES_SERVICE_HOST`` once ``publish``-ed."""
+
+
 def available() -> bool:
     return os.geteuid() == 0 and shutil.which("ip") is not None
 
@@ -92,14 +107,22 @@ class Fabric:
         self.left = left
         self.namespaces: list[str] = []
         self._links: list[str] = []
-        self._tables: list[str] = []
-        """nftables tables of ``degrade`` (in this namespace)."""
+        self._tables: list[tuple[str, str]] = []
+        """(family, name) of the nftables tables made in this namespace (``degrade``,
+        ``publish``, ``cut_host``)."""
+        self.published: int | None = None
+        """The port ``publish`` forwards."""
 
     def data_ip(self, i: int) -> str:
         return f"10.77.{self.net}.{i + 1}"
 
     def mgmt_ip(self, i: int) -> str:
         return f"10.78.{self.net}.{i + 1}"
+
+    @property
+    def host_ip(self) -> str:
+        """This (the test's) namespace on the management bridge."""
+        return f"10.78.{self.net}.254"
 
     def prefix(self, i: int) -> list[str]:
         return ["ip", "netns", "exec", self.namespaces[i]]
@@ -112,7 +135,7 @@ class Fabric:
                 _ip("link", "add", br, "type", "bridge")
                 self._links.append(br)
                 _ip("link", "set", br, "up")
-            _ip("addr", "add", f"10.78.{self.net}.254/24", "dev", f"szM{t}")
+            _ip("addr", "add", f"{self.host_ip}/24", "dev", f"szM{t}")
             _ip("link", "add", f"szcL{t}", "type", "veth", "peer", "name", f"szcR{t}")
             self._links.append(f"szcL{t}")
             _ip("link", "set", f"szcL{t}", "master", f"szL{t}", "up")
@@ -170,6 +193,56 @@ class Fabric:
         finally:
             self.heal()
 
+    def publish(self, port: int) -> None:
+        """Make 127.0.0.1:``port`` of this namespace reachable from every pod, at
+        ``host_ip:port`` and at ``SERVICE_IP:443`` (see the module doc)."""
+        t, bridge = self.tag, f"szM{self.tag}"
+        subprocess.run(
+            ["sysctl", "-qw", f"net.ipv4.conf.{bridge}.route_localnet=1"],
+            check=True, capture_output=True, timeout=10,
+        )  # fmt: skip
+        table = f"szhost{t}"
+        _nft("add", "table", "ip", table)
+        self._tables.append(("ip", table))
+        _nft("add", "chain", "ip", table, "pre",
+             "{ type nat hook prerouting priority -100 ; }")  # fmt: skip
+        _nft("add", "rule", "ip", table, "pre", "iifname", bridge, "ip", "daddr", self.host_ip,
+             "tcp", "dport", str(port), "dnat", "to", f"127.0.0.1:{port}")  # fmt: skip
+        for i, ns in enumerate(self.namespaces):
+            # Deleted with the namespace.
+            _ip("-n", ns, "route", "add", f"{SERVICE_IP}/32", "dev", f"szm{t}{i}i")
+            for args in (
+                ["add", "table", "ip", "svc"],
+                ["add", "chain", "ip", "svc", "out", "{ type nat hook output priority -100 ; }"],
+                ["add", "rule", "ip", "svc", "out", "ip", "daddr", SERVICE_IP, "tcp", "dport",
+                 "443", "dnat", "to", f"{self.host_ip}:{port}"],
+            ):  # fmt: skip
+                subprocess.run(
+                    [*self.prefix(i), "nft", *args], check=True, capture_output=True, timeout=10
+                )
+        self.published = port
+
+    def cut_host(self, i: int) -> None:
+        """Drop what pod ``i`` sends to the ``publish``-ed port (its management link
+        stays up otherwise: the test still reaches it)."""
+        assert self.published is not None, "publish() first"
+        outer, table = f"szm{self.tag}{i}", f"szapi{self.tag}{i}"
+        _nft("add", "table", "netdev", table)
+        self._tables.append(("netdev", table))
+        _nft("add", "chain", "netdev", table, "in",
+             f"{{ type filter hook ingress device {outer} priority 0 ; }}")  # fmt: skip
+        _nft("add", "rule", "netdev", table, "in", "ip", "daddr", self.host_ip,
+             "tcp", "dport", str(self.published), "drop")  # fmt: skip
+
+    def reach_host(self, i: int) -> None:
+        """Undo ``cut_host(i)`` (not cut: nothing to do)."""
+        self._drop_table("netdev", f"szapi{self.tag}{i}")
+
+    def _drop_table(self, family: str, table: str) -> None:
+        if (family, table) in self._tables:
+            _nft("delete", "table", family, table)
+            self._tables.remove((family, table))
+
     def degrade(self, i: int, loss_pct: int, delay_ms: int) -> str:
         """Drop ``loss_pct`` % of what pod ``i`` sends on its data link and delay the
         rest (its inbound traffic is untouched: an asymmetric fault); what was applied.
@@ -192,7 +265,7 @@ class Fabric:
         # namespace), after the pod's stack has sent the packet, so the sender sees a
         # lost packet (TCP retransmits), not an error from its own firewall.
         outer, table = f"szd{self.tag}{i}", f"szloss{self.tag}{i}"
-        self._tables.append(table)
+        self._tables.append(("netdev", table))
         _nft("add", "table", "netdev", table)
         _nft("add", "chain", "netdev", table, "in",
              f"{{ type filter hook ingress device {outer} priority 0 ; }}")  # fmt: skip
@@ -212,15 +285,12 @@ class Fabric:
         """Undo ``degrade(i)`` (either form; a missing rule or qdisc is not an error)."""
         ns, dev = self.namespaces[i], f"szd{self.tag}{i}i"
         _tc(ns, "tc", "qdisc", "del", "dev", dev, "root")
-        table = f"szloss{self.tag}{i}"
-        if table in self._tables:
-            _nft("delete", "table", "netdev", table)
-            self._tables.remove(table)
+        self._drop_table("netdev", f"szloss{self.tag}{i}")
 
     def close(self) -> None:
-        for table in self._tables:
+        for family, table in self._tables:
             with contextlib.suppress(subprocess.SubprocessError):
-                _nft("delete", "table", "netdev", table)
+                _nft("delete", "table", family, table)
         self._tables = []
         for ns in self.namespaces:
             with contextlib.suppress(subprocess.SubprocessError):

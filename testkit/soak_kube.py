@@ -4,11 +4,28 @@ faults a Kubernetes pod meets (benchmarks/soak.py runs both clusters side by sid
 tests/kube/test_kube_soak.py runs this one on the kube tier's API server).
 
 The pods are testkit/kube_pods.py's (the harness plays the kubelet): one ``sardeenz
-serve`` per Pod object on its own loopback address, the leader elected through the
+serve`` per Pod object, each in its own network namespace (testkit/netns.py: pod-a on
+one switch, pod-b and pod-c on the other), the leader elected through the
 ``sardeenz-leader`` Lease, the control state (presets, catalog, moves) kept in
-ConfigMaps. No network namespaces: the API server is on the host's loopback, and
-partitions are the static soak's. Faults: SIGKILL or SIGSTOP of the Lease holder or of
-a follower, SIGKILL of an engine. A killed pod is what the kubelet sees die: its Pod
+ConfigMaps. The API server stays in the harness's namespace; the fabric ``publish``-es
+it to the pods at the ``kubernetes`` Service's address, so a fault can cut a pod from
+its peers, from the API server, or both. Faults: SIGKILL or SIGSTOP of the Lease holder
+or of a follower, SIGKILL of an engine, and (``NET_FAULTS``, every run opens with them
+in a seeded order, so the short run has each):
+
+* ``isolate-leader``: the Lease holder cut from its peers AND the API server, so its
+  renewals fail. It must stop acting as leader within ``STEP_DOWN_BOUND`` of the cut
+  and another pod must hold the Lease in a higher term within ``TAKEOVER_BOUND``
+  (``leader-steps-down``, ``lease-taken-over``); a catalog write sent to it at the cut
+  and writes through the new leader during the cut must be kept if acknowledged; after
+  the heal it rejoins (routing, control state, fencing checked as after every fault);
+* ``cut-api``: one pod cut from the API server only (its peers still reach it): the
+  holder must step down and be replaced as above; a follower misses the ConfigMaps'
+  watch events meanwhile and must catch up after;
+* ``partition-1-2``: pod-a | pod-b, pod-c, all still reaching the API server: the Lease
+  decides (no election among peers), writes go on through the leader.
+
+A killed pod is what the kubelet sees die: its Pod
 is marked not Ready at once, and at the heal the container is restarted (same data
 dir) and marked Ready when it answers its probe. A stopped pod stays Ready (a kubelet's
 readiness probe takes longer than a hold to notice): only the pods' own failure
@@ -28,20 +45,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from pathlib import Path
 
 import httpx
 
 from sardeenz.cluster.control_configmap import SELECTOR, CorruptDocument, decode
+from testkit import netns
 from testkit.kube import KubeApiServer
-from testkit.kube_pods import LEASE, KubePods
+from testkit.kube_pods import LEASE, LEASE_TIMING, KubePods
 from testkit.soak import SOAK_ENV, Fault, Report, Soak
 from testkit.soak_run import PROCESS_FAULTS, Chaos, drive
 
 SIZE = 3
-KINDS = tuple(sorted(PROCESS_FAULTS))
-"""Processes only: a partition of loopback addresses is not one (the static soak's
-network namespaces cover partitions)."""
+NET_FAULTS = ("isolate-leader", "cut-api", "partition-1-2")
+KINDS = (*sorted(PROCESS_FAULTS), *NET_FAULTS)
+LEASE_SECONDS = float(LEASE_TIMING["SARDEENZ_KUBE_LEASE_DURATION_SECONDS"])
+STEP_DOWN_BOUND = LEASE_SECONDS + 1.0
+"""A holder that cannot renew stops leading at its renew deadline, before the Lease
+expires (others may take it then): within the Lease's duration of the cut, plus a
+second for the status answer that shows it on a loaded machine."""
+TAKEOVER_BOUND = 2 * LEASE_SECONDS + float(LEASE_TIMING["SARDEENZ_KUBE_REQUEST_TIMEOUT_SECONDS"])
+"""Another pod takes a Lease it has seen unchanged for its duration: once the holder's
+last renewal expired, plus a retry and a request."""
 
 
 class KubeSoak(Soak):
@@ -61,20 +87,31 @@ class KubeSoak(Soak):
         self.kube = kube
         self.pods: KubePods | None = None
         self.names = [f"pod-{chr(ord('a') + i)}" for i in range(SIZE)]
+        self.fabric = netns.Fabric(1, SIZE - 1)
 
     def note(self, what: str) -> None:
         # Both clusters print to one terminal in benchmarks/soak.py.
         super().note(f"[kube] {what}")
 
     def open(self) -> KubeSoak:
-        self.pods = KubePods(self.kube, self.root, SIZE, extra_env=SOAK_ENV)
-        self.servers.update(self.pods.pods)
-        self.pods.start(90)
-        self.note(f"cluster started in namespace {self.pods.namespace}")
+        self.fabric.open()
+        try:
+            self.fabric.publish(self.kube.port)
+            self.pods = KubePods(self.kube, self.root, SIZE, extra_env=SOAK_ENV, fabric=self.fabric)
+            self.servers.update(self.pods.pods)
+            self.pods.start(90)
+        except BaseException:
+            self.close()
+            raise
+        self.note(
+            f"cluster started in namespace {self.pods.namespace}, network namespaces "
+            f"{self.fabric.namespaces}, API server at {netns.SERVICE_IP}:443"
+        )
         return self
 
     def close(self) -> None:
         if self.pods is None:
+            self.fabric.close()
             return
         for srv in self.servers.values():
             if srv.proc is not None and srv.proc.poll() is None:
@@ -85,6 +122,7 @@ class KubeSoak(Soak):
         # ConfigMaps go with the API server).
         self.pods.close()
         self.down.clear()
+        self.fabric.close()
 
     # ------------------------------------------------------- the API server's view
     def lease(self) -> tuple[str, int] | None:
@@ -171,20 +209,123 @@ class KubeChaos(Chaos):
     once and comes back Ready after its restart."""
 
     kinds = KINDS
-    opening_kinds = ()  # the link, clock and disk faults need the static pods' namespaces
+    opening_kinds = NET_FAULTS
 
     def __init__(self, soak: KubeSoak) -> None:
         super().__init__(soak)
         self.k = soak
+        self._deposed: tuple[str, int] | None = None
+        """(pod, term) of the Lease holder the running fault cut from the API server."""
 
     async def _inject(self, http: httpx.AsyncClient, kind: str, pick: float) -> Fault | None:
+        if kind in NET_FAULTS:
+            return await self._cut(http, kind, pick)
         fault = await super()._inject(http, kind, pick)
         if fault is not None and kind in ("kill-leader", "kill-follower"):
             assert self.k.pods is not None
             await asyncio.to_thread(self.k.pods.mark_ready, fault.target, False)
         return fault
 
+    async def _cut(self, http: httpx.AsyncClient, kind: str, pick: float) -> Fault | None:
+        k, fabric = self.k, self.k.fabric
+        leader = await k.leader(http)
+        st = await k.status(http, leader) if leader is not None else None
+        if leader is None or st is None or k.down:
+            return None
+        now = time.monotonic()
+        self._deposed = None
+        if kind == "partition-1-2":
+            await asyncio.to_thread(fabric.partition)
+            k.note(
+                f"FAULT partition 1|2: {k.names[0]} | {', '.join(k.names[1:])} (leader {leader})"
+            )
+            return Fault(kind, f"{k.names[0]}|{','.join(k.names[1:])}", now)
+        victim = leader if kind == "isolate-leader" else k.names[int(pick * SIZE)]
+        i = k.names.index(victim)
+        if kind == "isolate-leader":
+            await asyncio.to_thread(fabric.isolate, i)
+            k.isolated.add(victim)
+        await asyncio.to_thread(fabric.cut_host, i)
+        if victim == leader:
+            self._deposed = (victim, int(st["term"]))
+        role = f"the leader, term {st['term']}" if victim == leader else f"leader {leader}"
+        cut = "its peers and the API server" if kind == "isolate-leader" else "the API server"
+        k.note(f"FAULT {kind}: {victim} ({role}) cut from {cut}")
+        return Fault(kind, victim, now)
+
+    async def _hold(self, http: httpx.AsyncClient, fault: Fault, hold: float) -> None:
+        if fault.kind not in NET_FAULTS:
+            await super()._hold(http, fault, hold)
+            return
+        why = f"{fault.kind} {fault.target}"
+        if self._deposed is not None:
+            victim, term = self._deposed
+            # A write sent to the deposed holder as it loses the Lease: refused, or kept.
+            late = asyncio.create_task(self.write_mark(http, victim, f"{why}, to the deposed"))
+            try:
+                await self._hand_over(http, fault, victim, term)
+            finally:
+                await late
+        rest = hold - (time.monotonic() - fault.start)
+        await self._write_during(http, max(rest, 1.0), why)
+
+    async def _hand_over(
+        self, http: httpx.AsyncClient, fault: Fault, victim: str, term: int
+    ) -> None:
+        """``leader-steps-down`` and ``lease-taken-over`` after ``victim``, the holder in
+        ``term``, lost the API server at ``fault.start``: it stops naming itself leader
+        within ``STEP_DOWN_BOUND``, and another pod holds the Lease in a higher term
+        within ``TAKEOVER_BOUND`` (and not before the deposed stopped leading)."""
+        k = self.k
+        stepped: float | None = None
+        taken: tuple[str, int, float] | None = None
+        overlap = False
+        while time.monotonic() - fault.start < TAKEOVER_BOUND + 1.0:
+            if taken is None:
+                with contextlib.suppress(httpx.HTTPError, AssertionError):
+                    held = await asyncio.to_thread(k.lease)
+                    if held is not None and held[0] != victim and held[1] > term:
+                        taken = (held[0], held[1], time.monotonic() - fault.start)
+                        k.note(f"Lease taken by {held[0]} in term {held[1]} after {taken[2]:.2f}s")
+            # Asked after the Lease was read: a claim now, with the Lease taken, overlaps.
+            # Not leading by the time the answer came (so within the bound for sure).
+            st = await k.status(http, victim)
+            if stepped is None and st is not None:
+                if st["leader"] != victim:
+                    stepped = time.monotonic() - fault.start
+                    k.note(
+                        f"{victim} stopped leading {stepped:.2f}s after the cut "
+                        f"(now {st['leader']})"
+                    )
+                elif taken is not None and not overlap:
+                    overlap = True
+                    k.violate(
+                        "leader-steps-down",
+                        f"{victim} still leads term {term} after {taken[0]} took the Lease "
+                        f"in term {taken[1]}",
+                    )
+            if stepped is not None and taken is not None:
+                break
+            await asyncio.sleep(0.1)
+        if not overlap and (stepped is None or stepped > STEP_DOWN_BOUND):
+            k.violate(
+                "leader-steps-down",
+                f"{victim}, cut from the API server, still led term {term} "
+                f"{STEP_DOWN_BOUND:g}s after the cut ({fault.kind})",
+                fault.start,
+            )
+        if taken is None or taken[2] > TAKEOVER_BOUND:
+            k.violate(
+                "lease-taken-over",
+                f"no other pod held the Lease in a term above {term} within "
+                f"{TAKEOVER_BOUND:g}s of cutting {victim} ({fault.kind}): {taken}",
+                fault.start,
+            )
+
     async def _heal(self, fault: Fault) -> None:
+        if fault.kind in NET_FAULTS:
+            await self._rejoin(fault)
+            return
         if fault.kind not in ("kill-leader", "kill-follower"):
             await super()._heal(fault)
             return
@@ -197,11 +338,27 @@ class KubeChaos(Chaos):
         self.k.down.discard(fault.target)
         self.k.note(f"HEAL {fault.target} restarted, Pod Ready")
 
+    async def _rejoin(self, fault: Fault) -> None:
+        k, fabric = self.k, self.k.fabric
+        if fault.kind == "partition-1-2":
+            await asyncio.to_thread(fabric.heal)
+            k.note("HEAL partition")
+            return
+        i = k.names.index(fault.target)
+        await asyncio.to_thread(fabric.reach_host, i)
+        if fault.kind == "isolate-leader":
+            await asyncio.to_thread(fabric.rejoin, i)
+            k.isolated.discard(fault.target)
+        k.note(f"HEAL {fault.target} reconnected")
+
 
 async def run_kube(
     kube: KubeApiServer, root: Path, seed: int, duration: float, clients: int = 4
 ) -> Report:
     """The Kubernetes-mode soak on ``kube`` for ``duration`` s (opened, checked, closed)."""
     soak = KubeSoak(kube, root, seed, duration)
-    print(f"soak (kube): seed {seed}, {duration:g}s, {SIZE} pods on {kube.url}", flush=True)
+    print(
+        f"soak (kube): seed {seed}, {duration:g}s, {SIZE} pods in network namespaces on {kube.url}",
+        flush=True,
+    )
     return await drive(soak, KubeChaos(soak), clients)

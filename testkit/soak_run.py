@@ -52,7 +52,8 @@ class Chaos:
         self.opening = list(self.opening_kinds)
         self.rng.shuffle(self.opening)
         self._marks: list[str] = []
-        """Catalog entries acknowledged while the disk was full (checked after the heal)."""
+        """Catalog entries acknowledged during a fault (checked after the heal)."""
+        self._sent = 0
 
     # ------------------------------------------------------------ traffic
     def pick_entry(self) -> tuple[str, str] | None:
@@ -93,10 +94,7 @@ class Chaos:
             if self.opening and self.opening[0] == kind:
                 self.opening.pop(0)
             s.report.faults.append(fault)
-            if kind == "disk-full":
-                await self._write_while_full(http, hold)
-            else:
-                await asyncio.sleep(hold)
+            await self._hold(http, fault, hold)
             await self._heal(fault)
             fault.end = time.monotonic()
             await s.converged(http, f"{fault.kind} {fault.target}", s.bound)
@@ -209,30 +207,40 @@ class Chaos:
             await asyncio.to_thread(s.disk.free)
             s.note(f"HEAL {s.disk_pod} disk freed")
 
-    async def _write_while_full(self, http: httpx.AsyncClient, hold: float) -> None:
-        """Hold the full disk for ``hold`` s, writing a catalog entry through the leader
-        about every second: each one acknowledged must survive (``_check_marks``)."""
-        s = self.s
+    async def _hold(self, http: httpx.AsyncClient, fault: Fault, hold: float) -> None:
+        """What happens while ``fault`` lasts (``hold`` s): writes for a full disk."""
+        if fault.kind == "disk-full":
+            await self._write_during(http, hold, f"disk of {self.s.disk_pod} full")
+        else:
+            await asyncio.sleep(hold)
+
+    async def _write_during(self, http: httpx.AsyncClient, hold: float, why: str) -> None:
+        """For ``hold`` s, write a catalog entry through the leader about every second:
+        each one acknowledged must survive (``_check_marks``)."""
         end = time.monotonic() + hold
         while time.monotonic() < end:
-            leader = await s.leader(http)
+            leader = await self.s.leader(http)
             if leader is not None:
-                key = f"soak-mark-{len(s.report.faults)}-{len(self._marks)}"
-                entry = {"modelPath": key, "engine": "sim", "extraArgs": SIM}
-                try:
-                    r = await http.put(
-                        f"{s.url(leader)}/api/v1/catalog/{key}", json=entry, timeout=10
-                    )
-                    code = r.json().get("code", "") if r.status_code >= 400 else ""
-                    answer = f"{r.status_code} {code}"
-                except (httpx.HTTPError, ValueError) as exc:
-                    answer = type(exc).__name__
-                answer = answer.strip()
-                s.report.acknowledged[answer] = s.report.acknowledged.get(answer, 0) + 1
-                s.note(f"WRITE {key} via {leader} (disk of {s.disk_pod} full): {answer}")
-                if answer == "200":
-                    self._marks.append(key)
+                await self.write_mark(http, leader, why)
             await asyncio.sleep(1.0)
+
+    async def write_mark(self, http: httpx.AsyncClient, via: str, why: str) -> None:
+        """One catalog write sent to pod ``via``; kept to check if acknowledged."""
+        s = self.s
+        self._sent += 1
+        key = f"soak-mark-{len(s.report.faults)}-{self._sent}"
+        entry = {"modelPath": key, "engine": "sim", "extraArgs": SIM}
+        try:
+            r = await http.put(f"{s.url(via)}/api/v1/catalog/{key}", json=entry, timeout=10)
+            code = r.json().get("code", "") if r.status_code >= 400 else ""
+            answer = f"{r.status_code} {code}"
+        except (httpx.HTTPError, ValueError) as exc:
+            answer = type(exc).__name__
+        answer = answer.strip()
+        s.report.acknowledged[answer] = s.report.acknowledged.get(answer, 0) + 1
+        s.note(f"WRITE {key} via {via} ({why}): {answer}")
+        if answer == "200":
+            self._marks.append(key)
 
     async def _check_marks(self, http: httpx.AsyncClient) -> None:
         """Every catalog write acknowledged during a full disk is in every pod's own copy
@@ -255,10 +263,16 @@ class Chaos:
         if leader is None:
             return
         for key in list(self._marks):
-            with contextlib.suppress(httpx.HTTPError):
+            # Checked: no longer owed, whatever the delete answers (one that failed may
+            # still have taken effect; an entry left behind only makes the catalog longer).
+            self._marks.remove(key)
+            try:
                 r = await http.delete(f"{s.url(leader)}/api/v1/catalog/{key}", timeout=10)
-                if r.status_code in (200, 204, 404):
-                    self._marks.remove(key)
+                answer = str(r.status_code)
+            except httpx.HTTPError as exc:
+                answer = type(exc).__name__
+            if answer not in ("200", "204", "404"):
+                s.note(f"DELETE {key} via {leader}: {answer}")
 
     # ------------------------------------------------------------- admin
     async def admin(self, http: httpx.AsyncClient, stop: asyncio.Event) -> None:
@@ -426,7 +440,9 @@ def summary(report: Report) -> str:
         by_kind[f.kind] = by_kind.get(f.kind, 0) + 1
     lines.append(f"faults: {len(report.faults)} {by_kind}")
     if report.acknowledged:
-        lines.append(f"catalog writes while a disk was full, by answer: {report.acknowledged}")
+        lines.append(
+            f"catalog writes during a full disk or a cut, by answer: {report.acknowledged}"
+        )
     lines.append(f"admin operations: {report.admin}")
     lines.append(f"catalog model, instances seen entering a state: {report.transitions}")
     lines.append(

@@ -235,7 +235,9 @@ class Catalog:
         except SardeenzError:
             await self.reload()
             raise
-        del self._api_raw[name]
+        # The cluster's copy may have arrived while the delete was awaited (``reload``
+        # from the replicated catalog, already without the entry): gone either way.
+        self._api_raw.pop(name, None)
         self._rebuild()
         log.info("catalog: entry %s deleted through the API", name)
         return removed
