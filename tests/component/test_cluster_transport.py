@@ -56,7 +56,13 @@ class Directory:
     def reachable(self, pod_id: str) -> bool:
         return pod_id not in self.down
 
-    async def first_heard(self, pod_id: str, timeout: float) -> bool:  # noqa: ASYNC109
+    async def first_heard(
+        self,
+        pod_id: str,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        silent_too: bool = False,
+    ) -> bool:
         return self.reachable(pod_id)
 
     def leader(self) -> str | None:

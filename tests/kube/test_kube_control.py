@@ -203,7 +203,12 @@ def test_a_catalog_entry_acknowledged_just_before_the_leader_dies_is_kept(
     assert got.status_code == 200, got.text
     got = HTTP.get(f"{pods.pods[new].url}/api/cluster/presets/kk", timeout=10)
     assert got.status_code == 200, got.text
-    # The new leader wrote each document again under its own term (fencing the old one).
+    # The new leader wrote each document again under its own term (fencing the old one)
+    # once it is ready; the reads above may be answered before (they are its copies).
+    deadline = time.monotonic() + 30
+    while not HTTP.get(f"{pods.pods[new].url}/api/cluster/control", timeout=5).json()["ready"]:
+        assert time.monotonic() < deadline, f"{new} never read the control state in its term"
+        time.sleep(0.1)
     new_term = pods.status(new)["term"]  # type: ignore[index]
     for key in ("presets", "catalog"):
         obj = configmap(pods, key)

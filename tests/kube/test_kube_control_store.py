@@ -24,15 +24,21 @@ import pytest
 
 from sardeenz.cluster.control_kube import KubeControlState
 from sardeenz.cluster.membership.kube_api import KubeApi, KubeConfig
+from sardeenz.cluster.tenant_sync import ReplicatedTenants, bind_tenants
 from sardeenz.config import Settings
 from sardeenz.errors import Conflict, PayloadTooLarge, Unavailable
 from sardeenz.store.control import ControlRepository
 from sardeenz.store.db import Database
+from sardeenz.store.tenants import TenantRepository
+from sardeenz.tenancy.admission import Admission
+from sardeenz.tenancy.service import TenantService
+from sardeenz.tenancy.spec import TenantBody
 from testkit.kube import SARDEENZ_RULES, KubeApiServer
 
 pytestmark = pytest.mark.kube
 
 CATALOG = "sardeenz-control-catalog"
+TENANTS = "sardeenz-control-tenants"
 
 
 @dataclass
@@ -64,9 +70,9 @@ class Namespace:
         self.pods: list[Pod] = []
         self.path = f"/api/v1/namespaces/{self.name}/configmaps"
 
-    async def pod(self, name: str, seat: Seat) -> Pod:
+    async def pod(self, name: str, seat: Seat, client: type[KubeApi] = KubeApi) -> Pod:
         config = KubeConfig(self.kube.url, self.sa / "token", self.sa / "ca.crt", self.name)
-        api = KubeApi(config, 2.0)
+        api = client(config, 2.0)
         await api.open()
         db = Database(f"sqlite+aiosqlite:///{self.root / name}.db")
         await db.migrate()
@@ -282,3 +288,113 @@ async def test_a_document_too_large_for_a_configmap_is_refused(ns: Namespace) ->
     assert refused.value.code == "control_document_too_large"
     assert set(ns.body()) == {"small"}
     assert set(leader.state.body("catalog")) == {"small"}
+
+
+class EchoFirst(KubeApi):
+    """Answers a ConfigMap write only once this pod's own watch has brought it back: the
+    order a loaded machine may give the two (the watch's event first, then the answer)."""
+
+    copy: Callable[[str], Any] = staticmethod(lambda key: None)
+    """The pod's copy of a document (set by the test once the state exists)."""
+
+    async def replace_config_map(self, name: str, body: Any) -> dict[str, Any]:
+        return await self._echoed(await super().replace_config_map(name, body), name, body)
+
+    async def create_config_map(self, body: Any) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        return await self._echoed(await super().create_config_map(body), name, body)
+
+    async def _echoed(self, obj: dict[str, Any], name: str, body: Any) -> dict[str, Any]:
+        written = json.loads(body["data"]["body"])
+        key = name.removeprefix("sardeenz-control-")
+        await until(lambda: self.copy(key) == written, 10, f"the watch brought {name} back")
+        return obj
+
+
+async def test_a_pods_own_write_back_from_the_watch_first_is_not_handed_to_its_features(
+    ns: Namespace,
+) -> None:
+    leader = await ns.pod("pod-a", Seat(), EchoFirst)
+    assert isinstance(leader.api, EchoFirst)
+    leader.api.copy = leader.state.body
+    await ready(leader)
+    await leader.state.update("catalog", add("first"))  # a create
+    # A feature holds its own lock across its write (the tenant service checks the
+    # whole set, then stores it), and its listener takes that lock: handing it its
+    # own write from inside the write was a deadlock (a tenant PUT that never answered).
+    lock = asyncio.Lock()
+
+    async def feature(body: Any) -> None:
+        async with lock:
+            leader.told.append(("feature", sorted(body)))
+
+    leader.state.subscribe("catalog", feature)
+    async with lock:
+        await asyncio.wait_for(leader.state.update("catalog", add("second")), 15)  # an update
+    assert set(ns.body()) == {"first", "second"}
+    assert leader.state.body("catalog") == ns.body()
+    assert leader.told == []  # its own writes: the features made them
+
+    def theirs(data: dict[str, str]) -> None:  # a write from elsewhere is still handed on
+        data["body"] = json.dumps({**json.loads(data["body"]), "theirs": {}})
+        data["revision"] = str(int(data["revision"]) + 1)
+
+    await asyncio.to_thread(ns.edit, theirs)
+    await until(lambda: len(leader.told) == 2, 10, "the other write handed to both features")
+    assert ("feature", ["first", "second", "theirs"]) in leader.told
+
+
+class ConflictFirst(KubeApi):
+    """Runs ``before`` ahead of the next ConfigMap update (once): a write made there
+    makes that update a real 409."""
+
+    before: Callable[[], Awaitable[None]] | None = None
+
+    async def replace_config_map(self, name: str, body: Any) -> dict[str, Any]:
+        before, self.before = self.before, None
+        if before is not None:
+            await before()
+        return await super().replace_config_map(name, body)
+
+
+async def test_a_tenant_put_that_meets_another_write_takes_it_and_answers(
+    ns: Namespace,
+) -> None:
+    leader = await ns.pod("pod-a", Seat(), ConflictFirst)
+    assert isinstance(leader.api, ConflictFirst)
+    await ready(leader)
+    repo = TenantRepository(leader.db)
+    tenants = TenantService(
+        Settings(),
+        Admission(),
+        repo,
+        ["k-a", "k-b", "k-c"],
+        definitions=ReplicatedTenants(leader.state),
+    )
+    bind_tenants(leader.state, tenants, repo)
+    await tenants.start()
+    try:
+
+        def body(key: str) -> TenantBody:
+            return TenantBody.model_validate(
+                {"api_keys": [key], "limits": {"requests_per_minute": 60}}
+            )
+
+        await asyncio.wait_for(tenants.put("team-a", body("k-a")), 15)
+
+        def theirs(data: dict[str, str]) -> None:
+            other = {"api_keys": ["k-b"], "limits": {"requests_per_minute": 30}}
+            data["body"] = json.dumps({**json.loads(data["body"]), "team-b": other})
+            data["revision"] = str(int(data["revision"]) + 1)
+
+        async def another_write() -> None:
+            await asyncio.to_thread(ns.edit, theirs, TENANTS)
+
+        leader.api.before = another_write
+        # The 409 is retried on a fresh read, which hands team-b to the tenant service
+        # from inside its own put: that waited on the put's lock, for ever.
+        await asyncio.wait_for(tenants.put("team-c", body("k-c")), 15)
+        assert set(ns.body(TENANTS)) == {"team-a", "team-b", "team-c"}
+        assert {t["name"] for t in tenants.all()} == {"team-a", "team-b", "team-c"}
+    finally:
+        await tenants.stop()

@@ -9,6 +9,10 @@ for its first sign of life. Here pod-c is held stopped (SIGSTOP) while it turns 
 the window is as wide as the test wants: the load waits, pod-c is continued, the load is
 accepted and its instance becomes active. A member that stays silent is still refused
 with ``pod_unavailable``, once the detector's time is up (never a hang).
+
+The same holds for a member heard before whose heartbeats are late (a busy machine: the
+detector gave up on a live pod): the leader's order waits for its next sign of life
+within the same bounds, instead of refusing at once (a move's test was refused so).
 """
 
 from __future__ import annotations
@@ -123,3 +127,33 @@ def test_a_member_that_stays_silent_is_refused_not_waited_for_ever(pods: KubePod
     answer: dict[str, Any] = {}
     _load(pods.pods[leader].url, "pod-d", answer)
     assert (answer["status"], answer["body"].get("code")) == (503, "pod_unavailable"), answer
+
+
+def test_a_load_on_a_pod_merely_late_waits_for_its_next_heartbeat(pods: KubePods) -> None:
+    for name in pods.names:
+        pods.create_pod(name)
+    _start_side_by_side(pods, "pod-a", "pod-b")
+    leader, _ = pods.wait_one_leader(30)
+    c = pods.pods["pod-c"].start(60)
+    assert c.proc is not None
+    pods.mark_ready("pod-c")
+    deadline = time.monotonic() + 30
+    while _listed(pods, leader, "pod-c")["state"] != "healthy":
+        assert time.monotonic() < deadline, "pod-c never heard by the leader"
+        time.sleep(0.05)
+    os.kill(c.proc.pid, signal.SIGSTOP)  # its heartbeats stop: late, then given up on
+    deadline = time.monotonic() + 30
+    while (listed := _listed(pods, leader, "pod-c"))["state"] != "unavailable":
+        assert time.monotonic() < deadline, f"pod-c never called unavailable: {listed}"
+        time.sleep(0.05)
+    assert listed["lastSeenSecondsAgo"] is not None, listed  # heard before, silent since
+
+    answer: dict[str, Any] = {}
+    loading = threading.Thread(target=_load, args=(pods.pods[leader].url, "pod-c", answer))
+    loading.start()
+    loading.join(0.8)
+    assert answer == {}, f"the load did not wait for pod-c's next heartbeat: {answer}"
+    os.kill(c.proc.pid, signal.SIGCONT)
+    loading.join(60)
+    assert answer.get("status") == 202, f"load on pod-c once it was late: {answer}"
+    assert pods.wait_instance("pod-c", answer["body"]["id"], "active", 30)

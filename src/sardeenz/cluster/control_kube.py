@@ -8,7 +8,8 @@ nothing is replicated by hand here (static mode's cluster/control_state.py):
   (list, then watch from the list's resourceVersion; 410 Gone or any failure:
   list again after a backoff), level-triggered: this pod's view becomes the API
   server's, and each change is handed to the features that subscribed (a
-  follower's catalog reloads, its preset table is replaced). A pod that was
+  follower's catalog reloads, its preset table is replaced), but for the echo
+  of this pod's own write, which the features made. A pod that was
   restarted or partitioned lists on its way back. The last view is also kept
   in this pod's SQLite (the same table as static mode's copies), so a pod that
   starts while the API server is unreachable serves its last catalog.
@@ -92,6 +93,9 @@ class KubeControlState:
         self._versions: dict[str, str] = {}
         """Key -> the ConfigMap's resourceVersion as last seen (absent: no ConfigMap)."""
         self._corrupt: dict[str, CorruptDocument] = {}
+        self._writing_now: dict[str, Document] = {}
+        """Key -> the document this pod is writing: the watch may bring it back before
+        the write returns, and it is this pod's own, not a copy from elsewhere."""
         self._writing = asyncio.Lock()
         """One write at a time (the leader's)."""
         self._applying = asyncio.Lock()
@@ -214,15 +218,20 @@ class KubeControlState:
             doc = successor(current, key, term, await change(current.body if current else None))
             manifest = encode(doc, version)  # 413 before the API server refuses it
             verb = "update" if version is not None else "create"
+            self._writing_now[key] = doc
             try:
                 if version is not None:
                     obj = await api.replace_config_map(name_of(key), manifest)
                 else:
                     obj = await api.create_config_map(manifest)
             except asyncio.CancelledError:
+                await self._landed_anyway(doc)
                 raise
             except Exception as exc:
+                await self._landed_anyway(doc)
                 raise self._failed(api, verb, key, exc) from exc
+            finally:
+                self._writing_now.pop(key, None)
             api.allowed(verb, RESOURCE)
             held = self._copies.get(key)
             if held is None or doc.version >= held.version:  # else the watch brought a newer
@@ -231,6 +240,14 @@ class KubeControlState:
             return doc
 
         return await retry_on_conflict(attempt, f"the cluster's {key}", self.backoff)
+
+    async def _landed_anyway(self, doc: Document) -> None:
+        """A write whose call failed (a timeout, a cancel) may still have been stored, and
+        its echo taken from the watch without telling the features (``observe``): the
+        caller sees an error, yet the copy holds the write, so the features follow it."""
+        async with self._applying:
+            if self._copies.get(doc.key) == doc:
+                await self._tell(doc)
 
     def _failed(self, api: KubeApi, verb: str, key: str, exc: BaseException) -> Exception:
         status = status_code(exc)
@@ -288,7 +305,12 @@ class KubeControlState:
         held = self._copies.get(key)
         if not fresh and held is not None and stored.doc.version < held.version:
             return  # an event older than a write of ours this pod has taken already
-        await self._take(stored.doc, version, tell=True)
+        # This pod's own write, back from the watch before the write returned: taken, not
+        # told. Telling it would run a feature's listener inside the feature's own write
+        # (its lock held across ``update``, waiting on this: a deadlock), and hand a
+        # feature back what it wrote, perhaps after it changed again.
+        mine = self._writing_now.get(key) == stored.doc
+        await self._take(stored.doc, version, tell=not mine)
 
     async def _take(self, doc: Document, version: str, *, tell: bool) -> None:
         """Hold ``doc`` as the API server's copy at resourceVersion ``version``.
@@ -305,13 +327,16 @@ class KubeControlState:
             await self._cache.put_if(
                 StoredCopy(doc.key, doc.term, doc.revision, doc.body), lambda _: True
             )
-            if not tell:
-                return
-            for listener in self._listeners.get(doc.key, []):
-                try:
-                    await listener(doc.body)
-                except Exception:  # the copy is taken; the feature catches up on the next
-                    log.exception("control state: applying %s r%d failed", doc.key, doc.revision)
+            if tell:
+                await self._tell(doc)
+
+    async def _tell(self, doc: Document) -> None:
+        """``doc`` handed to the features that subscribed (``_applying`` held)."""
+        for listener in self._listeners.get(doc.key, []):
+            try:
+                await listener(doc.body)
+            except Exception:  # the copy is taken; the feature catches up on the next
+                log.exception("control state: applying %s r%d failed", doc.key, doc.revision)
 
     def gone(self, key: str) -> None:
         """``key``'s ConfigMap is not in the API server (deleted, or never written)."""

@@ -73,7 +73,11 @@ class TenantService:
         self._config = {t.name: t for t in config_tenants(settings, key_ids)}
         self._stored: dict[str, Tenant] = {}
         self._task: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
+        self._writing = asyncio.Lock()
+        """One put or delete at a time: each checks the whole set, then stores it. Held
+        across the store's write, which in a cluster waits on the control state; that
+        may meanwhile hand this service a copy from elsewhere (``reload``), so
+        ``reload`` must never wait on it."""
 
     async def start(self) -> None:
         if self._counters is not None:
@@ -102,10 +106,12 @@ class TenantService:
         return stored
 
     async def reload(self) -> None:
-        """The stored tenants changed elsewhere (another pod's write, in a cluster)."""
-        async with self._lock:
-            self._stored = await self._read_stored()
-            self._apply()
+        """The stored tenants changed elsewhere (another pod's write, in a cluster).
+
+        Not under ``_writing`` (see there): a put in flight sets its own tenant when its
+        write returns, on top of whatever this read."""
+        self._stored = await self._read_stored()
+        self._apply()
 
     async def stop(self) -> None:
         await stop_task(self._task)
@@ -167,7 +173,7 @@ class TenantService:
 
     async def put(self, name: str, body: TenantBody) -> dict[str, Any]:
         """Create or replace an API tenant; the whole set is checked first."""
-        async with self._lock:
+        async with self._writing:
             if name in self._config:
                 raise Conflict(
                     f"tenant {name!r} is defined in the config file; change it there",
@@ -182,7 +188,7 @@ class TenantService:
         return self._view(tenant)
 
     async def delete(self, name: str) -> dict[str, Any]:
-        async with self._lock:
+        async with self._writing:
             if name in self._config:
                 raise Conflict(
                     f"tenant {name!r} is defined in the config file; remove it there",
@@ -191,6 +197,6 @@ class TenantService:
             if name not in self._stored:
                 raise NotFound(f"no tenant is named {name!r}", code="tenant_not_found")
             await self._definitions.delete(name)
-            del self._stored[name]
+            self._stored.pop(name, None)  # a reload meanwhile may have dropped it already
             self._apply()
         return {"deleted": name}

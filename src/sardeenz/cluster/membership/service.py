@@ -223,14 +223,23 @@ class Membership:
         """False while the failure detector calls ``pod_id`` unavailable."""
         return self.state_of(pod_id) is not PeerState.UNAVAILABLE
 
-    async def first_heard(self, pod_id: str, timeout: float) -> bool:  # noqa: ASYNC109
-        """``reachable``, waiting for a member never heard from yet (PodDirectory says why).
+    async def first_heard(
+        self,
+        pod_id: str,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        silent_too: bool = False,
+    ) -> bool:
+        """``reachable``, waiting for a member never heard from yet (PodDirectory says why),
+        and with ``silent_too`` for one heard before and silent since as well.
 
         The wait is bounded by the failure detector's own unavailable time too: a pod
-        discovered that long ago and still silent is unavailable by the detector's rule.
+        discovered that long ago and still silent is unavailable by the detector's rule,
+        and a pod silent that much longer again is taken for dead.
         """
         known = self.peers.get(pod_id) is not None
-        if self.reachable(pod_id) or not known or self.detector.last_heard(pod_id) is not None:
+        heard_before = self.detector.last_heard(pod_id) is not None
+        if self.reachable(pod_id) or not known or (heard_before and not silent_too):
             return self.reachable(pod_id)
         deadline = self.now() + min(timeout, self.timing.unavailable_after)
         while not self.reachable(pod_id):

@@ -59,10 +59,17 @@ class PodDirectory(Protocol):
     def reachable(self, pod_id: str) -> bool:
         """False while the failure detector calls ``pod_id`` unavailable."""
 
-    async def first_heard(self, pod_id: str, timeout: float) -> bool:  # noqa: ASYNC109
+    async def first_heard(
+        self,
+        pod_id: str,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        silent_too: bool = False,
+    ) -> bool:
         """Whether ``pod_id`` is reachable, waiting up to ``timeout`` s for its first sign of
         life if it is a member this pod has never heard from (just discovered); a pod
-        that was heard and went silent is answered at once."""
+        that was heard and went silent is answered at once, unless ``silent_too``: then
+        it is waited for as well (its next heartbeat: a pod merely late under load)."""
 
     def leader(self) -> str | None: ...
 
@@ -135,8 +142,13 @@ class PodClient:
             body["term"] = d.current_term()
         wait = timeout or (self._order_timeout if route.fenced else self._timeout)
         if not d.reachable(pod_id):
+            # An order (the leader's: a load, a move's step) waits within its deadline for
+            # a member the detector gave up on, as for one not heard yet: a pod whose
+            # heartbeats were late (a busy machine, a pause) answers its next one, and an
+            # operator's load or a move is not refused for it. Reads and fan-outs do not
+            # wait: they skip a silent pod and are asked again.
             started = time.monotonic()
-            if not await d.first_heard(pod_id, wait):
+            if not await d.first_heard(pod_id, wait, silent_too=route.fenced):
                 raise Unavailable(f"pod {pod_id!r} is unavailable", code="pod_unavailable")
             wait = max(0.1, wait - (time.monotonic() - started))
         try:
