@@ -36,9 +36,9 @@ pytestmark = [pytest.mark.kube, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def pods(kube: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubePods]:
     """pod-a and pod-b running (one of them the leader) for the module; each test starts a
-    pod of its own that no pod has heard from yet (pod-c, pod-d): one cluster start for the
-    module instead of one per test."""
-    cluster = KubePods(kube, tmp_path_factory.mktemp("firstload"), 4)
+    pod of its own (pod-c, pod-d, pod-e): one cluster start for the module instead of one
+    per test."""
+    cluster = KubePods(kube, tmp_path_factory.mktemp("firstload"), 5)
     try:
         for name in ("pod-a", "pod-b"):
             cluster.create_pod(name)
@@ -53,7 +53,7 @@ def _continued(pods: KubePods) -> Iterator[None]:
     """A test that failed while its pod was stopped leaves it running again: the next test
     waits on every live pod's status."""
     yield
-    for name in ("pod-c", "pod-d"):
+    for name in ("pod-c", "pod-d", "pod-e"):
         proc = pods.pods[name].proc
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGCONT)
@@ -130,30 +130,28 @@ def test_a_member_that_stays_silent_is_refused_not_waited_for_ever(pods: KubePod
 
 
 def test_a_load_on_a_pod_merely_late_waits_for_its_next_heartbeat(pods: KubePods) -> None:
-    for name in pods.names:
-        pods.create_pod(name)
-    _start_side_by_side(pods, "pod-a", "pod-b")
     leader, _ = pods.wait_one_leader(30)
-    c = pods.pods["pod-c"].start(60)
-    assert c.proc is not None
-    pods.mark_ready("pod-c")
+    pods.create_pod("pod-e")
+    e = pods.pods["pod-e"].start(60)
+    assert e.proc is not None
+    pods.mark_ready("pod-e")
     deadline = time.monotonic() + 30
-    while _listed(pods, leader, "pod-c")["state"] != "healthy":
-        assert time.monotonic() < deadline, "pod-c never heard by the leader"
+    while _listed(pods, leader, "pod-e")["state"] != "healthy":
+        assert time.monotonic() < deadline, "pod-e never heard by the leader"
         time.sleep(0.05)
-    os.kill(c.proc.pid, signal.SIGSTOP)  # its heartbeats stop: late, then given up on
+    os.kill(e.proc.pid, signal.SIGSTOP)  # its heartbeats stop: late, then given up on
     deadline = time.monotonic() + 30
-    while (listed := _listed(pods, leader, "pod-c"))["state"] != "unavailable":
-        assert time.monotonic() < deadline, f"pod-c never called unavailable: {listed}"
+    while (listed := _listed(pods, leader, "pod-e"))["state"] != "unavailable":
+        assert time.monotonic() < deadline, f"pod-e never called unavailable: {listed}"
         time.sleep(0.05)
     assert listed["lastSeenSecondsAgo"] is not None, listed  # heard before, silent since
 
     answer: dict[str, Any] = {}
-    loading = threading.Thread(target=_load, args=(pods.pods[leader].url, "pod-c", answer))
+    loading = threading.Thread(target=_load, args=(pods.pods[leader].url, "pod-e", answer))
     loading.start()
     loading.join(0.8)
-    assert answer == {}, f"the load did not wait for pod-c's next heartbeat: {answer}"
-    os.kill(c.proc.pid, signal.SIGCONT)
+    assert answer == {}, f"the load did not wait for pod-e's next heartbeat: {answer}"
+    os.kill(e.proc.pid, signal.SIGCONT)
     loading.join(60)
-    assert answer.get("status") == 202, f"load on pod-c once it was late: {answer}"
-    assert pods.wait_instance("pod-c", answer["body"]["id"], "active", 30)
+    assert answer.get("status") == 202, f"load on pod-e once it was late: {answer}"
+    assert pods.wait_instance("pod-e", answer["body"]["id"], "active", 30)
