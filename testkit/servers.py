@@ -202,11 +202,22 @@ def _instance_of(proc: psutil.Process) -> str | None:
 
 
 def kill_engines(data_dir: Path) -> None:
-    for proc in engine_processes(data_dir):
+    """SIGKILL every engine process of ``data_dir``'s server and wait until they are gone
+    (a killed process lives on until the kernel schedules its exit: on a busy machine a
+    check right after the kill would still find it)."""
+    procs = engine_processes(data_dir)
+    for proc in procs:
         with contextlib.suppress(psutil.Error, OSError):
             os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
         with contextlib.suppress(psutil.Error):
             proc.kill()
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    left = []
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):  # gone meanwhile
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                left.append(proc.pid)
+    assert not left, f"engine processes {left} of {data_dir} still alive 10 s after SIGKILL"
 
 
 def wait_for_status(
