@@ -423,3 +423,19 @@ async def test_restart_adopts_an_engine_whose_start_time_moved_with_the_clock(
     finally:
         engine.kill()
         engine.wait()
+
+
+async def test_the_sweep_kills_the_engines_no_instance_owns(node: Node, tmp_path: Path) -> None:
+    # The net under every stop (issue 28): an engine process of this data dir whose
+    # instance is not listed here is one nobody would ever stop; a listed one's is left.
+    listed = await node.supervisor.load(_req())
+    owned = _marked_engine(tmp_path, listed.id)  # stands in for its engine (FakeRunner)
+    stray = _marked_engine(tmp_path, "forgotten")
+    try:
+        assert await node.supervisor.sweep_strays() == [stray.pid]
+        assert await asyncio.to_thread(stray.wait, 5) is not None
+        assert owned.poll() is None
+    finally:
+        for proc in (owned, stray):
+            proc.kill()
+            proc.wait()

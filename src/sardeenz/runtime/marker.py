@@ -69,12 +69,6 @@ def engine_groups(data_dir: Path) -> dict[str, set[int]]:
     return groups
 
 
-def find_strays(data_dir: Path, known_ids: set[str]) -> list[int]:
-    """Process groups of engines started for ``data_dir`` that no live instance owns."""
-    groups = engine_groups(data_dir)
-    return sorted({g for iid, gs in groups.items() if iid not in known_ids for g in gs})
-
-
 def instance_groups(data_dir: Path, instance_id: str) -> list[int]:
     """Process groups of the live engine processes of ``instance_id``."""
     return sorted(engine_groups(data_dir).get(instance_id, set()))

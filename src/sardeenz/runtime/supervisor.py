@@ -16,7 +16,11 @@ output to a file, so they outlive the controller; every instance is written
 to the registry *before* its process is spawned and again with its PID and
 start time right after; and on start-up the supervisor re-adopts what is
 alive, fails what is dead, and kills any engine of this data dir that the
-registry cannot account for.
+registry cannot account for. Engines are told by the mark in their environment
+(runtime/marker.py), and no engine outlives its instance: a stop kills every
+process carrying the instance's mark before the instance is forgotten, an unload
+waits for a spawn under way, and a periodic sweep kills any marked process no
+listed instance owns (docs/operations.md, "No engine without its record").
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import Admission, MemoryLedger
 from sardeenz.runtime.drain import NoTraffic, Traffic, drain_for_sleep, drain_for_unload
-from sardeenz.runtime.marker import carries, find_strays
+from sardeenz.runtime.marker import carries, engine_groups
 from sardeenz.runtime.names import check_load_names
 from sardeenz.runtime.ports import PortAllocator, prepare_lock_dir
 from sardeenz.runtime.runner import (
@@ -64,6 +68,7 @@ from sardeenz.runtime.runner import (
     InstanceRunner,
 )
 from sardeenz.store.instances import InstanceRepository
+from sardeenz.tasks import stop_task
 from sardeenz.tls import client_tls
 
 log = logging.getLogger(__name__)
@@ -104,6 +109,8 @@ class Supervisor:
         self._ports = PortAllocator(settings.engine_port_range, settings.engine_host, lock_dir)
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        """The periodic ``sweep_strays`` (``engine_sweep_seconds``), ended at shutdown."""
         self._unremoved: set[str] = set()
         self._unsaved: set[str] = set()
         """Running instances whose last record write found the data dir full
@@ -157,13 +164,43 @@ class Supervisor:
         )
         for stored in await self.repo.list_all():
             await self._restore(stored.instance, stored.process_create_time)
-        known = {
-            rid for rid, r in self._runners.items() if r.instance.status != InstanceStatus.FAILED
-        }
-        strays = await asyncio.to_thread(find_strays, self.settings.data_dir, known)
-        for pgid in strays:
-            log.warning("killing engine process group %d that no instance accounts for", pgid)
-            await asyncio.to_thread(proctree.terminate_group, pgid, [], 5.0)
+        await self.sweep_strays(grace=5.0)
+        if self.settings.engine_sweep_seconds > 0:
+            self._sweeper = asyncio.create_task(self._sweep_loop(), name="sardeenz-engine-sweep")
+
+    async def sweep_strays(self, grace: float = 0.0) -> list[int]:
+        """Kill every engine process of this data dir that no live instance owns; return
+        the process groups killed.
+
+        An instance owns its engine from before the spawn (it is listed first) until
+        after the kill (it is forgotten last), so a marked process whose instance is not
+        listed here, or is ``failed``, is an engine nobody will ever stop: at start-up,
+        those the last run left (its records are restored first); afterwards, the net
+        under every stop (issue 28: an engine outlived its unload and ran on, unlisted).
+        """
+        groups = await asyncio.to_thread(engine_groups, self.settings.data_dir)
+        killed: list[int] = []
+        for iid, pgids in sorted(groups.items()):
+            runner = self._runners.get(iid)
+            if runner is not None and runner.instance.status != InstanceStatus.FAILED:
+                continue
+            for pgid in sorted(pgids):
+                log.warning(
+                    "killing engine process group %d of instance %s: no instance here owns it",
+                    pgid,
+                    iid,
+                )
+                await asyncio.to_thread(proctree.terminate_group, pgid, [], grace)
+                killed.append(pgid)
+        return killed
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.engine_sweep_seconds)
+            try:
+                await self.sweep_strays()
+            except Exception:  # a /proc walk that failed: the next round tries again
+                log.exception("sweeping engine processes failed")
 
     async def _restore(self, inst: ModelInstance, create_time: float | None) -> None:
         runner = self._new_runner(inst)
@@ -446,6 +483,7 @@ class Supervisor:
     # --- shutdown ----------------------------------------------------------------
     async def shutdown(self) -> None:
         """Graceful stop of the controller: every engine is stopped, none left behind."""
+        await self._stop_sweeper()
         runners = list(self._runners.values())
         results = await asyncio.gather(*(self._stop(r) for r in runners), return_exceptions=True)
         for r, res in zip(runners, results, strict=True):
@@ -460,11 +498,17 @@ class Supervisor:
 
     async def detach(self) -> None:
         """Stop watching without touching the engines (tests of crash recovery)."""
+        await self._stop_sweeper()
         for r in list(self._runners.values()):
             await r.cancel()
         await self.installs.close()
         if self._http is not None:
             await self._http.aclose()
+
+    async def _stop_sweeper(self) -> None:
+        if self._sweeper is not None:
+            await stop_task(self._sweeper)
+            self._sweeper = None
 
     def baselines_bytes(self) -> dict[str, dict[int, int]]:
         return {
