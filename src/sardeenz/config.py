@@ -204,6 +204,13 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = Field(
         20.0, ge=0, validation_alias=_env("SARDEENZ_STOP_GRACE_SECONDS", "stop_grace_seconds")
     )
+    engine_sweep_seconds: float = Field(
+        60.0,
+        ge=0,
+        validation_alias=_env("SARDEENZ_ENGINE_SWEEP_SECONDS", "engine_sweep_seconds"),
+    )
+    """How often the supervisor looks for engine processes of this data dir that no
+    instance owns (runtime/marker.py) and kills them; 0: only at start-up."""
     sleep_drain_seconds: float = Field(
         30.0,
         ge=0,

@@ -7,6 +7,7 @@ session like an engine.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from sardeenz import proctree
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.events import EventBus
+from sardeenz.runtime.marker import ENV_DATA_DIR, ENV_INSTANCE_ID, data_dir_mark
 from sardeenz.runtime.runner import InstanceRunner
 
 LEADER = """
@@ -107,3 +109,70 @@ def test_a_pid_reused_by_another_process_group_is_never_signalled(tmp_path: Path
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def _marked_engine(data_dir: Path, instance_id: str) -> subprocess.Popen[bytes]:
+    """A process carrying the mark an engine of ``instance_id`` carries (runtime/marker.py)."""
+    env = {**os.environ, ENV_DATA_DIR: data_dir_mark(data_dir), ENV_INSTANCE_ID: instance_id}
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True
+    )
+
+
+def _stop_with_runner(
+    data_dir: Path, instance_id: str, pid: int | None, create_time: float | None
+) -> list[int]:
+    inst = ModelInstance(
+        id=instance_id,
+        model_path="m",
+        served_model_name="m",
+        display_name="m",
+        engine=EngineKind.SIM,
+        status=InstanceStatus.STOPPING,
+        port=1,
+        process_id=pid,
+    )
+
+    async def persist(_: InstanceRunner) -> None:
+        return None
+
+    async def stop() -> list[int]:
+        async with httpx.AsyncClient() as http:
+            runner = InstanceRunner(inst, Settings(data_dir=data_dir), EventBus(), persist, http)
+            runner.create_time = create_time
+            return await runner.kill_tree(grace=1.0)
+
+    return asyncio.run(stop())
+
+
+def test_an_engine_whose_start_time_moved_with_the_wall_clock_is_still_stopped(
+    tmp_path: Path,
+) -> None:
+    # psutil's start time is boot time + ticks, and the boot time moves when the wall
+    # clock is stepped: the recorded time is then off by a second or more. The kill used
+    # to take the engine for a newcomer at its PID, skip it, and the unload then forgot
+    # an engine that ran on (issue 28). Its mark says it is ours.
+    engine = _marked_engine(tmp_path, "stepped")
+    try:
+        started = proctree.create_time(engine.pid)
+        assert started is not None
+        assert _stop_with_runner(tmp_path, "stepped", engine.pid, started - 1.0) == []
+        assert engine.wait(5) is not None
+    finally:
+        engine.kill()
+        engine.wait()
+
+
+def test_a_stop_ends_every_process_carrying_the_instance_mark(tmp_path: Path) -> None:
+    # The runner never learnt this PID (an engine spawned while its unload ran): the
+    # mark finds it; an engine of another instance of the same data dir is left alone.
+    engine = _marked_engine(tmp_path, "unrecorded")
+    other = _marked_engine(tmp_path, "someone-else")
+    try:
+        assert _stop_with_runner(tmp_path, "unrecorded", None, None) == []
+        assert engine.wait(5) is not None
+        assert other.poll() is None
+    finally:
+        for proc in (engine, other):
+            proc.kill()
+            proc.wait()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -27,6 +29,7 @@ from sardeenz.events import Event, EventBus, RemovedEvent, StatusEvent, Subscrip
 from sardeenz.gpu.inventory import SimulatedInventory
 from sardeenz.gpu.kvcached import SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
+from sardeenz.runtime.marker import ENV_DATA_DIR, ENV_INSTANCE_ID, data_dir_mark
 from sardeenz.runtime.runner import InstanceRunner
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.instances import InstanceRepository, StoredInstance
@@ -115,7 +118,9 @@ class NoProfiles:
 
 
 class Node:
-    def __init__(self, tmp_path: Path, registry: Registry) -> None:
+    def __init__(
+        self, tmp_path: Path, registry: Registry, runner_class: type[InstanceRunner] = FakeRunner
+    ) -> None:
         self.settings = Settings(
             data_dir=tmp_path,
             vllm_base_port=free_port_range(5),
@@ -141,7 +146,7 @@ class Node:
             cast(InstanceRepository, registry),
             ledger,
             Installs(),
-            runner_class=FakeRunner,
+            runner_class=runner_class,
         )
 
     async def next_event(self) -> Event:
@@ -325,3 +330,112 @@ async def test_restart_finishes_an_unload_the_controller_died_in(
         assert node.supervisor.managed_ports() == frozenset()
     finally:
         await node.supervisor.detach()
+
+
+def _marked_engine(data_dir: Path, instance_id: str) -> subprocess.Popen[bytes]:
+    """A real process carrying the mark of an engine of ``instance_id`` (runtime/marker.py)."""
+    env = {**os.environ, ENV_DATA_DIR: data_dir_mark(data_dir), ENV_INSTANCE_ID: instance_id}
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True
+    )
+
+
+class SlowSpawnRunner(FakeRunner):
+    """Spawns a real (marked, idle) process once ``gate`` opens, and stops it for real."""
+
+    gate: ClassVar[asyncio.Event]
+    engines: ClassVar[list[subprocess.Popen[bytes]]]
+
+    async def spawn(self, adapter: EngineAdapter, ctx: LaunchContext) -> None:
+        await self.gate.wait()
+        engine = _marked_engine(self.settings.data_dir, self.instance.id)
+        SlowSpawnRunner.engines.append(engine)
+        self.pid = self.instance.process_id = engine.pid
+        self.create_time = proctree.create_time(engine.pid)
+
+    async def kill_tree(self, grace: float) -> list[int]:
+        return await InstanceRunner.kill_tree(self, grace)
+
+
+async def test_an_unload_while_the_engine_is_spawned_ends_that_engine(tmp_path: Path) -> None:
+    # The instance is listed (and so can be unloaded: a new leader retiring the target
+    # a dead one started) before its engine exists. The unload used to end "nothing",
+    # forget the instance, and the engine started a moment later ran on, forgotten,
+    # with its record written again (issue 28).
+    SlowSpawnRunner.gate = asyncio.Event()
+    SlowSpawnRunner.engines = []
+    registry = Registry()
+    node = Node(tmp_path, registry, runner_class=SlowSpawnRunner)
+    await node.supervisor.start()
+    try:
+        loading = asyncio.create_task(node.supervisor.load(_req()))
+        for _ in range(200):
+            if node.supervisor.list_instances():
+                break
+            await asyncio.sleep(0.01)
+        [starting] = node.supervisor.list_instances()
+        assert starting.process_id is None
+        unloading = asyncio.create_task(node.supervisor.unload(starting.id))
+        await asyncio.sleep(0.05)  # the unload is under way, waiting for nothing to spawn
+        SlowSpawnRunner.gate.set()
+        await asyncio.wait_for(loading, 10)
+        await asyncio.wait_for(unloading, 10)
+        [engine] = SlowSpawnRunner.engines
+        assert await asyncio.to_thread(engine.wait, 5) is not None, "the engine outlived its unload"
+        assert node.supervisor.list_instances() == []
+        assert registry.rows == {}
+    finally:
+        await node.supervisor.shutdown()
+        for engine in SlowSpawnRunner.engines:
+            engine.kill()
+            engine.wait()
+
+
+async def test_restart_adopts_an_engine_whose_start_time_moved_with_the_clock(
+    tmp_path: Path,
+) -> None:
+    # A stepped wall clock moves psutil's start times: the engine is told by its mark,
+    # adopted, not failed (and later stopped for real, not skipped as someone else).
+    engine = _marked_engine(tmp_path, "stepped")
+    try:
+        started = proctree.create_time(engine.pid)
+        assert started is not None
+        inst = ModelInstance(
+            id="stepped",
+            model_path="m",
+            served_model_name="m",
+            display_name="m",
+            engine=EngineKind.SIM,
+            status=InstanceStatus.ACTIVE,
+            port=40001,
+            process_id=engine.pid,
+            gpu_ids=[0],
+            reserved_bytes_per_gpu=4 * GIB,
+        )
+        registry = Registry(StoredInstance(inst, started - 1.0))
+        node = Node(tmp_path, registry)
+        await node.supervisor.start()
+        try:
+            assert node.supervisor.get("stepped").status == InstanceStatus.ACTIVE
+            assert engine.poll() is None  # adopted, not taken for a stray
+        finally:
+            await node.supervisor.detach()
+    finally:
+        engine.kill()
+        engine.wait()
+
+
+async def test_the_sweep_kills_the_engines_no_instance_owns(node: Node, tmp_path: Path) -> None:
+    # The net under every stop (issue 28): an engine process of this data dir whose
+    # instance is not listed here is one nobody would ever stop; a listed one's is left.
+    listed = await node.supervisor.load(_req())
+    owned = _marked_engine(tmp_path, listed.id)  # stands in for its engine (FakeRunner)
+    stray = _marked_engine(tmp_path, "forgotten")
+    try:
+        assert await node.supervisor.sweep_strays() == [stray.pid]
+        assert await asyncio.to_thread(stray.wait, 5) is not None
+        assert owned.poll() is None
+    finally:
+        for proc in (owned, stray):
+            proc.kill()
+            proc.wait()

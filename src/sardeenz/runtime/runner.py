@@ -40,14 +40,18 @@ from sardeenz.errors import SardeenzError
 from sardeenz.events import EventBus, LogEvent, PhaseEvent, StatusEvent
 from sardeenz.runtime import identity
 from sardeenz.runtime.logs import LogBuffer, LogTailer, read_tail_lines
+from sardeenz.runtime.marker import (
+    ENV_DATA_DIR,
+    ENV_INSTANCE_ID,
+    data_dir_mark,
+    instance_groups,
+    instance_of,
+)
 from sardeenz.runtime.ports import PortAllocator, port_is_free
 
 log = logging.getLogger(__name__)
 
 
-# Marks every engine we spawn, so a restarted controller can find strays.
-ENV_INSTANCE_ID = "SARDEENZ_INSTANCE_ID"
-ENV_DATA_DIR = "SARDEENZ_DATA_DIR"
 # Secrets of the controller never reach an engine's environment.
 SECRET_ENV = (
     "CLUSTER_SECRET",
@@ -107,6 +111,12 @@ class InstanceRunner:
         self.falling_asleep = False
         """A sleep is draining or under way: a wake-up must wait for it, not skip."""
         self.wake_task: asyncio.Task[ModelInstance] | None = None
+        self.launched = asyncio.Event()
+        """Set once the engine's spawn is over (spawned, or failed to): an unload waits
+        for it, so it never ends an instance whose engine is still being started (that
+        engine would start after the kill and run on, forgotten). Set from the start for
+        an engine re-adopted after a restart; ``Supervisor.load`` clears it."""
+        self.launched.set()
         # Restarting on another port needs what the first spawn got; an adopted
         # engine has neither, so it fails instead.
         self._ports = ports
@@ -165,7 +175,7 @@ class InstanceRunner:
         # vLLM 0.11/0.14 colour their process tags even into files unless told not to.
         env.setdefault("NO_COLOR", "1")
         env[ENV_INSTANCE_ID] = self.instance.id
-        env[ENV_DATA_DIR] = str(self.settings.data_dir.resolve())
+        env[ENV_DATA_DIR] = data_dir_mark(self.settings.data_dir)
         assert self._log_path is not None
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with self._log_path.open("ab") as logf:
@@ -470,21 +480,48 @@ class InstanceRunner:
             log.error("instance %s: processes %s survived SIGKILL", self.instance.id, survivors)
 
     async def kill_tree(self, grace: float) -> list[int]:
-        if self.pid is None:
-            return []
-        snapshot = await asyncio.to_thread(proctree.tree, self.pid)
-        if self.create_time is not None and snapshot:
-            with contextlib.suppress(psutil.Error):
-                if abs(snapshot[0].create_time() - self.create_time) > 0.5:
-                    # The PID was reused by someone else. Linux never hands out a number
-                    # still used as a process group id, so our engine's group is empty:
-                    # signalling "its" group would hit the newcomer's group instead.
-                    return []
-        survivors = await asyncio.to_thread(proctree.terminate_group, self.pid, snapshot, grace)
+        """End every process of this engine; return the PIDs that survived SIGKILL.
+
+        Its process group first (SIGTERM, ``grace``, SIGKILL), then any process still
+        carrying this instance's mark (runtime/marker.py): whoever forgets the instance
+        after this (an unload, a failure) forgets no engine that still runs, even one
+        whose PID the runner never learnt (spawned while an unload ran) or whose start
+        time no longer matches the recorded one (the wall clock was stepped).
+        """
+        survivors: list[int] = []
+        if self.pid is not None:
+            snapshot = await asyncio.to_thread(proctree.tree, self.pid)
+            if not snapshot or await asyncio.to_thread(self._owns, snapshot[0]):
+                survivors = await asyncio.to_thread(
+                    proctree.terminate_group, self.pid, snapshot, grace
+                )
+            # else the PID was reused by someone else. Linux never hands out a number
+            # still used as a process group id, so our engine's group is empty:
+            # signalling "its" group would hit the newcomer's group instead.
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.exit_code = await self.proc.wait()
-        return survivors
+        data_dir, iid = self.settings.data_dir, self.instance.id
+        for pgid in await asyncio.to_thread(instance_groups, data_dir, iid):
+            log.warning(
+                "instance %s: engine process group %d (pid %s recorded) outlived its stop: "
+                "killing it",
+                iid,
+                pgid,
+                self.pid,
+            )
+            survivors += await asyncio.to_thread(proctree.terminate_group, pgid, [], 0.0)
+        return sorted(set(survivors))
+
+    def _owns(self, proc: psutil.Process) -> bool:
+        """Whether ``proc`` (at our PID) is our engine: its start time is the recorded
+        one, or it carries our mark (a start time moves with the wall clock). Blocking."""
+        if self.create_time is None:
+            return True
+        with contextlib.suppress(psutil.Error):
+            if abs(proc.create_time() - self.create_time) <= 0.5:
+                return True
+        return instance_of(proc, data_dir_mark(self.settings.data_dir)) == self.instance.id
 
     async def set_status(self, status: InstanceStatus) -> None:
         previous = self.instance.status

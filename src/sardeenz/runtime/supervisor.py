@@ -16,23 +16,23 @@ output to a file, so they outlive the controller; every instance is written
 to the registry *before* its process is spawned and again with its PID and
 start time right after; and on start-up the supervisor re-adopts what is
 alive, fails what is dead, and kills any engine of this data dir that the
-registry cannot account for.
+registry cannot account for. Engines are told by the mark in their environment
+(runtime/marker.py), and no engine outlives its instance: a stop kills every
+process carrying the instance's mark before the instance is forgotten, an unload
+waits for a spawn under way, and a periodic sweep kills any marked process no
+listed instance owns (docs/operations.md, "No engine without its record").
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from sardeenz import proctree
 from sardeenz.config import Settings
@@ -59,16 +59,16 @@ from sardeenz.events import EventBus, RemovedEvent, StatusEvent
 from sardeenz.gpu.selection import GB
 from sardeenz.memory.ledger import Admission, MemoryLedger
 from sardeenz.runtime.drain import NoTraffic, Traffic, drain_for_sleep, drain_for_unload
+from sardeenz.runtime.marker import carries, engine_groups
 from sardeenz.runtime.names import check_load_names
 from sardeenz.runtime.ports import PortAllocator, prepare_lock_dir
 from sardeenz.runtime.runner import (
-    ENV_DATA_DIR,
-    ENV_INSTANCE_ID,
     ERROR_TAIL_LINES,
     EngineCallFailed,
     InstanceRunner,
 )
 from sardeenz.store.instances import InstanceRepository
+from sardeenz.tasks import stop_task
 from sardeenz.tls import client_tls
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,8 @@ class Supervisor:
         self._ports = PortAllocator(settings.engine_port_range, settings.engine_host, lock_dir)
         self._http: httpx.AsyncClient | None = None
         self._ops: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        """The periodic ``sweep_strays`` (``engine_sweep_seconds``), ended at shutdown."""
         self._unremoved: set[str] = set()
         self._unsaved: set[str] = set()
         """Running instances whose last record write found the data dir full
@@ -162,13 +164,43 @@ class Supervisor:
         )
         for stored in await self.repo.list_all():
             await self._restore(stored.instance, stored.process_create_time)
-        known = {
-            rid for rid, r in self._runners.items() if r.instance.status != InstanceStatus.FAILED
-        }
-        strays = await asyncio.to_thread(find_strays, self.settings.data_dir, known)
-        for pgid in strays:
-            log.warning("killing engine process group %d that no instance accounts for", pgid)
-            await asyncio.to_thread(proctree.terminate_group, pgid, [], 5.0)
+        await self.sweep_strays(grace=5.0)
+        if self.settings.engine_sweep_seconds > 0:
+            self._sweeper = asyncio.create_task(self._sweep_loop(), name="sardeenz-engine-sweep")
+
+    async def sweep_strays(self, grace: float = 0.0) -> list[int]:
+        """Kill every engine process of this data dir that no live instance owns; return
+        the process groups killed.
+
+        An instance owns its engine from before the spawn (it is listed first) until
+        after the kill (it is forgotten last), so a marked process whose instance is not
+        listed here, or is ``failed``, is an engine nobody will ever stop: at start-up,
+        those the last run left (its records are restored first); afterwards, the net
+        under every stop (issue 28: an engine outlived its unload and ran on, unlisted).
+        """
+        groups = await asyncio.to_thread(engine_groups, self.settings.data_dir)
+        killed: list[int] = []
+        for iid, pgids in sorted(groups.items()):
+            runner = self._runners.get(iid)
+            if runner is not None and runner.instance.status != InstanceStatus.FAILED:
+                continue
+            for pgid in sorted(pgids):
+                log.warning(
+                    "killing engine process group %d of instance %s: no instance here owns it",
+                    pgid,
+                    iid,
+                )
+                await asyncio.to_thread(proctree.terminate_group, pgid, [], grace)
+                killed.append(pgid)
+        return killed
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.engine_sweep_seconds)
+            try:
+                await self.sweep_strays()
+            except Exception:  # a /proc walk that failed: the next round tries again
+                log.exception("sweeping engine processes failed")
 
     async def _restore(self, inst: ModelInstance, create_time: float | None) -> None:
         runner = self._new_runner(inst)
@@ -178,12 +210,16 @@ class Supervisor:
             runner.prime_from_file()
             self._remove_engine_tmp(inst.id)  # the controller may have died before it could
             return
-        alive = inst.process_id is not None and proctree.is_alive(inst.process_id, create_time)
+        alive = await self._alive(inst, create_time)
         if inst.status == InstanceStatus.STOPPING:
             # We died mid-unload: finish it, whether or not the engine outlived us (its
             # orphans, if any, still get the grace). Failing it would ask for a second unload.
             await self._finish_stop(runner, grace=self.settings.stop_grace_seconds)
             return
+        if alive and not proctree.is_alive(inst.process_id or 0, create_time):
+            # Ours by its mark, though its start time moved with the wall clock: the time
+            # of now is the one that tells this process apart from a later one.
+            runner.create_time = create_time = proctree.create_time(inst.process_id or 0)
         if not alive:
             runner.prime_from_file()
             cause = extract_error(runner.buffer.lines(ERROR_TAIL_LINES))
@@ -202,6 +238,16 @@ class Supervisor:
         offset = runner.prime_from_file()
         log.info("re-adopted instance %s (pid %s, port %d)", inst.id, inst.process_id, inst.port)
         runner.start(offset=offset)
+
+    async def _alive(self, inst: ModelInstance, create_time: float | None) -> bool:
+        """Whether the engine of a record still runs: its PID with the recorded start
+        time, or (that time moved with the wall clock) its PID carrying its mark."""
+        pid = inst.process_id
+        if pid is None:
+            return False
+        if proctree.is_alive(pid, create_time):
+            return True
+        return await asyncio.to_thread(carries, pid, self.settings.data_dir, inst.id)
 
     # --- load --------------------------------------------------------------------
     async def load(self, req: LoadRequest, *, on_demand: bool = False) -> ModelInstance:
@@ -255,14 +301,27 @@ class Supervisor:
             engine_device=target.device,
         )
         runner = self._new_runner(inst)
+        runner.launched.clear()
         self._runners[instance_id] = runner
+        try:
+            return await self._launch(runner, adapter, target)
+        finally:
+            runner.launched.set()
+
+    async def _launch(
+        self, runner: InstanceRunner, adapter: EngineAdapter, target: EngineTarget
+    ) -> ModelInstance:
+        """Record, then spawn, the engine of a new instance (``load``)."""
+        inst = runner.instance
+        instance_id, port = inst.id, inst.port
+        instance_dir = self.instances_dir / instance_id
         tmp_dir = engine_tmp_dir(instance_dir, instance_id) if target.own_tmpdir else None
         ctx = LaunchContext(
             host=self.settings.engine_host,
             port=port,
-            gpu_ids=grant.gpu_ids,
-            gpu_memory_utilization=grant.gpu_memory_utilization,
-            kvcached_ipc_name=grant.kvcached_ipc_name,
+            gpu_ids=inst.gpu_ids,
+            gpu_memory_utilization=inst.gpu_memory_utilization,
+            kvcached_ipc_name=inst.kvcached_ipc_name,
             instance_dir=str(instance_dir),
             settings=self.settings,
             tmp_dir=str(tmp_dir) if tmp_dir is not None else None,
@@ -297,7 +356,9 @@ class Supervisor:
         self.ledger.commit(instance_id, runner.pid, runner.create_time)
         await self._record(runner)
         runner.start()
-        log.info("loading %s as %s on port %d (pid %s)", model_path, instance_id, port, runner.pid)
+        log.info(
+            "loading %s as %s on port %d (pid %s)", inst.model_path, instance_id, port, runner.pid
+        )
         return runner.snapshot()
 
     async def _admit(
@@ -351,6 +412,12 @@ class Supervisor:
         runner.stopping = True
         self.ledger.stopping(inst.id)
         self.traffic.hold(inst.id, InstanceStatus.STOPPING)
+        # An instance listed but still being spawned (a new leader retiring the target a
+        # dead one started, the surplus reduction): its engine must exist before it can
+        # be ended, or it would start after the kill and run on, forgotten (issue 28).
+        await runner.launched.wait()
+        if self._runners.get(inst.id) is not runner:  # never recorded (``_launch``)
+            return runner.snapshot()
         await runner.cancel()
         serving = inst.status in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING)
         if inst.status != InstanceStatus.FAILED:
@@ -416,6 +483,7 @@ class Supervisor:
     # --- shutdown ----------------------------------------------------------------
     async def shutdown(self) -> None:
         """Graceful stop of the controller: every engine is stopped, none left behind."""
+        await self._stop_sweeper()
         runners = list(self._runners.values())
         results = await asyncio.gather(*(self._stop(r) for r in runners), return_exceptions=True)
         for r, res in zip(runners, results, strict=True):
@@ -430,11 +498,17 @@ class Supervisor:
 
     async def detach(self) -> None:
         """Stop watching without touching the engines (tests of crash recovery)."""
+        await self._stop_sweeper()
         for r in list(self._runners.values()):
             await r.cancel()
         await self.installs.close()
         if self._http is not None:
             await self._http.aclose()
+
+    async def _stop_sweeper(self) -> None:
+        if self._sweeper is not None:
+            await stop_task(self._sweeper)
+            self._sweeper = None
 
     def baselines_bytes(self) -> dict[str, dict[int, int]]:
         return {
@@ -636,21 +710,3 @@ class Supervisor:
             self._unsaved.add(runner.instance.id)
             return
         self._unsaved.discard(runner.instance.id)
-
-
-def find_strays(data_dir: Path, known_ids: set[str]) -> list[int]:
-    """Process groups of engines started for ``data_dir`` that no live instance owns.
-
-    Groups, not PIDs: the API server may be dead with its EngineCore orphaned
-    in the group. Blocking (walks /proc): call it in a worker thread.
-    """
-    ours = str(data_dir.resolve())
-    groups: set[int] = set()
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            env = proc.environ()
-            if env.get(ENV_DATA_DIR) != ours or env.get(ENV_INSTANCE_ID) in known_ids:
-                continue
-            groups.add(os.getpgid(proc.pid))
-    groups.discard(os.getpgid(0))  # never our own group
-    return sorted(groups)

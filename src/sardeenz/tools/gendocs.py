@@ -94,6 +94,11 @@ MEANINGS: dict[str, str] = {
         "`model_unloaded`), then the SIGTERM-to-SIGKILL grace when stopping an engine "
         "([api.md](api.md#sleep-and-unload-with-requests-in-flight))"
     ),
+    "engine_sweep_seconds": (
+        "how often engine processes of this data dir that no instance owns are looked for"
+        " and killed (they are also at start-up); 0: only at start-up "
+        "([operations.md](operations.md#no-engine-without-its-record))"
+    ),
     "sleep_drain_seconds": (
         "how long a sleep waits for the requests in flight (new ones are held) before 409"
         " `requests_in_flight`, or with `force` cutting them (`model_sleeping`)"
