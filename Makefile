@@ -111,7 +111,7 @@ deploy-base:
 # the longest files first (tests/scheduling.py): the real-vLLM modules and the image
 # build start at once, side by side, and the short files fill in around them. Four
 # workers on two cores take 9 minutes instead of 14 (a third of the suite is waiting),
-# but three tests still fail now and then under that contention (docs/testing.md):
+# but two tests still fail now and then under that contention (docs/testing.md):
 # two until they are fixed; `make test PYTEST_WORKERS=4` for the fast run.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps soak-deps
