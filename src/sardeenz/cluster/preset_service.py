@@ -270,7 +270,13 @@ class PresetService:
         return {"instanceId": instance.id}
 
     async def _wait_serving(self, pod_id: str, instance_id: str) -> None:
+        """Until the step's instance serves; its failure, or its unload before it served
+        (an operator's, a move's), ends the step at once: the run would otherwise hold
+        the presets (``preset_apply_in_progress``) for the whole step timeout waiting for
+        an instance that is gone, and the next pass is the one to place a replica again.
+        """
         deadline = time.monotonic() + self._settings.preset_step_timeout_seconds
+        seen = False  # a remote instance shows up with its pod's next heartbeat
         while time.monotonic() < deadline:
             status, error = self._status_of(pod_id, instance_id)
             if status in (InstanceStatus.ACTIVE, InstanceStatus.SLEEPING):
@@ -280,6 +286,12 @@ class PresetService:
                     f"instance {instance_id} on {pod_id} failed: {error or 'no reason given'}",
                     code="instance_failed",
                 )
+            if status is InstanceStatus.STOPPING or (status is None and seen):
+                raise SardeenzError(
+                    f"instance {instance_id} on {pod_id} was unloaded before it served",
+                    code="instance_unloaded",
+                )
+            seen = seen or status is not None
             await asyncio.sleep(POLL_SECONDS)
         raise SardeenzError(
             f"instance {instance_id} on {pod_id} not active after "
