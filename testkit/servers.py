@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import psutil
 
+from sardeenz.runtime.marker import data_dir_mark, instance_of
 from testkit.ports import free_port, free_port_range
 
 
@@ -180,17 +181,8 @@ class ServerPool:
 def engine_processes(data_dir: Path) -> list[psutil.Process]:
     """Every live process started by the server of ``data_dir`` (by its env marker)."""
     # ``--demo`` keeps its data (and so its engines' marker) in ``<data_dir>/demo``.
-    ours = {str(data_dir.resolve()), str(data_dir.resolve() / "demo")}
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get("SARDEENZ_DATA_DIR") in ours and proc.environ().get(
-                "SARDEENZ_INSTANCE_ID"
-            ):
-                found.append(proc)
-    return found
+    marks = (data_dir_mark(data_dir), data_dir_mark(data_dir / "demo"))
+    return [p for p in psutil.process_iter() if any(instance_of(p, m) for m in marks)]
 
 
 def _instance_of(proc: psutil.Process) -> str | None:

@@ -43,6 +43,7 @@ from pydantic import BaseModel, Field
 
 from sardeenz.cluster.local_pod import LocalPod
 from sardeenz.cluster.membership.election import PeerState
+from sardeenz.cluster.membership.peers import Heartbeat
 from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.orders import PodOrders
 from sardeenz.cluster.transport import routes
@@ -365,8 +366,7 @@ class Pods:
         order that withdrew each (a peer's: as of its last heartbeat)."""
         if pod_id == self.me:
             return self._local.withdrawn_terms()
-        peer = self._m.peers.get(pod_id)
-        hb = peer.heartbeat if peer is not None else None
+        hb = self._heartbeat(pod_id)
         return dict(hb.withdrawn_terms) if hb is not None else {}
 
     def holds(self, pod_id: str) -> dict[str, int]:
@@ -374,9 +374,12 @@ class Pods:
         drain order (a peer's: as of its last heartbeat)."""
         if pod_id == self.me:
             return self._local.held_terms()
-        peer = self._m.peers.get(pod_id)
-        hb = peer.heartbeat if peer is not None else None
+        hb = self._heartbeat(pod_id)
         return dict(hb.held_terms) if hb is not None else {}
+
+    def _heartbeat(self, pod_id: str) -> Heartbeat | None:
+        peer = self._m.peers.get(pod_id)
+        return peer.heartbeat if peer is not None else None
 
     async def restore(self, pod_id: str, instance_id: str) -> None:
         if pod_id == self.me:
