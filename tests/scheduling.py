@@ -26,6 +26,7 @@ busy with a long test while another worker sits idle.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from xdist.scheduler import LoadFileScheduling
 from xdist.workermanage import WorkerController
 
 CACHE_KEY = "sardeenz/file-seconds"
+CPU_CACHE_KEY = "sardeenz/file-cpu-seconds"
 TABLE = Path(__file__).with_name("durations.json")
 
 SECONDS_PER_TEST = {
@@ -115,27 +117,58 @@ class LongestFileFirst(LoadFileScheduling):  # type: ignore[misc]  # xdist ships
         self._assign_work_unit(node)
 
 
+def cpu_seconds() -> float:
+    """This process's CPU plus that of every child it has reaped (servers, engines, browsers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class CpuMeter:
+    """On a worker: the CPU spent since the previous report, carried on each report.
+
+    Wall seconds say how long a file kept its worker; CPU seconds say what it cost the
+    machine, which is what decides the suite's time once the workers outnumber the cores.
+    A file's module-scoped servers are reaped in its last teardown, so their CPU lands
+    on that file."""
+
+    def __init__(self) -> None:
+        self.last = cpu_seconds()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item) -> Any:
+        outcome = yield
+        now = cpu_seconds()
+        outcome.get_result().user_properties.append(("cpu_seconds", now - self.last))
+        self.last = now
+
+
 class FileClock:
-    """Adds up each file's setup, call and teardown times; saved for the next run's order."""
+    """Adds up each file's wall and CPU seconds; the wall times order the next run."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[file_of(report.nodeid)] += report.duration
+        for key, value in report.user_properties:
+            if key == "cpu_seconds" and isinstance(value, float):
+                self.cpu[file_of(report.nodeid)] += value
 
     def pytest_sessionfinish(self) -> None:
         cache = getattr(self.config, "cache", None)
         if cache is None or not self.seconds:
             return
-        saved: dict[str, Any] = cache.get(CACHE_KEY, {})
-        saved.update({name: round(s, 1) for name, s in self.seconds.items()})
-        cache.set(CACHE_KEY, saved)
+        for key, table in ((CACHE_KEY, self.seconds), (CPU_CACHE_KEY, self.cpu)):
+            saved: dict[str, Any] = cache.get(key, {})
+            saved.update({name: round(s, 1) for name, s in table.items()})
+            cache.set(key, saved)
 
 
 def register(config: pytest.Config) -> None:
-    """Called from tests/conftest.py: time files on the controller (not on xdist workers)."""
+    """Called from tests/conftest.py: meter CPU where tests run, add it up on the controller."""
+    config.pluginmanager.register(CpuMeter(), "sardeenz-cpu-meter")
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(FileClock(config), "sardeenz-file-clock")
 

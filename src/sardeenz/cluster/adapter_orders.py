@@ -9,7 +9,10 @@ instances of whichever pods run its base:
 * **unload**: from every active instance holding it, on every pod (this one, then
   each peer whose heartbeat says it holds it, over ``/internal/adapters/{name}/unload``),
   refused with 409 ``adapter_in_use`` before anything is unloaded while any of them
-  serves its requests (as far as the heartbeats tell; each pod checks its own again).
+  serves its requests. Each peer holding it is asked (``/internal/adapters/{name}/busy``)
+  rather than trusted from its heartbeat: a heartbeat sent while the adapter's own load
+  held it counts that load as a request in flight until the next one comes, and an
+  unload right after a load was refused for it.
 
 Not fenced: neither changes the cluster's control state, and any pod may ask (as a
 request entering it may make its proxy ask for a load).
@@ -67,7 +70,16 @@ class AdapterOrders:
         view = self._here.adapter_view(name)
         me = self._m.identity.pod_id if self._m.active else None
         peers = sorted({p.pod_id for p in view.loaded_on if p.pod_id not in (None, me)})
-        busy = [f"{p.pod_id}/{p.instance_id}" for p in view.loaded_on if p.in_flight]
+        busy = [
+            f"{p.pod_id}/{p.instance_id}" if p.pod_id else p.instance_id
+            for p in view.loaded_on
+            if p.in_flight and p.pod_id in (None, me)
+        ]
+        for pod in peers:
+            data = await self._m.client_for(pod).call(
+                pod, routes.ADAPTER_BUSY, timeout=self._timeout + 10, name=name
+            )
+            busy += [f"{pod}/{iid}" for iid in data.get("busy") or []]
         if busy:
             raise Conflict(
                 f"LoRA adapter {name!r} has requests in flight on {', '.join(busy)}; "
@@ -100,4 +112,15 @@ class AdapterOrders:
             name = r.params["name"]
             return {"name": name, "unloadedFrom": await self._here.unload_adapter(name)}
 
-        return [(routes.ADAPTER_LOAD, load), (routes.ADAPTER_UNLOAD, unload)]
+        async def busy(r: InternalRequest) -> dict[str, Any]:
+            name = r.params["name"]
+            me = self._m.identity.pod_id
+            held = self._here.adapter_view(name).loaded_on
+            mine = [p.instance_id for p in held if p.pod_id == me and p.in_flight]
+            return {"name": name, "busy": mine}
+
+        return [
+            (routes.ADAPTER_LOAD, load),
+            (routes.ADAPTER_UNLOAD, unload),
+            (routes.ADAPTER_BUSY, busy),
+        ]

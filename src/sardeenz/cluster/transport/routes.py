@@ -104,6 +104,7 @@ TENANCY_SYNC = InternalRoute("POST", "/internal/tenancy/sync")
 # (cluster/adapter_orders.py)
 ADAPTER_LOAD = InternalRoute("POST", "/internal/adapters/{name}/load")
 ADAPTER_UNLOAD = InternalRoute("POST", "/internal/adapters/{name}/unload")
+ADAPTER_BUSY = InternalRoute("GET", "/internal/adapters/{name}/busy")
 
 # --- the cluster-wide request log, pulled by every pod (cluster/observe.py)
 REQUESTS_PULL = InternalRoute("POST", "/internal/requests/pull")
