@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -147,3 +147,22 @@ async def burst(url: str, model: str, count: int, tokens: int) -> list[Stream]:
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         sent = (_one(session, url, model, tokens) for _ in range(count))
         return list(await asyncio.gather(*sent))
+
+
+async def side_by_side(
+    url: str, models: Sequence[str], count: int, tokens: int
+) -> dict[str, list[Stream]]:
+    """``count`` streams of each of ``models`` sent at once on one new pool, interleaved
+    (one of each model in turn), checked as above: by model.
+
+    One model's burst is then the reference for another's, measured against the same
+    machine at the same moment: on two cores shared by four test workers, one burst in
+    several is 3-5x slower than the bursts just before and after it, whichever instance
+    it goes to.
+    """
+    conn = aiohttp.TCPConnector(limit=count * len(models) + 8)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+        sent = (_one(session, url, model, tokens) for _ in range(count) for model in models)
+        got = list(await asyncio.gather(*sent))
+    return {model: got[i :: len(models)] for i, model in enumerate(models)}

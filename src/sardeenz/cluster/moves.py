@@ -436,8 +436,8 @@ class MoveService(MoveSteps):
         self._step(move, "target-loading", f"instance {target.id} on pod {move.target_pod_id}")
         await self._mark(move, MoveState.STARTING_TARGET)  # with the target's id
         # Not advertised to other pods before it is active: a target rolled back was never
-        # routed. No pause after that: its first streams are served as fast as its later
-        # ones (tests/cluster/shared/test_first_streams.py).
+        # routed. No pause after that: its first streams are served as fast as those of an
+        # instance that has served for a while (tests/cluster/shared/test_first_streams.py).
         hold = self._settings.ready_timeout_seconds + self.route_timeout * 2 + 60
         try:
             held = self._pods.withdraw(move.target_pod_id, target.id, hold)
