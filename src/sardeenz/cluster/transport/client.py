@@ -201,13 +201,17 @@ class PodClient:
         """``route`` at ``address``: its JSON object, or None on any failure (logged).
 
         Signed for ``pod_id``, the pod expected there; only a route declared
-        ``any_target`` (the ping) may go without one.
+        ``any_target`` (the ping) may go without one. ``payload`` may be given
+        already encoded (``bytes``: a heartbeat encoded once for every peer).
         """
         if pod_id is None and not route.any_target:
             raise ValueError(f"{route} must name the pod it is for")
         target = pod_id or ANY_TARGET
         backoff = self._backoff(route)
-        body = orjson.dumps(payload) if payload is not None else b""
+        if isinstance(payload, bytes):
+            body = payload
+        else:
+            body = orjson.dumps(payload) if payload is not None else b""
         try:
             status, data = await self._send_raw(
                 address, target, route, route.path(), body, self._timeout
