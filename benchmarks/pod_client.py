@@ -4,7 +4,8 @@ An idle cluster still talks: every heartbeat interval each pod sends a signed
 ``POST /internal/heartbeat`` to every other pod, and pulls the request log and
 syncs tenant shares on their own intervals. Profiled, almost all of an idle
 pod's CPU is the HTTP client of those calls, so the pod client
-(cluster/transport/client.py) sends them straight to httpx's connection pool.
+(cluster/transport/client.py) sends them straight to httpx's connection pool
+(httpcore), without an ``httpx.AsyncClient``.
 
 1. **Per call** (always): one real clustered `sardeenz serve` (testkit/cluster.py,
    one pod). This process signs ``GET /internal/ping`` as the pods do and sends it
@@ -138,7 +139,7 @@ def main() -> None:
         finally:
             cluster.close()
     print(f"signed GET /internal/ping, {args.calls} calls each way, sender's CPU per call:")
-    print(f"  pod client (httpx connection pool): {ours * 1e6:7.0f} us")
+    print(f"  pod client (httpcore pool):         {ours * 1e6:7.0f} us")
     print(f"  httpx.AsyncClient (baseline):       {theirs * 1e6:7.0f} us")
     print(f"  ratio pod client / baseline:        {ours / theirs:7.2f}")
     if args.idle > 0:
