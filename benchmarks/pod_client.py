@@ -118,7 +118,8 @@ def idle_cluster(seconds: float) -> None:
     for name in procs:
         used = after[name] - before[name]
         print(
-            f"  {name}: {used / wall:.4f} core, {used / beats * 1000:.2f} ms CPU per heartbeat sent"
+            f"  {name}: {used / wall:.4f} core; all its CPU / heartbeats it sent: "
+            f"{used / beats * 1000:.2f} ms"
         )
     total = sum(after[n] - before[n] for n in procs)
     print(f"  all pods: {total / wall:.4f} core")
