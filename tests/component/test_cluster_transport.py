@@ -6,7 +6,7 @@ one rule of the transport: a declared route answers, a fenced one carries the
 leader's term and is refused when stale (one refusal shape), a follower cannot
 send an order, a refusal comes back as the same error, bad input is 400,
 unsigned is 401, an unknown or unavailable pod is refused before anything is
-sent, and a dead address backs off.
+sent, a dead address backs off, and a silent one times out.
 """
 
 from __future__ import annotations
@@ -250,6 +250,33 @@ async def test_a_dead_address_answers_none_and_backs_off(rig: Rig) -> None:
     with pytest.raises(Unavailable) as caught:
         await rig.client.call("pod-c", ECHO, {"n": 1}, name="x")
     assert "did not answer" in caught.value.message
+
+
+async def test_a_silent_pod_times_out_and_the_pool_still_serves_the_others(rig: Rig) -> None:
+    """A pod that accepts the connection and never answers (a hung process) costs the
+    caller its timeout, not a hang; the other pods' calls go on over the same pool."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # read nothing, answer nothing
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        port = silent.sockets[0].getsockname()[1]
+        rig.directory.addresses["pod-s"] = PeerAddress("127.0.0.1", port)
+        with pytest.raises(Unavailable) as caught:
+            await asyncio.wait_for(
+                rig.client.call("pod-s", ECHO, {"n": 1}, timeout=0.3, name="x"),
+                10,  # the call's own 0.3 s timeout must end it long before this
+            )
+        assert "did not answer" in caught.value.message
+        assert accepted, "the silent pod never saw the connection"
+        assert await rig.client.call("pod-b", ECHO, {"n": 2}, name="y") == {"name": "y", "n": 2}
+    finally:
+        for writer in accepted:
+            writer.close()
+        silent.close()
+        await silent.wait_closed()
 
 
 def test_a_route_is_bound_once() -> None:

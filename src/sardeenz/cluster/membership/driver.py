@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import orjson
 
 from sardeenz.cluster.identity import PeerAddress
 from sardeenz.cluster.membership.election import PeerState
@@ -124,14 +126,15 @@ class ClusterDriver:
     async def _heartbeat_round(self) -> None:
         m = self._m
         hb = await m.local_heartbeat()
-        payload = hb.model_dump(mode="json")
+        # Encoded once for every peer (the same bytes go to each; only the signature differs).
+        payload = orjson.dumps(hb.model_dump(mode="json"))
         sent_at = m.now()
         due = self._client.due
         targets = [p for p in m.peers.all() if due(routes.HEARTBEAT, p.address)]
         if targets:
             await asyncio.gather(*(self._beat(p, payload, sent_at) for p in targets))
 
-    async def _beat(self, peer: Peer, payload: Any, sent_at: float) -> None:
+    async def _beat(self, peer: Peer, payload: bytes, sent_at: float) -> None:
         m = self._m
         address = peer.address
         data = await self._client.call_at(address, routes.HEARTBEAT, payload, pod_id=peer.pod_id)
