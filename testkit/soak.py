@@ -58,7 +58,13 @@ import psutil
 
 from testkit import netns
 from testkit.cluster import TIMING
-from testkit.servers import ServerProcess, engine_processes, kill_engines, start_first_then_rest
+from testkit.servers import (
+    ServerProcess,
+    engine_processes,
+    engine_roots,
+    kill_engines,
+    start_first_then_rest,
+)
 from testkit.soak_faults import SkewedClock, SmallDisk
 from testkit.soak_fence import FenceProbe
 from testkit.soak_traffic import TrafficLog
@@ -423,13 +429,8 @@ class Soak:
             known = {i["id"] for i in me["instances"] if i["status"] != "failed"}
             procs = await asyncio.to_thread(engine_processes, self.servers[name].data_dir)
             roots: dict[str, int] = {}
-            pids = {p.pid for p in procs}
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):
-                    iid = proc.environ().get("SARDEENZ_INSTANCE_ID", "")
-                    if proc.ppid() in pids:
-                        continue  # an EngineCore child of an engine counted already
-                    roots[iid] = roots.get(iid, 0) + 1
+            for _, iid in engine_roots(procs):
+                roots[iid] = roots.get(iid, 0) + 1
             orphans = sorted(set(roots) - known)
             doubled = sorted(i for i, n in roots.items() if n > 1)
             if orphans or doubled:
