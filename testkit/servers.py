@@ -185,6 +185,25 @@ def engine_processes(data_dir: Path) -> list[psutil.Process]:
     return [p for p in psutil.process_iter() if any(instance_of(p, m) for m in marks)]
 
 
+def engine_roots(procs: list[psutil.Process]) -> list[tuple[psutil.Process, str]]:
+    """The engines among ``procs`` (one of ``engine_processes``' listings) whose parent is
+    not itself among them, each with its instance id: an engine's EngineCore child is not
+    a second engine. A process that ended since the listing (an engine killed or stopped
+    meanwhile) is left out rather than raised: the listing is a snapshot of processes
+    that may exit at any moment."""
+    pids = {p.pid for p in procs}
+    roots = []
+    for proc in procs:
+        try:
+            parent = proc.ppid()
+            iid = proc.environ().get("SARDEENZ_INSTANCE_ID", "")
+        except psutil.Error:
+            continue
+        if parent not in pids:
+            roots.append((proc, iid))
+    return roots
+
+
 def _instance_of(proc: psutil.Process) -> str | None:
     """The instance id an engine process was started for (None once it has gone)."""
     try:
@@ -250,8 +269,10 @@ def load_active(
 
 def tree_pids(pid: int) -> list[int]:
     """``pid`` and every descendant (an engine's API server and its EngineCore)."""
-    proc = psutil.Process(pid)
-    return [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.NoSuchProcess:  # it ended meanwhile: no descendants left to list
+        return [pid]
 
 
 def not_zombie(pid: int) -> bool:

@@ -13,13 +13,14 @@ import random
 import signal
 import statistics
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
-from testkit.servers import engine_processes
+from testkit.servers import engine_processes, engine_roots
 from testkit.soak import (
     ADMIN_OPS,
     CATALOG_MODEL,
@@ -122,14 +123,11 @@ class Chaos:
             engines = []
             for name in s.up():
                 procs = await asyncio.to_thread(engine_processes, s.servers[name].data_dir)
-                pids = {p.pid for p in procs}
-                engines += [(name, p) for p in procs if p.ppid() not in pids]
+                engines += [(name, p, iid) for p, iid in engine_roots(procs)]
             if not engines:
                 return None
-            name, engine = engines[int(pick * len(engines))]
-            iid = "?"
-            with contextlib.suppress(psutil.Error):
-                iid = engine.environ().get("SARDEENZ_INSTANCE_ID", "?")
+            name, engine, iid = engines[int(pick * len(engines))]
+            with contextlib.suppress(psutil.Error):  # it may have ended since the listing
                 engine.kill()
             s.note(f"FAULT kill-engine: {iid} on {name}")
             return Fault(kind, f"{name}/{iid}", now)
@@ -371,13 +369,19 @@ async def run(root: Path, seed: int, duration: float, clients: int = 6) -> Repor
 
 async def drive(soak: Soak, chaos: Chaos, clients: int) -> Report:
     """Open ``soak``'s cluster, run traffic, faults and admin operations for its
-    duration, then heal, check every invariant once more and close (whatever happened)."""
+    duration, then heal, check every invariant once more and close (whatever happened).
+
+    A harness error is a violation (``harness-runs-to-the-end``, with its traceback),
+    not an exception: the report so far (its violations and timelines) is what a
+    long run exists for, and the caller prints it; the loops still running are
+    stopped and the cluster is closed either way."""
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
     try:
         await asyncio.to_thread(soak.open)
         async with httpx.AsyncClient() as http:
             await soak.prepare(http)
             soak.t0 = time.monotonic()
-            stop = asyncio.Event()
             log = soak.report.traffic
             tasks = [
                 asyncio.create_task(
@@ -399,7 +403,13 @@ async def drive(soak: Soak, chaos: Chaos, clients: int) -> Report:
             await soak.check_agreement(http, soak.bound)
             await check_fencing(soak, http)
             _judge_requests(soak)
+    except Exception:
+        soak.violate("harness-runs-to-the-end", traceback.format_exc())
     finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.to_thread(soak.close)
     return soak.report
 

@@ -598,3 +598,35 @@ async def test_a_failed_restore_is_not_reported_as_a_restore(tmp_path: Path) -> 
     assert "source-restored" not in names
     [failed] = [s for s in move.steps if s.name == "source-restore-failed"]
     assert "its withdrawal expires within" in (failed.detail or "")
+
+
+async def test_a_source_whose_drain_is_refused_is_advertised_again(tmp_path: Path) -> None:
+    """The 60-minute soak: a source put to sleep between its withdrawal and its drain
+    (drain refused: not active) stayed withdrawn for its TTL; woken, no other pod
+    routed the model to it. The move fails, the target stays, the source is restored."""
+    pods = FakePods()
+    pods.refuse_source = {
+        "drain": Conflict("instance src is sleeping, not active", code="instance_not_active")
+    }
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "instance_not_active")
+    names = [s.name for s in move.steps]
+    assert names[-3:] == ["target-kept", "source-restored", "failed"]
+    assert pods.calls[-2:] == ["withdraw pod-a/src", "restore pod-a/src"]
+    assert pods.withdrawals("pod-a") == {}
+    assert all("pod-a/src" in table for table in pods.routes_of.values())
+    assert ("pod-b", "tgt") in pods.instances
+
+
+async def test_a_source_gone_before_its_drain_is_not_restored(tmp_path: Path) -> None:
+    pods = FakePods()
+
+    async def lose_then_refuse(pod: str, iid: str, seconds: float) -> tuple[int, int]:
+        del pods.instances[(pod, iid)]
+        raise SardeenzError("no such instance", code="instance_not_found")
+
+    pods.drain = lose_then_refuse  # type: ignore[method-assign]
+    move = await run(service(pods, tmp_path), instanceId="src", targetPodId="pod-b")
+    assert (move.state, move.code) == ("failed", "instance_not_found")
+    assert [s.name for s in move.steps][-2:] == ["target-kept", "failed"]
+    assert "restore pod-a/src" not in pods.calls

@@ -279,7 +279,11 @@ class MoveService(MoveSteps):
             await self._mark(move, MoveState.DRAINING)
             drained = self._pods.drain(src_pod, source.id, drain_s)
             drain_t0 = time.monotonic()
-            in_flight, cut = await self._call(drained, "source_drain")
+            try:
+                in_flight, cut = await self._call(drained, "source_drain")
+            except MoveFailed:
+                await self._undrained_source(move, src_pod, source.id)
+                raise
             # The time it took, not the limit: a drain usually ends well before it.
             took = time.monotonic() - drain_t0
             self._step(
@@ -303,6 +307,17 @@ class MoveService(MoveSteps):
             move.finished_at = utcnow()
             move.duration_seconds = round(time.monotonic() - t0, 3)
             await self._journal_end(move)
+
+    async def _undrained_source(self, move: Move, src_pod: str, src_id: str) -> None:
+        """A source withdrawn for the switch whose drain was refused (put to sleep
+        meanwhile, or its pod did not answer): the move ends there and the target,
+        active and routed, stays. The source is advertised again now: its withdrawal
+        was for this move, and left to its TTL (over a minute) it would keep serving
+        only its own pod; woken meanwhile, other pods would not route the model to it
+        (the 60-minute soak: a pod's ``/v1/models`` without the model for as long)."""
+        self._step(move, "target-kept", "the source was not drained")
+        if self._pods.instance(src_pod, src_id) is not None:
+            await self._restore(src_pod, src_id, move)
 
     async def _journal_end(self, move: Move) -> None:
         """Record the end (best effort: a leader that lost its majority leaves the move
