@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import BrowserContext, expect
 
 from testkit.cluster import Cluster
-from tests.browser.conftest import Session, open_session
+from tests.browser.conftest import Session, tab_in
 
 pytestmark = pytest.mark.browser
 
@@ -35,12 +35,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def tab(browser: Browser, cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Session]:
-    s = open_session(browser, cluster.pods["pod-a"].url)  # the leader
-    yield s
-    s.shot(request.node.name)
-    s.page.context.close()
-    assert s.unexpected_errors() == [], "console errors"
+def tab(
+    module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[Session]:
+    with tab_in(module_context, cluster.pods["pod-a"].url, request.node.name) as s:  # the leader
+        yield s
 
 
 def _listed_by_leader(cluster: Cluster, iid: str) -> None:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import BrowserContext, expect
 
 from testkit.cluster import Cluster
 from testkit.servers import ServerProcess, load_active
-from tests.browser.conftest import Session, open_session, row_action
+from tests.browser.conftest import Session, row_action, tab_in
 
 pytestmark = pytest.mark.browser
 
@@ -47,12 +47,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def tab(browser: Browser, cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Session]:
-    s = open_session(browser, cluster.leader_url())
-    yield s
-    s.shot(request.node.name)
-    s.page.context.close()
-    assert s.unexpected_errors() == [], "console errors"
+def tab(
+    module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[Session]:
+    with tab_in(module_context, cluster.leader_url(), request.node.name) as s:
+        yield s
 
 
 def test_create_plan_apply_a_preset(tab: Session, cluster: Cluster) -> None:
