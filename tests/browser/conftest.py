@@ -35,6 +35,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from testkit.cluster import Cluster
 from testkit.servers import ServerProcess, kill_engines
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -228,6 +229,60 @@ def no_vllm_server(shared_no_vllm_server: ServerProcess) -> Iterator[ServerProce
     modules that need such a node, on the same terms as ``server``."""
     with left_as_found(shared_no_vllm_server):
         yield shared_no_vllm_server
+
+
+PAIR_GPUS = "NVIDIA L4:24GiB,NVIDIA L4:24GiB"
+
+
+@pytest.fixture(scope="package")
+def shared_pair(own_network: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The processes behind ``pair``; take ``pair``, not this."""
+    c = Cluster(tmp_path_factory.mktemp("dash-pair"), 2, SARDEENZ_SIM_GPUS=PAIR_GPUS)
+    try:
+        c.start()
+        c.wait(
+            lambda st: all(
+                s["leader"] and len(p["gpus"]) == 2 for s in st.values() for p in s["pods"]
+            ),
+            20,
+            "a leader and every pod's GPUs in every heartbeat",
+        )
+        yield c
+    finally:
+        c.close()
+    assert c.orphans() == [], "engines still running after the pair's pods were killed"
+
+
+def settled_pair_leftovers(c: Cluster, timeout: float = 30.0) -> list[str]:
+    """``Cluster.leftovers`` once it is empty, or after ``timeout`` s: what is still there."""
+    deadline = time.monotonic() + timeout
+    while (left := c.leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.fixture(scope="module")
+def pair(shared_pair: Cluster) -> Iterator[Cluster]:
+    """A 2-pod static cluster (pod-a leads; two simulated L4s on each pod), shared by the
+    folder's modules that leave it as they found it: no instance, preset or catalog
+    entry of theirs left (``Cluster.leftovers``), checked before and after each module
+    like ``server``; what a module left is removed, and its teardown fails naming it."""
+    before = settled_pair_leftovers(shared_pair)
+    assert before == [], f"the shared pair is not empty before the module: {before}"
+    yield shared_pair
+    left = settled_pair_leftovers(shared_pair)
+    if left:
+        leader = shared_pair.leader_url()
+        with httpx.Client(base_url=leader, timeout=30) as api:
+            for preset in api.get("/api/cluster/presets").json():
+                api.delete(f"/api/cluster/presets/{preset['name']}")
+            for entry in api.get("/api/v1/catalog").json():
+                api.delete(f"/api/v1/catalog/{entry['name']}")
+            for pod in shared_pair.names:
+                for inst in shared_pair.instances(pod):
+                    api.post(f"/api/v1/models/{inst['id']}/unload")
+        assert settled_pair_leftovers(shared_pair) == [], "the shared pair could not be cleaned"
+        raise AssertionError(f"the module left this on the shared pair: {left}")
 
 
 def has_route(srv: ServerProcess, path: str) -> bool:

@@ -9,7 +9,6 @@ dialog's scheduler verdict for "Any". Screenshots: test-output/browser/.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Iterator
 
@@ -23,27 +22,11 @@ from tests.browser.conftest import Session, row_action, tab_in
 
 pytestmark = pytest.mark.browser
 
-L4 = "NVIDIA L4:24GiB"
-
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("dash-ops"), 2, SARDEENZ_SIM_GPUS=f"{L4},{L4}")
-    try:
-        c.start()
-        c.wait(
-            lambda st: all(
-                s["leader"] and len(p["gpus"]) == 2 for s in st.values() for p in s["pods"]
-            ),
-            20,
-            "a leader and every pod's GPUs in every heartbeat",
-        )
-        yield c
-    finally:
-        c.close()
-        for pod in c.pods.values():
-            pod.stop(signal.SIGKILL)
-        assert c.orphans() == []
+def cluster(pair: Cluster) -> Cluster:
+    """The folder's 2-pod cluster, two L4s on each pod (tests/browser/conftest.py)."""
+    return pair
 
 
 @pytest.fixture
