@@ -2,8 +2,8 @@
 
 Never `playwright install`: the browser is /usr/bin/chromium from apt (`make
 browser-deps`). Each module gets one browser context (1280x800) and each test a fresh
-tab of it (``tab_in``), whose console errors and page errors are collected; its final
-state is saved as a PNG under test-output/browser/.
+tab of it (``tab_in``), whose console errors and page errors are collected; the final
+state of a test that fails is saved as a PNG under test-output/browser/.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -333,6 +333,30 @@ class Session:
         return path
 
 
+CALL_FAILED = pytest.StashKey[bool]()
+"""Whether a test's call failed (set by ``pytest_runtest_makereport``)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
+
+
+def keep_final_state(s: Session, test: pytest.Item) -> None:
+    """Save the tab as ``<test name>.png`` when the test failed or its console did not stay
+    clean: what it showed then. A passing test's is not kept (a full-page screenshot
+    costs Chromium a layout of the whole page and PNG encoding); the named screenshots
+    the tests take (``Session.shot``) are.
+    """
+    if test.stash.get(CALL_FAILED, True) or s.unexpected_errors():
+        s.shot(test.name)
+
+
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 
 
@@ -375,12 +399,12 @@ def module_context(browser: Browser) -> Iterator[BrowserContext]:
 
 
 @contextlib.contextmanager
-def tab_in(ctx: BrowserContext, base_url: str, name: str) -> Iterator[Session]:
+def tab_in(ctx: BrowserContext, base_url: str, test: pytest.Item) -> Iterator[Session]:
     """One test's fresh tab in its module's context, as good as a fresh context for it.
 
     What a test can leave in a context is reset before: its cookies and the permissions
     it granted; a new tab has its own sessionStorage (the dashboard's token, the leader
-    redirect count), routes, viewport and console. After it, its final state is saved,
+    redirect count), routes, viewport and console. After it, a failed test's final state is saved,
     every tab it opened is closed, and its console must have stayed clean. The HTTP cache
     is shared: a test of a cold load takes ``cold_session``.
     """
@@ -389,7 +413,7 @@ def tab_in(ctx: BrowserContext, base_url: str, name: str) -> Iterator[Session]:
     s = new_tab(ctx, base_url)
     try:
         yield s
-        s.shot(name)
+        keep_final_state(s, test)
     finally:
         for page in ctx.pages:
             page.close()
@@ -400,8 +424,8 @@ def tab_in(ctx: BrowserContext, base_url: str, name: str) -> Iterator[Session]:
 def session(
     module_context: BrowserContext, server: ServerProcess, request: pytest.FixtureRequest
 ) -> Iterator[Session]:
-    """A fresh tab on the module's server; its final state is saved, its console must stay clean."""
-    with tab_in(module_context, server.url, request.node.name) as s:
+    """A fresh tab on the module's server; its console must stay clean (``tab_in``)."""
+    with tab_in(module_context, server.url, request.node) as s:
         yield s
 
 
@@ -413,7 +437,7 @@ def cold_session(
     s = open_session(browser, server.url)
     try:
         yield s
-        s.shot(request.node.name)
+        keep_final_state(s, request.node)
     finally:
         s.page.context.close()
     assert s.unexpected_errors() == [], "console errors"

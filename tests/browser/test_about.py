@@ -68,6 +68,6 @@ def test_about_explains_a_node_without_vllm(
     vllm = engines(no_vllm_server)["vllm"]
     assert not vllm["found"]
     assert vllm["error"]
-    with tab_in(module_context, no_vllm_server.url, request.node.name) as s:
+    with tab_in(module_context, no_vllm_server.url, request.node) as s:
         s.goto("/about")
         expect_engines_card(s.page, vllm)

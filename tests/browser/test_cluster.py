@@ -40,7 +40,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def tab(
     module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[Session]:
-    with tab_in(module_context, cluster.pods["pod-b"].url, request.node.name) as s:  # a follower
+    with tab_in(module_context, cluster.pods["pod-b"].url, request.node) as s:  # a follower
         yield s
 
 

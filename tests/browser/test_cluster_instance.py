@@ -32,7 +32,7 @@ def cluster(pair: Cluster) -> Cluster:
 def tab(
     module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[Session]:
-    with tab_in(module_context, cluster.pods["pod-a"].url, request.node.name) as s:  # the leader
+    with tab_in(module_context, cluster.pods["pod-a"].url, request.node) as s:  # the leader
         yield s
 
 

@@ -63,7 +63,7 @@ def tab(
     module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[Session]:
     leader, _ = cluster.wait_one_leader(10.0)
-    with tab_in(module_context, cluster.pods[leader].url, request.node.name) as s:
+    with tab_in(module_context, cluster.pods[leader].url, request.node) as s:
         yield s
 
 

@@ -33,7 +33,7 @@ def cluster(pair: Cluster) -> Cluster:
 def tab(
     module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[Session]:
-    with tab_in(module_context, cluster.leader_url(), request.node.name) as s:
+    with tab_in(module_context, cluster.leader_url(), request.node) as s:
         yield s
 
 
