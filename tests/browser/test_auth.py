@@ -15,6 +15,7 @@ from tests.browser.conftest import (
     ROW_MENU,
     Session,
     has_route,
+    keep_final_state,
     open_session,
     row_menu_item,
     start_server,
@@ -59,7 +60,7 @@ def auth_session(
 ) -> Iterator[Session]:
     s = open_session(browser, auth_server.url)
     yield s
-    s.shot(request.node.name)
+    keep_final_state(s, request.node)
     s.page.context.close()
     assert s.unexpected_errors() == [], "console errors"
 

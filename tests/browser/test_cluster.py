@@ -16,11 +16,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import BrowserContext, expect
 
 from testkit.cluster import Cluster, agreed_leader
 from testkit.servers import ServerProcess
-from tests.browser.conftest import Session, open_session
+from tests.browser.conftest import Session, tab_in
 
 pytestmark = pytest.mark.browser
 
@@ -37,12 +37,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def tab(browser: Browser, cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Session]:
-    s = open_session(browser, cluster.pods["pod-b"].url)  # a follower
-    yield s
-    s.shot(request.node.name)
-    s.page.context.close()
-    assert s.unexpected_errors() == [], "console errors"
+def tab(
+    module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[Session]:
+    with tab_in(module_context, cluster.pods["pod-b"].url, request.node) as s:  # a follower
+        yield s
 
 
 def test_a_single_node_says_so_and_shows_no_pod_choice(

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import BrowserContext, expect
 
 from testkit.cluster import Cluster
-from tests.browser.conftest import Session, open_session
+from tests.browser.conftest import Session, tab_in
 
 pytestmark = pytest.mark.browser
 
@@ -59,13 +59,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def tab(browser: Browser, cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Session]:
+def tab(
+    module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[Session]:
     leader, _ = cluster.wait_one_leader(10.0)
-    s = open_session(browser, cluster.pods[leader].url)
-    yield s
-    s.shot(request.node.name)
-    s.page.context.close()
-    assert s.unexpected_errors() == [], "console errors"
+    with tab_in(module_context, cluster.pods[leader].url, request.node) as s:
+        yield s
 
 
 def test_dashboard_shows_every_pods_gpus_and_a_pod_column(tab: Session) -> None:

@@ -9,50 +9,32 @@ dialog's scheduler verdict for "Any". Screenshots: test-output/browser/.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import BrowserContext, expect
 
 from testkit.cluster import Cluster
 from testkit.servers import ServerProcess, load_active
-from tests.browser.conftest import Session, open_session, row_action
+from tests.browser.conftest import Session, row_action, tab_in
 
 pytestmark = pytest.mark.browser
 
-L4 = "NVIDIA L4:24GiB"
-
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("dash-ops"), 2, SARDEENZ_SIM_GPUS=f"{L4},{L4}")
-    try:
-        c.start()
-        c.wait(
-            lambda st: all(
-                s["leader"] and len(p["gpus"]) == 2 for s in st.values() for p in s["pods"]
-            ),
-            20,
-            "a leader and every pod's GPUs in every heartbeat",
-        )
-        yield c
-    finally:
-        c.close()
-        for pod in c.pods.values():
-            pod.stop(signal.SIGKILL)
-        assert c.orphans() == []
+def cluster(pair: Cluster) -> Cluster:
+    """The folder's 2-pod cluster, two L4s on each pod (tests/browser/conftest.py)."""
+    return pair
 
 
 @pytest.fixture
-def tab(browser: Browser, cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Session]:
-    s = open_session(browser, cluster.leader_url())
-    yield s
-    s.shot(request.node.name)
-    s.page.context.close()
-    assert s.unexpected_errors() == [], "console errors"
+def tab(
+    module_context: BrowserContext, cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[Session]:
+    with tab_in(module_context, cluster.leader_url(), request.node) as s:
+        yield s
 
 
 def test_create_plan_apply_a_preset(tab: Session, cluster: Cluster) -> None:

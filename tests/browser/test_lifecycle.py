@@ -28,13 +28,18 @@ def chat(api: httpx.Client) -> None:
 
 
 def wait_gpu_used(page: Page, index: int, predicate: str) -> None:
-    """Waits until GPU ``index``'s bar shows used bytes satisfying ``predicate`` (JS, ``u``)."""
+    """Waits until GPU ``index``'s bar shows used bytes satisfying ``predicate`` (JS, ``u``).
+
+    Checked every 100 ms: the default, every animation frame, has Chromium draw frames
+    at 60 per second for the whole wait, and the bars change at most once a poll.
+    """
     page.wait_for_function(
         f"""() => {{
             const el = document.querySelector('[data-gpu="{index}"]');
             const u = el ? Number(el.dataset.usedBytes) : NaN;
             return {predicate};
-        }}"""
+        }}""",
+        polling=100,
     )
 
 

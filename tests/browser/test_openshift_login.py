@@ -21,7 +21,13 @@ from playwright.sync_api import Browser, expect
 
 from testkit.oauth import OAuthServer
 from testkit.servers import ServerProcess
-from tests.browser.conftest import Session, open_session, start_server, stop_server
+from tests.browser.conftest import (
+    Session,
+    keep_final_state,
+    open_session,
+    start_server,
+    stop_server,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -66,7 +72,7 @@ def oauth_session(
 ) -> Iterator[Session]:
     s = open_session(browser, signed_in_server[0].url)
     yield s
-    s.shot(request.node.name)
+    keep_final_state(s, request.node)
     s.page.context.close()
     assert s.unexpected_errors() == [], "console errors"
 

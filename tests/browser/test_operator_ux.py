@@ -11,27 +11,21 @@ simulated GPUs, not "real".
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from playwright.sync_api import Route, expect
 
 from testkit.servers import ServerProcess, wait_for_status
-from tests.browser.conftest import Session, start_server, stop_server
+from tests.browser.conftest import Session
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A sim-GPU node without vLLM: the Python it would run vLLM with has none."""
-    srv = start_server(
-        tmp_path_factory.mktemp("no-vllm"), env={"SARDEENZ_VLLM_PYTHON": sys.executable}
-    )
-    yield srv
-    stop_server(srv)
+def server(no_vllm_server: ServerProcess) -> ServerProcess:
+    """The folder's sim-GPU node without vLLM (tests/browser/conftest.py)."""
+    return no_vllm_server
 
 
 def test_load_dialog_on_a_sim_pod_starts_on_an_engine_that_runs(

@@ -149,7 +149,8 @@ def test_charts_keep_their_history_across_a_reload(
 ) -> None:
     page = session.page
     with httpx.Client(base_url=server.url, timeout=30) as client, server.client() as api:
-        # Traffic across at least three server samples (every 5 s), so rates exist.
+        # Traffic across at least three server samples (every 5 s), so rates exist: a
+        # request every 0.2 s (back to back, it cost the server seconds of CPU for nothing).
         deadline = time.monotonic() + 40
         while True:
             resp = client.post(
@@ -161,6 +162,7 @@ def test_charts_keep_their_history_across_a_reload(
             if len(with_model) >= 3:
                 break
             assert time.monotonic() < deadline, "the server kept no history"
+            time.sleep(0.2)
     session.goto("/charts")
     rate_card = page.locator(".pf-v6-c-card", has_text="Requests per second")
     expect(rate_card.locator(".sz-chart canvas")).to_have_count(1)
