@@ -24,7 +24,7 @@ import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletion
 
-from testkit.servers import ServerProcess, engine_processes, wait_for_status
+from testkit.servers import ServerProcess, engine_processes, wait_for_status_event
 from tests.vllm.conftest import (
     ENGINE_ARGS,
     READY_TIMEOUT_SECONDS,
@@ -321,7 +321,7 @@ def test_sigkill_of_the_server_then_restart_readopts_the_engine(
     with timed("controller restart to re-adopted"):
         vllm_server.start(timeout=60)
         with vllm_server.client() as api:
-            back = wait_for_status(api, tiny_a["id"], "active", timeout=30)
+            back = wait_for_status_event(api, tiny_a["id"], "active", timeout=30)
     assert back["processId"] == tiny_a["processId"]
     assert back["memoryMetrics"]["kvCacheTokens"] == 524_288  # re-read from the log file
 
