@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import psutil
+from openai import DefaultHttpxClient, OpenAI
 
 from sardeenz.runtime.marker import data_dir_mark, instance_of
 from testkit.ports import free_port, free_port_range
@@ -46,6 +47,19 @@ closes (its idle timeout, a killed pod) just as a request goes out would fail th
 request, so each request opens its own connection, as ``httpx.get`` did; and no cap
 on connections, so threads sending at once never wait on each other's.
 """
+
+
+def openai_client(base_url: str, timeout: float) -> OpenAI:
+    """The official client on ``base_url`` (``<server>/v1``), without retries, sharing
+    ``tls_context``: built in 0.2 ms of CPU instead of 25 ms (the CA bundle, loaded by
+    every ``OpenAI()`` of its own), for tests that build one per request."""
+    return OpenAI(
+        base_url=base_url,
+        api_key="unused",
+        timeout=timeout,
+        max_retries=0,
+        http_client=DefaultHttpxClient(verify=tls_context()),
+    )
 
 
 class ServerProcess:
