@@ -25,7 +25,7 @@ from openai import OpenAI
 from openai.types.chat import ChatCompletion
 
 from testkit.servers import ServerProcess, engine_processes, wait_for_status_event
-from testkit.servers import openai_client as testkit_openai_client
+from testkit.servers import openai_client as proxy_client
 from tests.vllm.conftest import (
     ENGINE_ARGS,
     READY_TIMEOUT_SECONDS,
@@ -71,7 +71,7 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
 
 
 def openai_client(server: ServerProcess, timeout: float = 60) -> OpenAI:
-    return testkit_openai_client(f"{server.url}/v1", timeout)
+    return proxy_client(f"{server.url}/v1", timeout)
 
 
 def instance_tmp(server: ServerProcess, instance_id: str) -> Path:
