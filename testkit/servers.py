@@ -254,8 +254,8 @@ def wait_for_status_event(
     once the stream's headers are here no transition can be missed between the one
     ``GET`` that follows and the events. The stream's pings (every 15 s) wake the wait
     too, to check the deadline and read the instance once more, so a wait that fails
-    ends up to 15 s after its timeout. Not for a cluster: a
-    node's stream carries only its own instances' events.
+    ends up to 15 s after its timeout. Not for a cluster: a node's stream carries only
+    its own instances' events.
     """
     wanted_set = {wanted} if isinstance(wanted, str) else wanted
     deadline = time.monotonic() + timeout
