@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from testkit.servers import ServerProcess, kill_engines, wait_for_status
+from testkit.servers import ServerProcess, kill_engines, wait_for_status_event
 
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sardeenz"
 BUILD_SCRIPT = Path(__file__).with_name("tiny_llama.py")
@@ -224,7 +224,7 @@ def load_until_active(
 
     def settle(name: str) -> dict[str, Any]:
         try:
-            return wait_for_status(
+            return wait_for_status_event(
                 api, insts[name]["id"], {"active", "failed"}, timeout=READY_TIMEOUT_SECONDS
             )
         finally:

@@ -24,7 +24,8 @@ import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletion
 
-from testkit.servers import ServerProcess, engine_processes, wait_for_status
+from testkit.servers import ServerProcess, engine_processes, wait_for_status_event
+from testkit.servers import openai_client as proxy_client
 from tests.vllm.conftest import (
     ENGINE_ARGS,
     READY_TIMEOUT_SECONDS,
@@ -70,7 +71,7 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
 
 
 def openai_client(server: ServerProcess, timeout: float = 60) -> OpenAI:
-    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=timeout, max_retries=0)
+    return proxy_client(f"{server.url}/v1", timeout)
 
 
 def instance_tmp(server: ServerProcess, instance_id: str) -> Path:
@@ -321,7 +322,7 @@ def test_sigkill_of_the_server_then_restart_readopts_the_engine(
     with timed("controller restart to re-adopted"):
         vllm_server.start(timeout=60)
         with vllm_server.client() as api:
-            back = wait_for_status(api, tiny_a["id"], "active", timeout=30)
+            back = wait_for_status_event(api, tiny_a["id"], "active", timeout=30)
     assert back["processId"] == tiny_a["processId"]
     assert back["memoryMetrics"]["kvCacheTokens"] == 524_288  # re-read from the log file
 

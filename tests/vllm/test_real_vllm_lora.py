@@ -26,7 +26,7 @@ import psutil
 import pytest
 from openai import OpenAI
 
-from testkit.servers import ServerProcess, kill_engines
+from testkit.servers import ServerProcess, kill_engines, openai_client
 from tests.vllm.conftest import (
     ENGINE_ARGS,
     READY_TIMEOUT_SECONDS,
@@ -105,12 +105,7 @@ catalog:
 
 def client(srv: ServerProcess) -> OpenAI:
     # A request may wait for a whole engine start (the base started on first request).
-    return OpenAI(
-        base_url=f"{srv.url}/v1",
-        api_key="unused",
-        timeout=READY_TIMEOUT_SECONDS + 30,
-        max_retries=0,
-    )
+    return openai_client(f"{srv.url}/v1", READY_TIMEOUT_SECONDS + 30)
 
 
 def greedy(srv: ServerProcess, model: str) -> list[int]:

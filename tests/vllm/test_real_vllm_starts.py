@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from testkit.servers import ServerProcess, engine_processes, wait_for_status
+from testkit.servers import ServerProcess, engine_processes, wait_for_status_event
 from tests.vllm.conftest import load_vllm, timed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(480)]
@@ -60,7 +60,7 @@ def test_failures_end_failed_with_the_root_cause(
         }
 
         def settle(name: str) -> dict[str, Any]:
-            return wait_for_status(api, insts[name]["id"], {"failed", "active"}, timeout=180)
+            return wait_for_status_event(api, insts[name]["id"], {"failed", "active"}, timeout=180)
 
         with ThreadPoolExecutor(len(insts)) as pool:
             results = dict(zip(insts, pool.map(settle, insts), strict=True))
