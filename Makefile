@@ -110,12 +110,11 @@ deploy-base:
 # Workers take one test file at a time (module-scoped servers and clusters start once),
 # the longest files first (tests/scheduling.py): the real-vLLM modules and the image
 # build start at once, side by side, and the short files fill in around them. Four
-# workers on two cores take 9 minutes instead of 14 (a third of the suite is waiting),
-# but two tests still fail now and then under that contention (docs/testing.md):
-# two until they are fixed; `make test PYTEST_WORKERS=4` for the fast run.
-PYTEST_WORKERS ?= 2
+# workers on two cores: much of the suite waits (engines loading, leases, idle timers),
+# so four overlap the waits; six only add contention (docs/testing.md).
+PYTEST_WORKERS ?= 4
 pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps soak-deps
-	@echo "pytest: every tier on $(PYTEST_WORKERS) workers, longest files first (about 14 minutes on a quiet 2-core machine; 9 with PYTEST_WORKERS=4)" >&2
+	@echo "pytest: every tier on $(PYTEST_WORKERS) workers, longest files first (about 10 minutes on a quiet 2-core machine)" >&2
 	@# Bytecode once, before the hundreds of server, engine and CLI processes the suite starts:
 	@# where PYTHONDONTWRITEBYTECODE is set, each of them would compile the package again.
 	$(BIN)/python -m compileall -q src testkit tests >/dev/null

@@ -53,6 +53,16 @@ def _chat(url: str, model: str) -> httpx.Response:
     return HTTP.post(f"{url}/v1/chat/completions", json=body, timeout=30)
 
 
+def _wait_routed(url: str, model: str, pod: str) -> None:
+    deadline = time.monotonic() + 15
+    while True:
+        listed = HTTP.get(f"{url}/v1/models", timeout=10).json()["data"]
+        if any(m["id"] == model and m.get("state", "active") == "active" for m in listed):
+            return
+        assert time.monotonic() < deadline, f"{pod} does not route {model} after 15 s: {listed}"
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def applied(shared_cluster: Cluster) -> Iterator[str]:
     """The leader's URL, with preset ``between`` applied; removed with its instances after."""
@@ -83,6 +93,10 @@ def test_every_pod_answers_503_for_a_declared_model_that_runs_nowhere(
     put = HTTP.put(f"{url}/api/cluster/presets/between", json={"models": [_sim(SMALL)]})
     assert put.status_code == 200, put.text
     assert _apply(url, "between") == "done"
+    # "done" is the leader's word: wait until every pod routes the replica too (each
+    # hears of it from its pod's heartbeat), so what runs is served before and after.
+    for pod in shared_cluster.names:
+        _wait_routed(shared_cluster.pods[pod].url, SMALL, pod)
     # The applied preset now also declares a model no pod can run (no H100 anywhere).
     models = [_sim(SMALL), _sim(GHOST, gpuType="NVIDIA H100")]
     put = HTTP.put(f"{url}/api/cluster/presets/between", json={"models": models})
@@ -100,4 +114,5 @@ def test_every_pod_answers_503_for_a_declared_model_that_runs_nowhere(
         nobody = _chat(pod_url, "between-nobody")
         assert nobody.status_code == 404, (pod, nobody.text)
         assert nobody.json()["error"]["code"] == "model_not_found"
-        assert _chat(pod_url, SMALL).status_code == 200, pod  # what runs is served as before
+        served = _chat(pod_url, SMALL)
+        assert served.status_code == 200, (pod, served.text)  # what runs is served as before
