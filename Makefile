@@ -111,7 +111,8 @@ deploy-base:
 # the longest files first (tests/scheduling.py): the real-vLLM modules and the image
 # build start at once, side by side, and the short files fill in around them. Four
 # workers on two cores: much of the suite waits (engines loading, leases, idle timers),
-# so four overlap the waits; six only add contention (docs/testing.md).
+# so four overlap the waits; six only add contention (docs/testing.md). The run ends
+# with its 20 slowest tests, where to look first when it grows.
 PYTEST_WORKERS ?= 4
 pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps soak-deps
 	@echo "pytest: every tier on $(PYTEST_WORKERS) workers, longest files first (about 10 minutes on a quiet 2-core machine)" >&2
@@ -122,7 +123,7 @@ pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps soak-deps
 	SARDEENZ_DEPLOY_BASE="$(DEPLOY_BASE)" SARDEENZ_DEPLOY_NODE_BASE="$(DEPLOY_NODE_BASE)" \
 	SARDEENZ_KUBE_APISERVER="$(KUBE_ENV_BIN)/kube-apiserver" SARDEENZ_ETCD="$(KUBE_ENV_BIN)/etcd" \
 	SARDEENZ_KUBECTL="$(KUBE_ENV_BIN)/kubectl" \
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
 test: lint typecheck frontend-test pytest
 
