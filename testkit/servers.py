@@ -208,12 +208,12 @@ def engine_roots(procs: list[psutil.Process]) -> list[tuple[psutil.Process, str]
     pids = {p.pid for p in procs}
     roots = []
     for proc in procs:
+        iid = _instance_of(proc)
         try:
             parent = proc.ppid()
-            iid = proc.environ().get("SARDEENZ_INSTANCE_ID", "")
         except psutil.Error:
             continue
-        if parent not in pids:
+        if iid is not None and parent not in pids:
             roots.append((proc, iid))
     return roots
 
