@@ -439,3 +439,29 @@ def test_a_leader_that_has_not_read_the_stored_counts_answers_nothing(
     bucket = next(iter(adm.scopes())).rpm
     assert isinstance(bucket, LeasedBucket)
     assert bucket.leased
+
+
+def test_a_pod_with_no_limit_sends_no_sync_and_never_falls_back(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing to split (no tenant, or none with a limit): no call to the leader, whose
+    answer to an empty report is empty, and no fallback however long no leader answers.
+    A limit put later is reported at the next sync."""
+    monkeypatch.setattr(tenant_shares, "_mono", clock.mono)
+    members = _Members()
+    adm = Admission()
+    shares = tenant_shares.TenantShares(
+        cast(Membership, members), cast(ControlState, _Control()), adm, 1.0, 5.0
+    )
+    adm.counters = shares.counters()
+    adm.configure([])
+    for _ in range(5):
+        assert asyncio.run(shares.sync_once()) is True
+        clock.t += shares.lease
+    adm.configure([_tenant()])  # a tenant without limits: still nothing to split
+    assert asyncio.run(shares.sync_once()) is True
+    assert members.reports == []
+    assert not shares.degraded
+    adm.configure([_tenant(concurrent_requests=6)])
+    assert asyncio.run(shares.sync_once()) is False  # reported; this leader does not answer
+    assert [r["rates"] for r in members.reports] == [[["team", ALL_MODELS, "conc", 0, 6, 0, 0, 0]]]

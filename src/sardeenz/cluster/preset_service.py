@@ -123,6 +123,10 @@ class PresetService:
         self._declared: frozenset[str] = frozenset()
         """Served names the applied preset wants replicas of, kept in memory so the proxy
         can ask on a routing miss without a database read (:meth:`declares`)."""
+        self._applied = False
+        """Whether some preset is applied, kept with ``_declared``: an idle leader with
+        nothing applied (most clusters) then has nothing to read each tick, where it
+        queried the presets table every second to find that out."""
 
     # ------------------------------------------------------------- lifecycle
     async def load(self) -> None:
@@ -330,7 +334,7 @@ class PresetService:
         members = self._available_pods()
         now = time.monotonic()
         due = now >= self._next_pass or members != self._members
-        if not due or self._busy.locked() or not self._settled():
+        if not self._applied or not due or self._busy.locked() or not self._settled():
             return
         applied = next((r for r in await self._repo.list_all() if r.applied_at), None)
         if applied is None:
@@ -451,6 +455,7 @@ class PresetService:
         """Refresh :meth:`declares`'s set; called after every change to the table."""
         row = next((r for r in await self._repo.list_all() if r.applied_at is not None), None)
         models = row.models if row is not None else []
+        self._applied = row is not None
         self._declared = frozenset(
             str(m["servedModelName"]) for m in models if int(m.get("replicas", 1)) > 0
         )

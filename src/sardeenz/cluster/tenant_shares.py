@@ -5,9 +5,10 @@ the sum holds; tenancy/ledger.py is the leader's side). This module moves the nu
 
 * every ``cluster_tenancy_sync_seconds`` each pod sends the leader its demand and
   budget counts (``POST /internal/tenancy/sync``, the client's timeout) and applies
-  the answer; the leader answers its own from memory. A failed sync is retried
-  with a doubling delay (up to the lease); a pod without an answer for the lease
-  (``LEASE_SYNCS`` sync intervals) falls back to ``1 / pods`` of every limit, and
+  the answer; the leader answers its own from memory. A pod with no limit (no
+  tenant, or none with a limit) has nothing to report and sends nothing. A failed
+  sync is retried with a doubling delay (up to the lease); a pod without an answer
+  for the lease (``LEASE_SYNCS`` sync intervals) falls back to ``1 / pods`` of every limit, and
   takes the leader's shares again with its next answer;
 * the leader writes every pod's budget counts to the control state's
   ``tenant-usage`` document every ``tenancy_flush_seconds`` when they changed
@@ -160,6 +161,13 @@ class TenantShares:
         scopes = list(self._admission.scopes())
         report = counters.report(scopes, now - self._last_report)
         self._last_report = now
+        if not report["rates"] and not report["budgets"]:
+            # No limit here: nothing to split, and the leader's answer to an empty report
+            # is empty. Most clusters have no tenants; their pods used to send this every
+            # interval, each a signed call (and a warning when no leader answered it).
+            self._last_ok = now
+            counters.degraded = False
+            return True
         report["pod"] = self._m.me
         leader = self._m.leader()
         answer: dict[str, Any] | None
