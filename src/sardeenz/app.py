@@ -257,6 +257,11 @@ def build_services(settings: Settings) -> Services:
         flights.update(requests.book.peer_in_flight())
         return flights
 
+    collector = RequestCollector(
+        members, settings.cluster_collect_interval_seconds, requests, in_flight
+    )
+    # Heartbeats say when there is something to pull (cluster/observe.py).
+    cluster.local.request_log_version = collector.version
     node = node_metrics.NodeSampler(inventory, supervisor, ledger)
     preset_service = PresetService(
         members,
@@ -337,9 +342,7 @@ def build_services(settings: Settings) -> Services:
         metrics_history=MetricsHistory(
             inventory, requests, all_in_flight, peer_gpus if cluster.active else None
         ),
-        collector=RequestCollector(
-            members, settings.cluster_collect_interval_seconds, requests, in_flight
-        ),
+        collector=collector,
         external=external,
         tenants=tenant_service,
         tenant_shares=tenant_shares,

@@ -573,7 +573,8 @@ class Settings(BaseSettings):
         gt=0,
         le=300,
         description="How often each pod pulls the other pods' new request-log records, usage "
-        "counters and in-flight counts (the cluster-wide Requests page, usage and charts)",
+        "counters and in-flight counts (the cluster-wide Requests page, usage and charts); "
+        "a pod whose heartbeat says nothing changed is not asked",
         validation_alias=_env(
             "SARDEENZ_CLUSTER_COLLECT_INTERVAL_SECONDS", "cluster_collect_interval_seconds"
         ),

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
-from sardeenz.cluster.observe import Backoff
-from sardeenz.proxy.reqlog import Record
+from sardeenz.cluster.observe import QUIET_PULL_SECONDS, Backoff, pull_due
+from sardeenz.proxy.history import RequestHistory
+from sardeenz.proxy.reqlog import Record, RequestLog
 from sardeenz.store.requests import RequestQuery
 from sardeenz.telemetry.requestbook import RequestBook, to_wire
+from tests.unit.test_request_log import pending
 
 
 def record(seq: int, *, pod: str = "pod-b", model: str = "m") -> Record:
@@ -110,3 +112,40 @@ def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
     b.ok("p")
     assert b.due("p", 0.0)
     assert b.failed("p", 0.0) == pytest.approx(2.0)
+
+
+def test_a_pod_is_pulled_when_its_heartbeat_says_the_answer_changed() -> None:
+    """``pull_due``: the collector's rule (cluster/observe.py)."""
+    assert pull_due("v1", None, float("inf"), 2.0)  # never pulled
+    assert not pull_due("v1", "v1", 5.0, 2.0)  # holds what a pull would answer
+    assert pull_due("v2", "v1", 2.0, 2.0)  # something new
+    assert not pull_due("v2", "v1", 1.9, 2.0)  # but not twice within an interval
+    assert pull_due(None, "v1", 2.0, 2.0)  # an older pod: every interval
+    assert pull_due("v1", None, 2.0, 2.0)  # the last answer had more to come
+    assert pull_due("v1", "v1", QUIET_PULL_SECONDS, 2.0)  # and every pod now and then
+
+
+async def test_the_pull_version_changes_exactly_when_the_answer_does() -> None:
+    """Equal versions, equal answers: a record (noted, not yet drained), a change of the
+    requests in flight; the same state again gives the same version, which is what the
+    answer carries."""
+    log = RequestLog(size=10, pod="pod-b")
+    history = RequestHistory(log)
+    idle = history.pull_version({})
+    assert history.pull_version({}) == idle
+    busy = history.pull_version({"m1": 1})
+    assert busy != idle
+    assert history.pull_version({"m1": 2}) not in (idle, busy)
+    assert history.pull_version({"m1": 1}) == busy
+    log.note(pending())
+    noted = history.pull_version({})
+    assert noted != idle  # before the flusher drained it
+    answer = await history.pull_answer("", 0, {})
+    assert answer["version"] == noted
+    records = answer["records"]
+    assert isinstance(records, list)
+    assert len(records) == 1
+    assert history.pull_version({}) == noted
+    other = RequestHistory(RequestLog(size=10, pod="pod-b"))
+    other.book.epoch = "restarted"
+    assert other.pull_version({}) != idle  # a restarted pod (new epoch) is pulled again

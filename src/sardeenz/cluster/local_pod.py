@@ -4,7 +4,8 @@ Membership sends the heartbeat; what goes in it comes from here: this pod's
 supervisor's instances, its GPU figures (with the memory ledger's promised
 bytes), the routing table's version, the memory profiles' version and the
 instances it serves but no longer advertises (a move's source on its way out,
-cluster/handover.py) and the LoRA adapters each instance holds. Membership
+cluster/handover.py), the LoRA adapters each instance holds and the version of
+its request log (what a peer's collector would pull). Membership
 stamps the term and the leader flag it owns, so this module needs nothing of
 membership (no cycle between the two).
 """
@@ -59,6 +60,9 @@ class LocalPod:
         self._promised_bytes = promised_bytes
         self._profiles_version = profiles_version
         self._gpus: list[GpuFigures] = []
+        self.request_log_version: Callable[[], str] | None = None
+        """What a pull of this pod's request log would answer, digested (set by the
+        app's wiring: the collector is built after the cluster core)."""
         self.adapters: AdaptersHeld | None = None
         """The LoRA adapters this pod's instances hold (set by the app's wiring: the
         loader is built after the cluster core)."""
@@ -108,6 +112,9 @@ class LocalPod:
             held_terms=self.held_terms(),
             adapters=self.adapters() if self.adapters is not None else {},
             profiles_version=self._profiles_version() if self._profiles_version else None,
+            request_log_version=self.request_log_version()
+            if self.request_log_version is not None
+            else None,
         )
 
     def withdraw(self, instance_id: str, until: float, term: int) -> None:

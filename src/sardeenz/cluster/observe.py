@@ -15,12 +15,26 @@ A pod that does not answer is retried with exponential backoff (one interval,
 doubling, up to ``MAX_BACKOFF_SECONDS``); its records stay, its in-flight count is
 dropped. An answer that says ``more`` is followed at once by the next pull.
 The cursor and dedup rules are the book's (telemetry/requestbook.py).
+
+Why not every pod every interval: an idle cluster would pay a signed call per pair
+of pods per interval for answers that say nothing new (a 20-pod cluster: as many
+calls as its heartbeats). Every answer carries the version of what it says, and
+every heartbeat the version of what a pull would say now (proxy/history.py
+``pull_version``: records, usage and requests in flight; equal versions, equal
+answers). A pod whose heartbeat advertises the version the collector already holds
+is not asked; one whose version moved is asked at the next tick (a quarter of the
+interval) once an interval has passed since its last pull, so new records still
+arrive within about a heartbeat interval of being made, and a busy pod is pulled
+every interval as before. Every pod is asked at least every ``QUIET_PULL_SECONDS``
+whatever its heartbeats say, and a pod whose heartbeats carry no version (an older
+one) every interval.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -38,6 +52,22 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS: Final = 30.0
 MAX_PULLS_PER_ROUND: Final = 10
 """Pulls in a row from one pod that says ``more`` (a backlog), before the next round."""
+TICKS_PER_INTERVAL: Final = 4
+"""Rounds per collect interval: how soon after a heartbeat that says there is something
+new the pull goes (a round that asks nobody costs a loop over the peers)."""
+QUIET_PULL_SECONDS: Final = 30.0
+"""A pod is pulled at least this often even while its heartbeats say nothing changed."""
+
+
+def pull_due(advertised: str | None, held: str | None, since_pull: float, interval: float) -> bool:
+    """Whether to pull a pod now: ``advertised`` is its last heartbeat's request-log
+    version, ``held`` the version of the last answer taken from it (None: none, or it
+    ended with more to come), ``since_pull`` the seconds since that pull."""
+    if since_pull < interval:
+        return False
+    if since_pull >= QUIET_PULL_SECONDS or advertised is None or held is None:
+        return True
+    return advertised != held
 
 
 class PullRequest(BaseModel):
@@ -85,10 +115,18 @@ class RequestCollector:
         self.interval = interval
         self._backoff = Backoff(self.interval)
         self._task: asyncio.Task[None] | None = None
+        self._held: dict[str, str | None] = {}
+        """Pod -> the version of the last answer taken from it (``pull_due``)."""
+        self._pulled_at: dict[str, float] = {}
+        """Pod -> when it last answered (membership's clock)."""
 
     # ------------------------------------------------------------ server side
     def internal_routes(self) -> list[tuple[routes.InternalRoute, Handler]]:
         return [(routes.REQUESTS_PULL, self.answer)]
+
+    def version(self) -> str:
+        """What a pull would answer now, digested: every heartbeat carries it."""
+        return self._history.pull_version(self._in_flight())
 
     async def answer(self, request: InternalRequest) -> dict[str, Any]:
         """``POST /internal/requests/pull``: this pod's records after the asker's cursor."""
@@ -115,17 +153,24 @@ class RequestCollector:
             pod = peer.pod_id
             if m.detector.state(pod, now) is PeerState.UNAVAILABLE:
                 self._history.book.forget_in_flight(pod)
+                self._held.pop(pod, None)  # what is held is no longer its last answer
                 continue
             if not self._backoff.due(pod, now):
+                continue
+            advertised = peer.heartbeat.request_log_version if peer.heartbeat else None
+            since = now - self._pulled_at.get(pod, -math.inf)
+            if not pull_due(advertised, self._held.get(pod), since, self.interval):
                 continue
             try:
                 new += await self._pull(pod)
             except Exception as exc:  # one pod's bad answer must not stop the others'
                 self._history.book.forget_in_flight(pod)
+                self._held.pop(pod, None)
                 wait = self._backoff.failed(pod, m.now())
                 log.debug("request collector: pod %s: %s; next try in %.0f s", pod, exc, wait)
             else:
                 self._backoff.ok(pod)
+                self._pulled_at[pod] = now
         return new
 
     async def _pull(self, pod: str) -> int:
@@ -155,13 +200,17 @@ class RequestCollector:
                 ],
                 {str(k): int(v) for k, v in flight.items()} if isinstance(flight, dict) else {},
             )
-            if not data.get("more"):
+            more = bool(data.get("more"))
+            version = data.get("version")
+            # held only for a complete answer: with more to come, the next round asks
+            self._held[pod] = version if isinstance(version, str) and not more else None
+            if not more:
                 break
         return new
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(self.interval / TICKS_PER_INTERVAL)
             try:
                 await self.collect_once()
             except Exception:  # the loop must outlive any one round

@@ -11,10 +11,13 @@ this pod's records here (``_ingest``); the collector hands each peer's
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from pydantic import Field
 
 from sardeenz.domain import CamelModel
@@ -103,7 +106,17 @@ class RequestHistory:
             "more": len(rows) >= MAX_PULL,
             "usage": [list(r) for r in usage_rows()],
             "inFlight": in_flight,
+            "version": self.pull_version(in_flight),
         }
+
+    def pull_version(self, in_flight: Mapping[str, int]) -> str:
+        """What a pull of everything would answer, in a few bytes: the same exactly while
+        the answer is the same (records and usage grow with ``noted``; the requests in
+        flight are digested). Heartbeats carry it, so a collector that holds this
+        version has nothing to ask (cluster/observe.py)."""
+        flight = orjson.dumps(sorted(in_flight.items()))
+        digest = hashlib.blake2b(flight, digest_size=8).hexdigest()
+        return f"{self.book.epoch}.{self._log.noted:x}.{digest}"
 
     async def flush(self) -> None:
         """This pod's requests noted so far, into the book (and the table)."""

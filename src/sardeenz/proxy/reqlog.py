@@ -252,6 +252,12 @@ class RequestLog:
     def size(self) -> int:
         return self._ring.maxlen or 0
 
+    @property
+    def noted(self) -> int:
+        """Requests recorded so far, drained or not: grows with every record (and with
+        every change to the usage counters, which only a drained record makes)."""
+        return self._drained + len(self._pending) // _WIDTH
+
     def finished(
         self,
         model: str,

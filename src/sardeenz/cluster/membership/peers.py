@@ -61,6 +61,11 @@ class Heartbeat(CamelModel):
     profiles_version: str | None = Field(None, max_length=128)
     """Changes whenever the pod's memory profiles change: the leader then collects
     them (cluster/profile_sync.py). None from pods without profile sync."""
+    request_log_version: str | None = Field(None, max_length=128)
+    """What a pull of the sender's request log would answer, digested (its records,
+    usage and requests in flight; proxy/history.py ``pull_version``): a collector
+    holding this version has nothing to pull (cluster/observe.py). None from older
+    pods, which are pulled every interval."""
 
     @property
     def address(self) -> PeerAddress:
