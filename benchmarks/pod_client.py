@@ -1,9 +1,10 @@
 """Pod client benchmark: the CPU one inter-pod call costs its sender, and an idle cluster's.
 
 An idle cluster still talks: every heartbeat interval each pod sends a signed
-``POST /internal/heartbeat`` to every other pod, and pulls the request log and
-syncs tenant shares on their own intervals. Profiled, almost all of an idle
-pod's CPU is the HTTP client of those calls, so the pod client
+``POST /internal/heartbeat`` to every other pod. (It no longer pulls request logs
+whose heartbeat says nothing changed, syncs tenant shares without a tenant limit,
+or reads the presets table on the leader with no preset applied.) Profiled,
+almost all of an idle pod's CPU is the HTTP client of those calls, so the pod client
 (cluster/transport/client.py) sends them straight to httpx's connection pool
 (httpcore), without an ``httpx.AsyncClient``.
 

@@ -4,12 +4,15 @@ On the folder's shared cluster. Requests enter through each pod for a model that
 pod-c runs (so pod-a's and pod-b's are forwarded to pod-c). Each appears once in every
 pod's ``/api/v1/requests`` and usage, with the pod that ran it and the pod it entered;
 ``pod`` / ``entryPod`` filter; a pod SIGKILLed keeps its collected records (and is
-started again after: the cluster is shared).
+started again after: the cluster is shared). A request in flight on pod-c shows on
+pod-a's charts while it runs and leaves them when it ends.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from functools import partial
@@ -140,3 +143,70 @@ def _check_the_survivors_kept_pod_b_records(sent: Cluster) -> None:
         assert len(_requests(url, entryPod="pod-b")) == SENT["pod-b"]
         assert _usage(url) == TOTAL
         assert _usage(url, pod="pod-b") == SENT["pod-b"]
+
+
+SLOW = "observed-slow-c"
+
+
+def _in_flight_on_c(url: str) -> list[tuple[float, int]]:
+    """``url``'s charts of pod-c: (sample time, ``SLOW``'s requests in flight), sample by
+    sample (a sample without ``SLOW``: none in flight, nothing ended)."""
+    report = HTTP.get(f"{url}/api/v1/metrics/history", params={"pod": "pod-c"}, timeout=5)
+    assert report.status_code == 200, report.text
+    return [
+        (s["t"], sum(m["inFlight"] for m in s["models"] if m["model"] == SLOW))
+        for s in report.json()["samples"]
+    ]
+
+
+def test_a_request_in_flight_on_another_pod_shows_until_it_ends(
+    shared_cluster: Cluster,
+) -> None:
+    """pod-a learns pod-c's requests in flight from its pulls, which go only when pod-c's
+    heartbeat says the answer changed. A stream entering pod-a runs on pod-c, which
+    records nothing (pod-a does): pod-c's answer changes, then returns to what it was
+    before. pod-a must count the stream on pod-c while it runs, and stop when it ends."""
+    shared_cluster.wait_one_leader()
+    iid = shared_cluster.load_on("pod-c", SLOW, "--itl-ms", "100")["id"]
+    url = shared_cluster.pods["pod-a"].url
+    ended: list[float] = []
+
+    def stream() -> None:
+        body = {
+            "model": SLOW,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 70,  # 7 s: longer than a chart sample (5 s)
+            "stream": True,
+        }
+        with HTTP.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as resp:
+            assert resp.status_code == 200, resp.read()
+            for _ in resp.iter_lines():
+                pass
+        ended.append(time.time())
+
+    streaming = threading.Thread(target=stream)
+    try:
+        poll(f"{SLOW} routable on pod-a", partial(lambda u: SLOW in listed_models(u), url), bool)
+        streaming.start()
+        poll(
+            "pod-a's charts counting the stream in flight on pod-c",
+            partial(_in_flight_on_c, url),
+            lambda samples: any(n == 1 for _, n in samples),
+            timeout=20,
+        )
+        streaming.join(30)
+        assert ended, "the stream did not end within 30 s"
+        # a pull within the collect interval (2 s) of the end, and a margin
+        settled = ended[0] + 3.0
+        after = poll(
+            "a chart sample of pod-a taken 3 s after the stream ended",
+            partial(_in_flight_on_c, url),
+            lambda samples: any(t > settled for t, _ in samples),
+            timeout=20,
+        )
+        late = [n for t, n in after if t > settled]
+        assert late == [0] * len(late), after  # (at least one: the poll's condition)
+    finally:
+        if streaming.is_alive():
+            streaming.join(30)
+        shared_cluster.unload("pod-c", iid)
