@@ -5,7 +5,8 @@ each case runs in a fresh interpreter and reads what it imported. PyJWT (with
 cryptography) loads only when admin authentication is configured, and then when the
 authenticator is built, so a broken install still stops the start; httpx's own
 command-line client, which pulls in pygments, never loads in a Sardeenz process;
-PyYAML only for a start given a configuration file.
+PyYAML only for a start given a configuration file; a sim engine never loads
+prometheus_client.
 """
 
 from __future__ import annotations
@@ -69,3 +70,18 @@ def test_httpx_without_its_command_line_client() -> None:
     assert "httpx" in modules
     assert "httpx._main" not in modules
     assert "pygments" not in modules
+
+
+def test_sim_engine_without_prometheus_client() -> None:
+    # The engine writes its /metrics text itself (sardeenz.sim.metrics; byte-equal to
+    # prometheus_client's, tests/unit/test_sim_metrics_text.py): the library's import
+    # was a seventh of an engine start's CPU.
+    code = (
+        "import json, sys; from sardeenz.sim.server import SimServer, main; "
+        "from sardeenz.sim.metrics import SimMetrics; SimMetrics('m').render(); "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    modules = modules_after(code)
+    assert "sardeenz.sim.app" in modules
+    assert "uvicorn" in modules
+    assert not [m for m in modules if m.split(".")[0] == "prometheus_client"]
