@@ -5,7 +5,8 @@ each case runs in a fresh interpreter and reads what it imported. PyJWT (with
 cryptography) loads only when admin authentication is configured, and then when the
 authenticator is built, so a broken install still stops the start; httpx's own
 command-line client, which pulls in pygments, never loads in a Sardeenz process;
-PyYAML only for a start given a configuration file; a sim engine never loads
+PyYAML only for a start given a configuration file; pynvml only for a server on the
+NVIDIA driver (not on simulated GPUs); a sim engine never loads
 prometheus_client.
 """
 
@@ -85,3 +86,24 @@ def test_sim_engine_without_prometheus_client() -> None:
     assert "sardeenz.sim.app" in modules
     assert "uvicorn" in modules
     assert not [m for m in modules if m.split(".")[0] == "prometheus_client"]
+
+
+def test_pynvml_only_for_the_nvml_inventory() -> None:
+    # The whole server's modules and a simulated-GPU inventory: no NVML library.
+    code = (
+        "import json, sys, sardeenz.app; from sardeenz.config import Settings; "
+        "from sardeenz.gpu.inventory import create_inventory; "
+        "inv = create_inventory(Settings(**json.loads(sys.argv[1]))); "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    modules = modules_after(code, json.dumps({"sim_gpus": "NVIDIA L4:24GiB"}))
+    assert "sardeenz.gpu.inventory" in modules
+    assert "pynvml" not in modules
+    # With no simulated GPUs the driver is asked, through pynvml, when the server opens it.
+    nvml = (
+        "import asyncio, json, sys; from sardeenz.config import Settings; "
+        "from sardeenz.gpu.inventory import create_inventory; "
+        "inv = create_inventory(Settings(**json.loads(sys.argv[1]))); asyncio.run(inv.open()); "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    assert "pynvml" in modules_after(nvml, json.dumps({"sim_gpus": None, "demo": False}))
