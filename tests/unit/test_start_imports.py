@@ -4,7 +4,8 @@ Behaviour tests, not timing ones (the CPU is measured by benchmarks/serve_startu
 each case runs in a fresh interpreter and reads what it imported. PyJWT (with
 cryptography) loads only when admin authentication is configured, and then when the
 authenticator is built, so a broken install still stops the start; httpx's own
-command-line client, which pulls in pygments, never loads in a Sardeenz process;
+command-line client, which pulls in pygments, nor uvicorn's watchfiles reloader, ever
+loads in a Sardeenz process;
 PyYAML only for a start given a configuration file; pynvml only for a server on the
 NVIDIA driver (not on simulated GPUs); a sim engine never loads
 prometheus_client.
@@ -107,3 +108,15 @@ def test_pynvml_only_for_the_nvml_inventory() -> None:
         "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
     )
     assert "pynvml" in modules_after(nvml, json.dumps({"sim_gpus": None, "demo": False}))
+
+
+def test_uvicorn_without_its_file_watching_reloader() -> None:
+    code = (
+        "import json, sys, sardeenz, uvicorn, uvicorn.supervisors as sup; "
+        "assert uvicorn.Config and uvicorn.Server; "
+        "assert sup.ChangeReload.__name__ == 'StatReload', sup.ChangeReload; "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    modules = modules_after(code)
+    assert "uvicorn.main" in modules
+    assert "watchfiles" not in modules
