@@ -11,7 +11,8 @@ Rows, run interleaved round by round so a loaded machine affects each alike:
   same server with ``store.db`` forced back to running every Alembic migration at each
   start (which imported Alembic and its SQLAlchemy dialects), the garbage collector
   left on while the modules load, a TLS context built by each HTTP client, and PyJWT
-  (with cryptography), PyYAML and httpx's command-line client (with pygments) imported;
+  (with cryptography), PyYAML and httpx's command-line client (with pygments) imported,
+  and uvicorn's watchfiles reloader;
 * ``new database``: a first start, today (the schema is created and stamped, no Alembic;
   no garbage collection until the app is built; no PyJWT without admin auth configured);
 * ``restart``: a second start on the same data directory (the database is at head).
@@ -21,8 +22,8 @@ load of the demo and the tests starts), from spawn through ``/health`` answering
 one ``/metrics`` scrape to its exit on SIGTERM (its EngineCore child included):
 
 * ``sim baseline``: the engine as it was before its start-up was cut, in the same run:
-  prometheus_client imported (it wrote ``/metrics``) and the garbage collector left on
-  while the modules load;
+  prometheus_client imported (it wrote ``/metrics``), the garbage collector left on
+  while the modules load, and uvicorn's watchfiles reloader imported;
 * ``sim engine``: today (``/metrics`` written by ``sardeenz.sim.metrics``, no collection
   during the import).
 
@@ -56,14 +57,18 @@ BEFORE_ISSUE_24 = (
     "import httpx, sardeenz.tls as tls; "
     "tls.client_tls = lambda trust_env=True: httpx.create_ssl_context(trust_env=trust_env); "
     # and every start imported PyJWT (with cryptography) and httpx's command-line client
-    "import sys; del sys.modules['httpx._main']; import httpx._main, jwt, yaml; " + RUN_CLI
+    "import sys; del sys.modules['httpx._main']; import httpx._main, jwt, yaml; "
+    # and uvicorn's watchfiles reloader loaded with uvicorn
+    "del sys.modules['uvicorn.supervisors.watchfilesreload']; " + RUN_CLI
 )
 
 RUN_SIM = "import runpy; runpy.run_module('sardeenz.sim', run_name='__main__')"
 SIM_BEFORE = (
     # The collector ran during the import, and prometheus_client wrote /metrics.
     "import gc; gc.disable = gc.enable; gc.freeze = lambda: None; "
-    "import prometheus_client; prometheus_client.disable_created_metrics(); " + RUN_SIM
+    "import prometheus_client; prometheus_client.disable_created_metrics(); "
+    # and uvicorn loaded its watchfiles reloader
+    "import sys, sardeenz; del sys.modules['uvicorn.supervisors.watchfilesreload']; " + RUN_SIM
 )
 
 
