@@ -14,6 +14,13 @@ __all__ = ["__version__"]
 # a process of its own, is untouched. Set before any of our modules imports httpx.
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
+# The same for uvicorn's file-watching reloader: ``import uvicorn`` imports
+# ``uvicorn.main``, whose supervisors load watchfiles (a Rust extension) and anyio for
+# ``--reload``, which no Sardeenz process uses; 5-12 ms of CPU at every sim engine
+# start (benchmarks/serve_startup.py). uvicorn expects the import to fail (watchfiles
+# is optional) and falls back to its stat-polling reloader.
+sys.modules.setdefault("uvicorn.supervisors.watchfilesreload", None)  # type: ignore[arg-type]
+
 
 def __getattr__(name: str) -> str:
     """``__version__``, read from the installed package when first asked for.

@@ -4,8 +4,11 @@ Behaviour tests, not timing ones (the CPU is measured by benchmarks/serve_startu
 each case runs in a fresh interpreter and reads what it imported. PyJWT (with
 cryptography) loads only when admin authentication is configured, and then when the
 authenticator is built, so a broken install still stops the start; httpx's own
-command-line client, which pulls in pygments, never loads in a Sardeenz process;
-PyYAML only for a start given a configuration file.
+command-line client, which pulls in pygments, nor uvicorn's watchfiles reloader, ever
+loads in a Sardeenz process;
+PyYAML only for a start given a configuration file; pynvml only for a server on the
+NVIDIA driver (not on simulated GPUs); a sim engine never loads
+prometheus_client.
 """
 
 from __future__ import annotations
@@ -69,3 +72,51 @@ def test_httpx_without_its_command_line_client() -> None:
     assert "httpx" in modules
     assert "httpx._main" not in modules
     assert "pygments" not in modules
+
+
+def test_sim_engine_without_prometheus_client() -> None:
+    # The engine writes its /metrics text itself (sardeenz.sim.metrics; byte-equal to
+    # prometheus_client's, tests/unit/test_sim_metrics_text.py): the library's import
+    # was a seventh of an engine start's CPU.
+    code = (
+        "import json, sys; from sardeenz.sim.server import SimServer, main; "
+        "from sardeenz.sim.metrics import SimMetrics; SimMetrics('m').render(); "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    modules = modules_after(code)
+    assert "sardeenz.sim.app" in modules
+    assert "uvicorn" in modules
+    assert not [m for m in modules if m.split(".")[0] == "prometheus_client"]
+
+
+def test_pynvml_only_for_the_nvml_inventory() -> None:
+    # The whole server's modules and a simulated-GPU inventory: no NVML library.
+    code = (
+        "import json, sys, sardeenz.app; from sardeenz.config import Settings; "
+        "from sardeenz.gpu.inventory import create_inventory; "
+        "inv = create_inventory(Settings(**json.loads(sys.argv[1]))); "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    modules = modules_after(code, json.dumps({"sim_gpus": "NVIDIA L4:24GiB"}))
+    assert "sardeenz.gpu.inventory" in modules
+    assert "pynvml" not in modules
+    # With no simulated GPUs the driver is asked, through pynvml, when the server opens it.
+    nvml = (
+        "import asyncio, json, sys; from sardeenz.config import Settings; "
+        "from sardeenz.gpu.inventory import create_inventory; "
+        "inv = create_inventory(Settings(**json.loads(sys.argv[1]))); asyncio.run(inv.open()); "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    assert "pynvml" in modules_after(nvml, json.dumps({"sim_gpus": None, "demo": False}))
+
+
+def test_uvicorn_without_its_file_watching_reloader() -> None:
+    code = (
+        "import json, sys, sardeenz, uvicorn, uvicorn.supervisors as sup; "
+        "assert uvicorn.Config and uvicorn.Server; "
+        "assert sup.ChangeReload.__name__ == 'StatReload', sup.ChangeReload; "
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))"
+    )
+    modules = modules_after(code)
+    assert "uvicorn.main" in modules
+    assert "watchfiles" not in modules

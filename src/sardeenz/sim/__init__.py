@@ -33,8 +33,9 @@ Everything a user sees says "simulated": the first log line, the version
 
 The package is split by concern; this file imports nothing so that the controller can
 import the light modules (:mod:`sardeenz.sim.text`, :mod:`sardeenz.sim.memory`) without
-paying for uvicorn or prometheus_client, and so that start-up stays as fast as vLLM's
-own port-closed-while-loading contract lets tests go:
+paying for uvicorn, and so that start-up stays as fast as vLLM's own
+port-closed-while-loading contract lets tests go (no prometheus_client either: the
+``/metrics`` text is written by :mod:`~sardeenz.sim.metrics`):
 
 * :mod:`~sardeenz.sim.args`: the command line (vLLM-style flags) -> ``SimConfig``;
 * :mod:`~sardeenz.sim.server`: the process: bind, load, serve, shut down (``main``);
@@ -46,7 +47,7 @@ own port-closed-while-loading contract lets tests go:
 * :mod:`~sardeenz.sim.sleep`: the sleep/wake-up dev endpoints;
 * :mod:`~sardeenz.sim.wire`: ASGI request/response helpers and OpenAI error shapes;
 * :mod:`~sardeenz.sim.logwriter`: vLLM-format log lines and the buffered access log;
-* :mod:`~sardeenz.sim.metrics`: vLLM's Prometheus metric names;
+* :mod:`~sardeenz.sim.metrics`: vLLM's Prometheus metrics and their exposition text;
 * :mod:`~sardeenz.sim.memory`: the simulated GPU memory plan;
 * :mod:`~sardeenz.sim.text`: the deterministic token texts and prompt counting.
 """

@@ -15,7 +15,6 @@ import os
 from collections.abc import Awaitable, Callable
 
 import orjson
-import prometheus_client as prom
 import uvicorn
 
 from sardeenz.asgi import Message, Receive, Scope, Send
@@ -25,7 +24,7 @@ from sardeenz.sim.generation import Scheduler
 from sardeenz.sim.logwriter import VllmLog
 from sardeenz.sim.lora import LoraAdapters, runtime_updating_allowed
 from sardeenz.sim.memory import MemoryPlan
-from sardeenz.sim.metrics import SimMetrics
+from sardeenz.sim.metrics import CONTENT_TYPE, SimMetrics
 from sardeenz.sim.openai import OpenAIHandlers
 from sardeenz.sim.sleep import SleepControl
 from sardeenz.sim.wire import RequestError, respond, respond_empty
@@ -33,6 +32,8 @@ from sardeenz.sim.wire import RequestError, respond, respond_empty
 __all__ = ["Handler", "SimEngine"]
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_METRICS_CONTENT_TYPE = CONTENT_TYPE.encode()
 
 
 class SimEngine:
@@ -146,7 +147,7 @@ class SimEngine:
         await respond(send, 200, orjson.dumps({"server_load": self.scheduler.inflight}))
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await respond(send, 200, self.metrics.render(), prom.CONTENT_TYPE_LATEST.encode())
+        await respond(send, 200, self.metrics.render(), _METRICS_CONTENT_TYPE)
 
     async def _sim_state(self, scope: Scope, receive: Receive, send: Send) -> None:
         cfg, plan, sleep = self.cfg, self.plan, self.sleep

@@ -20,7 +20,6 @@ from collections.abc import Awaitable
 from types import FrameType
 from typing import Final
 
-import prometheus_client as prom
 import uvicorn
 
 from sardeenz.sim.app import SimEngine
@@ -264,6 +263,5 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
-    prom.disable_created_metrics()  # type: ignore[no-untyped-call]  # as vLLM's output
     log = VllmLog(sys.stdout, sys.stderr)
     return _run(SimServer(cfg, log).run())
