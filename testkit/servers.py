@@ -249,6 +249,9 @@ def kill_engines(data_dir: Path) -> None:
 
 def _running(proc: psutil.Process) -> bool:
     """Whether ``proc`` still runs: neither gone (nor its pid reused) nor a zombie."""
+    with contextlib.suppress(psutil.Error):  # psutil.TimeoutExpired: it has not ended
+        proc.wait(0)  # reaps it if it is this process's child (no one else would)
+        return False
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
