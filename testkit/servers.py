@@ -229,20 +229,33 @@ def _instance_of(proc: psutil.Process) -> str | None:
 def kill_engines(data_dir: Path) -> None:
     """SIGKILL every engine process of ``data_dir``'s server and wait until they are gone
     (a killed process lives on until the kernel schedules its exit: on a busy machine a
-    check right after the kill would still find it)."""
+    check right after the kill would still find it). A zombie is dead: its parent, the
+    server, is gone, and whoever inherited it reaps it when it gets to it (seconds, here),
+    so waiting for its reaping would only wait on that."""
     procs = engine_processes(data_dir)
     for proc in procs:
         with contextlib.suppress(psutil.Error, OSError):
             os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    _, alive = psutil.wait_procs(procs, timeout=10)
-    left = []
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):  # gone meanwhile
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                left.append(proc.pid)
-    assert not left, f"engine processes {left} of {data_dir} still alive 10 s after SIGKILL"
+    deadline = time.monotonic() + 10
+    left = [p for p in procs if _running(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = [p for p in left if _running(p)]
+    pids = [p.pid for p in left]
+    assert not pids, f"engine processes {pids} of {data_dir} still alive 10 s after SIGKILL"
+
+
+def _running(proc: psutil.Process) -> bool:
+    """Whether ``proc`` still runs: neither gone (nor its pid reused) nor a zombie."""
+    with contextlib.suppress(psutil.Error):  # psutil.TimeoutExpired: it has not ended
+        proc.wait(0)  # reaps it if it is this process's child (no one else would)
+        return False
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def wait_for_status(

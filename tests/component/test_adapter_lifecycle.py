@@ -33,7 +33,7 @@ def srv(
     module_server_factory: ServerPool, tmp_path_factory: pytest.TempPathFactory
 ) -> ServerProcess:
     root = tmp_path_factory.mktemp("lifecycle")
-    for name in ("idle1", "keep1", "nap1", "nap2", "ops1", "mv1", "sat1"):
+    for name in ("idle1", "keep1", "tick1", "nap1", "nap2", "ops1", "mv1", "sat1"):
         make_adapter(root / name, rank=8)
     config = root / "sardeenz.yaml"
     config.write_text(
@@ -52,6 +52,7 @@ catalog:
     extraArgs: {SIM_ARGS}
   idle1: {{adapterOf: ttl, adapterPath: "{root / "idle1"}"}}
   keep1: {{adapterOf: ttl, adapterPath: "{root / "keep1"}"}}
+  tick1: {{adapterOf: ttl, adapterPath: "{root / "tick1"}"}}
   nap1: {{adapterOf: nap, adapterPath: "{root / "nap1"}"}}
   nap2: {{adapterOf: nap, adapterPath: "{root / "nap2"}"}}
   ops:
@@ -169,6 +170,10 @@ def test_a_sleeping_base_keeps_its_adapters(srv: ServerProcess) -> None:
     oai = client(srv)
     for name in ("nap1", "nap2"):
         assert oai.completions.create(model=name, prompt="hi", max_tokens=1).model == name
+    # The clock: tick1, used after them on an awake base, is unloaded by the first idle
+    # pass past its TTL, so past theirs too (a pass judges every adapter at one instant).
+    assert oai.completions.create(model="tick1", prompt="hi", max_tokens=1).model == "tick1"
+    ticks = metric(srv, 'sardeenz_adapter_unloads_total{model="tick1",reason="idle"}')
     inst = only_instance(srv, "nap")
     loads = engine_state(srv, "nap")["lora_loads"]
     with srv.client() as c:
@@ -176,8 +181,13 @@ def test_a_sleeping_base_keeps_its_adapters(srv: ServerProcess) -> None:
         assert resp.status_code == 200, resp.text
     wait_for(lambda: listed_state(srv, "nap1") == "sleeping", "nap1 listed sleeping")
     assert listed_state(srv, "nap2") == "sleeping"
-    time.sleep(TTL * 2)  # asleep longer than the TTL: sleeping is not idle time
+    wait_for(  # asleep longer than the TTL: sleeping is not idle time
+        lambda: "tick1" not in engine_state(srv, "ttl")["lora_adapters"],
+        "tick1 unloaded by an idle pass past nap1's and nap2's TTL",
+    )
+    assert metric(srv, 'sardeenz_adapter_unloads_total{model="tick1",reason="idle"}') == ticks + 1
     assert listed_state(srv, "nap1") == "sleeping"
+    assert listed_state(srv, "nap2") == "sleeping"
     with srv.client() as c:
         resp = c.post(f"/api/v1/models/{inst['id']}/wake")
         assert resp.status_code == 200, resp.text

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -49,8 +50,16 @@ def pods(kube: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
     )
     try:
         cluster.start()
-        for pod in cluster.names:  # served by every pod: each admits what it serves
-            cluster.load_on(pod, MODEL, "--ttft-ms", "1", "--itl-ms", "1")
+        # Served by every pod (each admits what it serves); the three loads side by side,
+        # as in the static-peers test: each waits for its engine, then for the leader to
+        # hear of it in a heartbeat, and one after another they were seconds of waiting.
+        with ThreadPoolExecutor(3) as pool:
+            loads = [
+                pool.submit(cluster.load_on, pod, MODEL, "--ttft-ms", "1", "--itl-ms", "1")
+                for pod in cluster.names
+            ]
+            for load in loads:
+                load.result()
         yield cluster
     finally:
         cluster.close()

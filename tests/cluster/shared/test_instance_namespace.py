@@ -40,6 +40,12 @@ class Namespace:
         self.reference: dict[tuple[str, str], Any] = {}
 
     def load(self, pod: str, name: str) -> str:
+        iid = self.start_load(pod, name)
+        self.wait_listed(iid, "active")
+        return iid
+
+    def start_load(self, pod: str, name: str) -> str:
+        """Ask the leader to load ``name`` on ``pod``; its instance id (starting)."""
         body = {
             "modelPath": name,
             "engine": "sim",
@@ -49,9 +55,12 @@ class Namespace:
         }
         resp = HTTP.post(f"{self.leader}/api/v1/models/load", json=body, timeout=30)
         assert resp.status_code == 202, resp.text
-        iid = str(resp.json()["id"])
-        self.wait_listed(iid, "active")
-        return iid
+        return str(resp.json()["id"])
+
+    def listed(self, iid: str) -> bool:
+        return any(
+            i["id"] == iid for i in HTTP.get(f"{self.leader}/api/v1/models", timeout=5).json()
+        )
 
     def wait_listed(self, iid: str, status: str | None, timeout: float = 30) -> None:
         """Until the leader's list shows ``iid`` in ``status`` (None: not at all)."""
@@ -206,10 +215,32 @@ def test_an_instance_no_pod_has_is_404_everywhere(ns: Namespace, route: str, ent
     assert ROUTES[route](ns, entry, MISSING) == (404, "instance_not_found")
 
 
+@pytest.fixture(scope="module")
+def doomed(ns: Namespace) -> Iterator[dict[tuple[str, str], str]]:
+    """An instance on each owner for each entry to unload, (entry, owner) -> id: the nine
+    start side by side (one after another, each test waited out a start of its own);
+    whichever a failed test left is unloaded after the module."""
+    started = {
+        (entry, owner): ns.start_load(owner, f"gone-{owner}-{entry}")
+        for entry in PODS
+        for owner in PODS
+    }
+    try:
+        for iid in started.values():
+            ns.wait_listed(iid, "active")
+        yield started
+    finally:
+        for (_, owner), iid in started.items():
+            if ns.listed(iid):
+                ns.cluster.unload(owner, iid)
+
+
 @pytest.mark.parametrize("owner", PODS, ids=lambda p: f"on-{p}")
 @pytest.mark.parametrize("entry", PODS, ids=lambda p: f"via-{p}")
-def test_unload_from_any_pod(ns: Namespace, entry: str, owner: str) -> None:
-    iid = ns.load(owner, f"gone-{owner}-{entry}")
+def test_unload_from_any_pod(
+    ns: Namespace, doomed: dict[tuple[str, str], str], entry: str, owner: str
+) -> None:
+    iid = doomed[entry, owner]
     resp = _call("POST", f"{ns.url(entry)}/api/v1/models/{iid}/unload")
     assert resp.status_code == 200, resp.text
     assert (resp.json()["id"], resp.json()["podId"]) == (iid, owner)
