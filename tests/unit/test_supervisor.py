@@ -332,6 +332,80 @@ async def test_restart_finishes_an_unload_the_controller_died_in(
         await node.supervisor.detach()
 
 
+class AsleepRunner(FakeRunner):
+    """An engine that fell asleep before the controller died: its sleep was never recorded.
+
+    ``wakes``: whether ``/wake_up`` works; ``paths``: every engine call, in order."""
+
+    wakes: ClassVar[bool] = True
+    made: ClassVar[dict[str, AsleepRunner]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sleeping = True
+        self.paths: list[str] = []
+        AsleepRunner.made[self.instance.id] = self
+
+    async def engine_call(self, method: str, path: str) -> httpx.Response:
+        self.paths.append(path)
+        if path == "/wake_up" and not self.wakes:
+            return httpx.Response(500, text="CUDA error")
+        return await super().engine_call(method, path)
+
+
+@pytest.mark.parametrize("wakes", [True, False], ids=["wakes", "will-not-wake"])
+async def test_restart_wakes_an_engine_whose_sleep_was_never_recorded(
+    tmp_path: Path, wakes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between the engine's sleep and the record (issue 28, soak run 62): the
+    record says active, so the engine must be awake before anything routes to it (an
+    asleep engine queues requests forever); one that will not wake fails instead."""
+    me = os.getpid()
+    monkeypatch.setattr(AsleepRunner, "wakes", wakes)
+
+    def stored(iid: str, sleep_mode: bool) -> StoredInstance:
+        inst = ModelInstance(
+            id=iid,
+            model_path="m",
+            served_model_name=iid,
+            display_name=iid,
+            engine=EngineKind.SIM,
+            status=InstanceStatus.ACTIVE,
+            port=40000 + len(iid),
+            process_id=me,
+            gpu_ids=[0],
+            reserved_bytes_per_gpu=4 * GIB,
+            sleep_mode_enabled=sleep_mode,
+        )
+        return StoredInstance(inst, proctree.create_time(me))
+
+    registry = Registry(stored("cat", True), stored("no-sleep-mode", False))
+    node = Node(tmp_path, registry, runner_class=AsleepRunner)
+    await node.supervisor.start()
+    try:
+        engine = AsleepRunner.made["cat"]
+        cat = node.supervisor.get("cat")
+        if wakes:
+            assert engine.paths == ["/is_sleeping", "/wake_up", "/is_sleeping"]
+            assert not engine.sleeping
+            assert cat.status == InstanceStatus.ACTIVE
+            assert node.inventory.usage("cat") == {0: 4 * GIB}
+        else:
+            assert engine.paths == ["/is_sleeping", "/wake_up"]
+            assert cat.status == InstanceStatus.FAILED
+            assert cat.error_message == (
+                "engine was asleep when the controller restarted: "
+                "engine answered 500 to /wake_up: CUDA error"
+            )
+            assert registry.rows["cat"].instance.status == InstanceStatus.FAILED
+            assert node.inventory.usage("cat") == {}
+        # Without sleep mode it cannot be asleep: the engine is not asked.
+        assert AsleepRunner.made["no-sleep-mode"].paths == []
+        assert node.supervisor.get("no-sleep-mode").status == InstanceStatus.ACTIVE
+    finally:
+        await node.supervisor.detach()
+
+
 def _marked_engine(data_dir: Path, instance_id: str) -> subprocess.Popen[bytes]:
     """A real process carrying the mark of an engine of ``instance_id`` (runtime/marker.py)."""
     env = {**os.environ, ENV_DATA_DIR: data_dir_mark(data_dir), ENV_INSTANCE_ID: instance_id}

@@ -233,11 +233,54 @@ class Supervisor:
         if not await runner.verify_adopted():  # its port may be someone else's by now
             runner.prime_from_file()
             return
+        if not await self._wake_if_asleep(runner):
+            runner.prime_from_file()
+            return
         if inst.status == InstanceStatus.SLEEPING:
             await self._sync_memory(runner)
         offset = runner.prime_from_file()
         log.info("re-adopted instance %s (pid %s, port %d)", inst.id, inst.process_id, inst.port)
         runner.start(offset=offset)
+
+    async def _wake_if_asleep(self, runner: InstanceRunner) -> bool:
+        """An engine recorded ``active`` that is asleep: wake it, or fail the instance.
+
+        A sleep records ``sleeping`` only after the engine answered that it sleeps, so
+        a controller killed in between leaves an ``active`` record over a sleeping
+        engine. Routed as active, it would queue every request until the client gave
+        up (issue 28: a catalog model hung for minutes after its pod was killed during
+        an idle sleep, and stayed the one copy the cluster kept). The record wins: the
+        ledger re-adopted it holding its full memory, so waking it needs no admission.
+        False: the instance failed (an engine that will not wake must not be routed).
+        """
+        inst = runner.instance
+        adapter = self._adapters(inst.engine)
+        if inst.status != InstanceStatus.ACTIVE or not inst.sleep_mode_enabled:
+            return True
+        if adapter.sleep_refusal(inst) is not None:
+            return True
+        try:  # bounded: a stopped engine must not hold up the controller's start
+            async with asyncio.timeout(self.settings.health_timeout_seconds):
+                asleep = await self._is_sleeping(runner, adapter)
+        except (TimeoutError, SardeenzError) as exc:
+            log.warning("instance %s: cannot tell whether its engine sleeps: %s", inst.id, exc)
+            return True
+        if not asleep:
+            return True
+        log.warning(
+            "instance %s: recorded active but its engine is asleep (the controller ended "
+            "during a sleep): waking it",
+            inst.id,
+        )
+        try:
+            resp = await adapter.wake(runner.engine_call)
+            self._check_engine_answer(runner, resp, "wake_up")
+            if await self._is_sleeping(runner, adapter):
+                raise EngineCallFailed(f"engine of {inst.id} still reports sleeping")
+        except SardeenzError as exc:
+            await runner.fail(f"engine was asleep when the controller restarted: {exc.message}")
+            return False
+        return True
 
     async def _alive(self, inst: ModelInstance, create_time: float | None) -> bool:
         """Whether the engine of a record still runs: its PID with the recorded start
