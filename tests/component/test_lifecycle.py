@@ -123,7 +123,7 @@ def test_fail_after_load_reports_the_root_cause(reused_server: ServerProcess) ->
 def test_restart_after_sigkill_readopts_running_engines(server_factory: Any) -> None:
     srv: ServerProcess = server_factory().start()
     with srv.client() as api:
-        a = load_active(api, "keep-a")
+        a = load_active(api, "keep-a", enableSleepMode=True)
         b = load_active(api, "keep-b")
     srv.stop(signal.SIGKILL)
     # Engines survive the controller's death.
@@ -135,6 +135,9 @@ def test_restart_after_sigkill_readopts_running_engines(server_factory: Any) -> 
         timeout=10,
     )
     assert engine.status_code == 200
+    # The controller died between the engine's sleep and its record (issue 28): the
+    # record says active, the engine sleeps and would queue every request.
+    httpx.post(f"http://127.0.0.1:{a['port']}/sleep?level=1", timeout=10).raise_for_status()
 
     srv2 = ServerProcess(srv.data_dir)
     srv2.port, srv2.url = srv.port, srv.url
@@ -148,6 +151,14 @@ def test_restart_after_sigkill_readopts_running_engines(server_factory: Any) -> 
                 new = listed[old["id"]]
                 assert new["status"] == "active"
                 assert (new["processId"], new["port"]) == (old["processId"], old["port"])
+            awake = httpx.get(f"http://127.0.0.1:{a['port']}/is_sleeping", timeout=10)
+            assert awake.json() == {"is_sleeping": False}, "re-adopted active, left asleep"
+            routed = api.post(
+                "/v1/completions",
+                json={"model": "keep-a", "prompt": "routed", "max_tokens": 2},
+                timeout=10,
+            )
+            assert routed.status_code == 200, routed.text
             # Logs continue: a request now produces a new access-log line we see.
             before = len(api.get(f"/api/v1/models/{a['id']}/logs?lines=5000").json()["lines"])
             httpx.post(
