@@ -32,7 +32,7 @@ def describe(proc: psutil.Process) -> str:
         return "?"
 
 
-# --- failures parsed from the real engine's output -------------------------------------------
+# --- failures parsed from the real engine's output (and one found before it) ---------------
 
 
 def test_failures_end_failed_with_the_root_cause(
@@ -48,6 +48,7 @@ def test_failures_end_failed_with_the_root_cause(
 
     cases: dict[str, tuple[Path, list[str], list[str]]] = {
         # name: (model, extra args, what the message must say)
+        # Refused before spawning (VllmAdapter.start_refusal): no vLLM import for it.
         "missing": (missing, [], [str(missing)]),
         "empty": (empty, [], ["Invalid repository ID or local directory", str(empty)]),
         "truncated": (truncated, [], ["SafetensorError", "incomplete metadata"]),
