@@ -54,11 +54,12 @@ SECONDS_PER_TEST = {
 """A file missing from both tables: its tier's rough cost per test."""
 
 
-SHARED_FOLDERS = ("tests/cluster/shared/", "tests/browser/", "tests/kube/")
+SHARED_FOLDERS = ("tests/cluster/shared/", "tests/browser/", "tests/kube/", "tests/vllm/shared/")
 """Folders handed to one worker as one unit, their files one after another: they share
 processes that package-scoped fixtures start once for the folder and stop after its
 last file (tests/cluster/shared/conftest.py: one 3-pod cluster; tests/browser/conftest.py:
-Playwright, Chromium and a server; tests/kube/conftest.py: kube-apiserver and etcd)."""
+Playwright, Chromium and a server; tests/kube/conftest.py: kube-apiserver and etcd;
+tests/vllm/shared/conftest.py: a server and the real vLLM engine its modules use in turn)."""
 
 
 def file_of(nodeid: str) -> str:

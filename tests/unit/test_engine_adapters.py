@@ -185,6 +185,18 @@ def test_format_fraction(value: float, text: str) -> None:
     assert format_fraction(value) == text
 
 
+def test_vllm_refuses_a_missing_absolute_model_path_before_spawning(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    refusal = VllmAdapter().start_refusal(make_instance(model_path=str(missing)))
+    assert refusal == f"model path {missing} does not exist on this node (vLLM was not started)"
+    # A folder that exists, even an empty one, and a repo id are vLLM's to judge.
+    (tmp_path / "empty").mkdir()
+    assert VllmAdapter().start_refusal(make_instance(model_path=str(tmp_path / "empty"))) is None
+    assert VllmAdapter().start_refusal(make_instance(model_path="org/no-such-model")) is None
+    # The simulated engine reads no weights: any path starts.
+    assert SimAdapter().start_refusal(make_instance(model_path=str(missing))) is None
+
+
 # --- simulated engine --------------------------------------------------------------------
 
 

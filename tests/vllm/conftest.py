@@ -176,16 +176,16 @@ def server_env(vllm_python: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module")
-def vllm_server(
-    vllm_python: str, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def tier_server(
+    vllm_python: str, data_dir: Path, args: tuple[str, ...] = ()
 ) -> Iterator[ServerProcess]:
-    """One `sardeenz serve` for the module; every process it started dies at teardown.
+    """A started `sardeenz serve` for the tier; every process it started dies at the end.
 
     The data dir is short on purpose: engine TMPDIRs live under it, and vLLM's socket paths
     (``$TMPDIR/<uuid>``) must stay within the 107-byte Unix socket limit.
     """
-    srv = ServerProcess(tmp_path_factory.mktemp("v"), extra_env=server_env(vllm_python))
+    srv = ServerProcess(data_dir, extra_env=server_env(vllm_python), args=list(args))
     seed_vllm_cache(srv.data_dir, vllm_python)
     try:
         yield srv.start()
@@ -193,6 +193,15 @@ def vllm_server(
         srv.stop(signal.SIGKILL)
         kill_engines(srv.data_dir)
         keep_vllm_cache(srv.data_dir, vllm_python)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(
+    vllm_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """One `sardeenz serve` for the module (test_real_vllm_starts.py's failed starts)."""
+    with tier_server(vllm_python, tmp_path_factory.mktemp("v")) as srv:
+        yield srv
 
 
 def load_vllm(api: httpx.Client, model: Path | str, name: str, **body: Any) -> dict[str, Any]:

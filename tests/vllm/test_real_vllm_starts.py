@@ -1,10 +1,10 @@
 """Real vLLM starts that fail: each ends `failed` with the root cause, and leaves nothing.
 
-Apart from test_real_vllm.py (whose module shares two loaded instances, one of them
-started on demand by its first request, and ends with a controller restart) so that the
-two run side by side on two xdist workers: each vLLM start costs 30-90 s on a 2-core
-machine, and one module holding all of them was the longest single file of the suite.
-This module has a `sardeenz serve` of its own (``vllm_server`` is module-scoped).
+Apart from tests/vllm/shared/ (whose modules share one server and its running engines,
+and end with a controller restart) so that the two run side by side on two xdist
+workers: each vLLM start costs 30-90 s on a 2-core machine, and one unit holding all of
+them was the longest of the suite. This module has a `sardeenz serve` of its own
+(``vllm_server`` is module-scoped).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def describe(proc: psutil.Process) -> str:
         return "?"
 
 
-# --- failures parsed from the real engine's output -------------------------------------------
+# --- failures parsed from the real engine's output (and one found before it) ---------------
 
 
 def test_failures_end_failed_with_the_root_cause(
@@ -48,6 +48,7 @@ def test_failures_end_failed_with_the_root_cause(
 
     cases: dict[str, tuple[Path, list[str], list[str]]] = {
         # name: (model, extra args, what the message must say)
+        # Refused before spawning (VllmAdapter.start_refusal): no vLLM import for it.
         "missing": (missing, [], [str(missing)]),
         "empty": (empty, [], ["Invalid repository ID or local directory", str(empty)]),
         "truncated": (truncated, [], ["SafetensorError", "incomplete metadata"]),

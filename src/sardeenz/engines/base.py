@@ -15,6 +15,8 @@ the supervisor nor the memory ledger branches on the kind:
 * ``target``: where an engine of this kind runs on this node (vLLM asks its
   install: CUDA or its CPU build; the simulated engine uses simulated GPUs),
   learned through the controller's ``InstallProbe``;
+* ``start_refusal``: why an instance cannot start at all, found without starting
+  it (vLLM: an absolute model path that does not exist), checked before the spawn;
 * ``sleep_refusal`` / ``sleep`` / ``wake`` / ``is_sleeping``: sleep mode;
 * ``held_after_sleep``: what the engine holds after a sleep or a wake-up
   when no driver can tell (the simulated engine says it on ``/sim/state``);
@@ -128,6 +130,12 @@ class EngineAdapter(Protocol):
     def default_footprint_bytes(self, extra_args: list[str]) -> int | None: ...
 
     async def target(self, installs: InstallProbe) -> EngineTarget: ...
+
+    def start_refusal(self, instance: ModelInstance) -> str | None:
+        """Why this instance cannot start, known before spawning it (None: spawn it).
+
+        May touch the filesystem: the runner calls it off the event loop."""
+        ...
 
     def sleep_refusal(self, instance: ModelInstance) -> str | None:
         """Why this instance can never sleep (None: ask the engine)."""

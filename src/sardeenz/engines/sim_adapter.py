@@ -63,6 +63,9 @@ class SimAdapter(VllmSleepApi):
     async def target(self, installs: InstallProbe) -> EngineTarget:
         return EngineTarget(device=None, uses_gpus=True)
 
+    def start_refusal(self, instance: ModelInstance) -> str | None:
+        return None  # any model path: the simulated engine reads no weights
+
     def sleep_refusal(self, instance: ModelInstance) -> str | None:
         return None
 

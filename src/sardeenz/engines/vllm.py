@@ -234,6 +234,20 @@ class VllmAdapter(VllmSleepApi):
             install=install,
         )
 
+    def start_refusal(self, instance: ModelInstance) -> str | None:
+        """An absolute model path that does not exist on this node.
+
+        vLLM reads any ``--model`` it cannot open as a Hugging Face repo id, so a local
+        folder that is not there fails only after the API server has imported torch and
+        vLLM (about 10 s of CPU, longer on a busy node), and with the hub's words about repo
+        ids (``HFValidationError: Repo id must be in the form ...``). A repo id never starts
+        with ``/``, so such a path can only be a missing folder: said at once, in ours.
+        """
+        path = instance.model_path
+        if os.path.isabs(path) and not os.path.exists(path):
+            return f"model path {path} does not exist on this node (vLLM was not started)"
+        return None
+
     def sleep_refusal(self, instance: ModelInstance) -> str | None:
         if instance.engine_device != "cpu":
             return None

@@ -168,7 +168,12 @@ class InstanceRunner:
 
     # --- lifecycle -----------------------------------------------------------
     async def spawn(self, adapter: EngineAdapter, ctx: LaunchContext) -> None:
+        """Start the engine; ``ValueError``/``OSError`` when it cannot start (the caller
+        marks the instance failed with the reason)."""
         self._adapter, self._ctx = adapter, ctx
+        refusal = await asyncio.to_thread(adapter.start_refusal, self.instance)
+        if refusal is not None:
+            raise ValueError(refusal)
         spec = adapter.build_launch(self.instance, ctx)
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
         env.update(spec.env)

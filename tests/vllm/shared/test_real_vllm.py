@@ -1,18 +1,19 @@
 """Real vLLM (the CPU build) under a real `sardeenz serve`: no mocks, no simulated engine.
 
-One server and two real instances are shared by the module, because each real instance
-costs ~30 s of two cores and ~1.9 GB: ``tiny-a``, a catalog model started by its first
-request (the on-demand start, checked by the first test, then the instance most tests
-use), and ``tiny-b`` (sleep mode requested), loaded through the API at the same time.
-Tests run in file order; the last one kills and restarts the server, so it must stay
-last. The failed starts are in test_real_vllm_starts.py, with a server of their own, so
-the two modules run side by side on two workers. Teardown kills every process of the
-data dir even when a test fails (``testkit.servers.kill_engines``).
+The folder's server and two real instances are shared by the module, because each real
+instance costs ~30 s of two cores and ~1.9 GB: ``tiny-a``, a catalog model started by its
+first request (the on-demand start, checked by the first test, then the instance most
+tests use; a LoRA base, so test_real_vllm_lora.py's adapters run on this same engine
+afterwards), and ``tiny-b`` (sleep mode requested), loaded through the API at the same
+time and unloaded by the last test. Tests run in file order. The controller's crash and
+restart is test_real_vllm_restart.py, the folder's last module; the failed starts are in
+../test_real_vllm_starts.py, with a server of their own, so they run beside this folder on
+another worker. Teardown kills every process of the data dir even when a test fails
+(``testkit.servers.kill_engines``).
 """
 
 from __future__ import annotations
 
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,61 +22,26 @@ from typing import Any
 
 import psutil
 import pytest
-from openai import OpenAI
 from openai.types.chat import ChatCompletion
 
-from testkit.servers import ServerProcess, engine_processes, wait_for_status_event
-from testkit.servers import openai_client as proxy_client
+from testkit.servers import ServerProcess, wait_gone
 from tests.vllm.conftest import (
-    ENGINE_ARGS,
     READY_TIMEOUT_SECONDS,
     STOP_GRACE_SECONDS,
     TIMINGS,
     load_until_active,
     timed,
 )
+from tests.vllm.shared.conftest import (
+    alive,
+    base_entry,
+    describe,
+    instance_tmp,
+    openai_client,
+    tree,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(480)]
-
-
-def tree(pid: int) -> list[psutil.Process]:
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
-
-
-def describe(proc: psutil.Process) -> str:
-    try:
-        return f"{proc.name()} {' '.join(proc.cmdline()[:6])}"
-    except psutil.Error:
-        return "?"
-
-
-def alive(pids: list[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    left = alive(pids)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = alive(left)
-    return left
-
-
-def openai_client(server: ServerProcess, timeout: float = 60) -> OpenAI:
-    return proxy_client(f"{server.url}/v1", timeout)
-
-
-def instance_tmp(server: ServerProcess, instance_id: str) -> Path:
-    return server.data_dir / "instances" / instance_id / "tmp"
 
 
 @dataclass
@@ -105,19 +71,18 @@ def first_request(server: ServerProcess) -> ChatCompletion:
 
 
 @pytest.fixture(scope="module")
-def started(vllm_server: ServerProcess, tiny_model: Path) -> Started:
+def started(shared_vllm_server: ServerProcess, tiny_model: Path) -> Started:
     """``tiny-a`` started on demand by its first request and ``tiny-b`` loaded through the
     API, at the same time: a vLLM start is mostly single-threaded imports, so two starts on
     two cores take about as long as one."""
-    with vllm_server.client() as api:
-        entry = {"modelPath": str(tiny_model), "engine": "vllm", "extraArgs": ENGINE_ARGS}
-        resp = api.put("/api/v1/catalog/tiny-a", json=entry)
+    with shared_vllm_server.client() as api:
+        resp = api.put("/api/v1/catalog/tiny-a", json=base_entry(tiny_model))
         assert resp.status_code == 200, resp.text
         assert resp.json()["state"] == "unloaded"
-        listed = {m.id: m for m in openai_client(vllm_server).models.list().data}
+        listed = {m.id: m for m in openai_client(shared_vllm_server).models.list().data}
         state_before = (listed["tiny-a"].model_extra or {})["state"]
         with ThreadPoolExecutor(1) as pool:
-            chat = pool.submit(first_request, vllm_server)
+            chat = pool.submit(first_request, shared_vllm_server)
             loaded = load_until_active(api, tiny_model, {"tiny-b": {"enableSleepMode": True}})
             first_chat = chat.result()
         insts = [i for i in api.get("/api/v1/models").json() if i["servedModelName"] == "tiny-a"]
@@ -141,7 +106,7 @@ def tiny_a(started: Started) -> dict[str, Any]:
 
 
 def test_first_request_to_a_catalog_model_starts_the_real_engine(
-    vllm_server: ServerProcess, started: Started
+    shared_vllm_server: ServerProcess, started: Started
 ) -> None:
     assert started.state_before == "unloaded"
     chat = started.first_chat
@@ -149,12 +114,12 @@ def test_first_request_to_a_catalog_model_starts_the_real_engine(
     assert chat.usage is not None
     assert chat.usage.completion_tokens == 4
     assert started.listed_after == ["active"]
-    with vllm_server.client() as api:
+    with shared_vllm_server.client() as api:
         assert api.get("/api/v1/catalog/tiny-a").json()["state"] == "active"
 
 
 def test_load_reaches_active_with_what_the_cpu_log_reports(
-    vllm_server: ServerProcess, tiny_a: dict[str, Any]
+    shared_vllm_server: ServerProcess, tiny_a: dict[str, Any]
 ) -> None:
     assert tiny_a["status"] == "active"
     assert tiny_a["engineDevice"] == "cpu"
@@ -183,11 +148,11 @@ def test_load_reaches_active_with_what_the_cpu_log_reports(
 
     api_server = psutil.Process(tiny_a["processId"])
     env = api_server.environ()
-    tmp = instance_tmp(vllm_server, tiny_a["id"])
+    tmp = instance_tmp(shared_vllm_server, tiny_a["id"])
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert env["TMPDIR"] == str(tmp)
     assert env["HF_HUB_OFFLINE"] == "1"
-    assert env["VLLM_CACHE_ROOT"] == str(vllm_server.data_dir / "cache" / "vllm")
+    assert env["VLLM_CACHE_ROOT"] == str(shared_vllm_server.data_dir / "cache" / "vllm")
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert "ENABLE_KVCACHED" not in env
     argv = api_server.cmdline()
@@ -200,9 +165,9 @@ def test_load_reaches_active_with_what_the_cpu_log_reports(
 
 
 def test_openai_client_through_the_proxy(
-    vllm_server: ServerProcess, tiny_a: dict[str, Any]
+    shared_vllm_server: ServerProcess, tiny_a: dict[str, Any]
 ) -> None:
-    client = openai_client(vllm_server)
+    client = openai_client(shared_vllm_server)
     chat = client.chat.completions.create(
         model="tiny-a",
         messages=[{"role": "user", "content": "Hello, how are you?"}],
@@ -239,9 +204,9 @@ def test_openai_client_through_the_proxy(
 
 
 def test_sleep_on_the_cpu_build_is_refused_at_once(
-    vllm_server: ServerProcess, tiny_a: dict[str, Any]
+    shared_vllm_server: ServerProcess, tiny_a: dict[str, Any]
 ) -> None:
-    with vllm_server.client() as api:
+    with shared_vllm_server.client() as api:
         started = time.monotonic()
         resp = api.post(f"/api/v1/models/{tiny_a['id']}/sleep", params={"level": 1})
         assert time.monotonic() - started < 2
@@ -251,8 +216,8 @@ def test_sleep_on_the_cpu_build_is_refused_at_once(
         assert api.get(f"/api/v1/models/{tiny_a['id']}").json()["status"] == "active"
 
 
-def test_engines_report_names_the_cpu_build(vllm_server: ServerProcess) -> None:
-    with vllm_server.client() as api:
+def test_engines_report_names_the_cpu_build(shared_vllm_server: ServerProcess) -> None:
+    with shared_vllm_server.client() as api:
         resp = api.get("/api/v1/engines")
     assert resp.status_code == 200, resp.text
     vllm = resp.json()["vllm"]
@@ -270,16 +235,16 @@ def test_engines_report_names_the_cpu_build(vllm_server: ServerProcess) -> None:
 
 
 def test_two_instances_side_by_side_then_unload_leaves_nothing(
-    vllm_server: ServerProcess, pair: dict[str, dict[str, Any]]
+    shared_vllm_server: ServerProcess, pair: dict[str, dict[str, Any]]
 ) -> None:
     tiny_a, b = pair["tiny-a"], pair["tiny-b"]
-    with vllm_server.client() as api:
+    with shared_vllm_server.client() as api:
         assert b["status"] == "active"
         assert b["sleepModeEnabled"] is False  # the CPU build has none: dropped, with a warning
         assert any("sleep mode" in w for w in b["warnings"])
         assert b["port"] != tiny_a["port"]
 
-        client = openai_client(vllm_server)
+        client = openai_client(shared_vllm_server)
         for name in ("tiny-a", "tiny-b", "tiny-a", "tiny-b"):
             # Each engine knows only its own name: a misrouted request would be a 404.
             done = client.completions.create(model=name, prompt="Hello", max_tokens=2)
@@ -288,7 +253,7 @@ def test_two_instances_side_by_side_then_unload_leaves_nothing(
         procs = tree(b["processId"])
         pids = [p.pid for p in procs]
         assert len(pids) >= 4, [describe(p) for p in procs]  # server, tracker, core, worker
-        tmp = instance_tmp(vllm_server, b["id"])
+        tmp = instance_tmp(shared_vllm_server, b["id"])
         assert tmp.is_dir()
 
         started = time.monotonic()
@@ -307,36 +272,3 @@ def test_two_instances_side_by_side_then_unload_leaves_nothing(
         assert client.completions.create(model="tiny-a", prompt="Hi", max_tokens=2).model == (
             "tiny-a"
         )
-
-
-# --- controller crash and restart (keep last: it restarts the shared server) -----------------
-
-
-def test_sigkill_of_the_server_then_restart_readopts_the_engine(
-    vllm_server: ServerProcess, tiny_a: dict[str, Any]
-) -> None:
-    pids = [p.pid for p in tree(tiny_a["processId"])]
-    vllm_server.stop(signal.SIGKILL)
-    assert alive(pids) == pids  # the engine outlives its controller
-
-    with timed("controller restart to re-adopted"):
-        vllm_server.start(timeout=60)
-        with vllm_server.client() as api:
-            back = wait_for_status_event(api, tiny_a["id"], "active", timeout=30)
-    assert back["processId"] == tiny_a["processId"]
-    assert back["memoryMetrics"]["kvCacheTokens"] == 524_288  # re-read from the log file
-
-    chat = openai_client(vllm_server).chat.completions.create(
-        model="tiny-a", messages=[{"role": "user", "content": "still there?"}], max_tokens=3
-    )
-    assert chat.model == "tiny-a"
-
-    tmp = instance_tmp(vllm_server, tiny_a["id"])
-    started = time.monotonic()
-    # uvicorn re-raises the signal after its graceful shutdown: -SIGTERM is a clean exit.
-    code = vllm_server.stop(signal.SIGTERM, timeout=STOP_GRACE_SECONDS + 15)
-    assert code in (0, -signal.SIGTERM), vllm_server.log()[-3000:]
-    TIMINGS["graceful server stop with one engine"] = time.monotonic() - started
-    assert wait_gone(pids, 2.0) == []
-    assert engine_processes(vllm_server.data_dir) == []
-    assert not tmp.exists()

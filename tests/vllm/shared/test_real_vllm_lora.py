@@ -1,23 +1,24 @@
 """LoRA adapters on demand with real vLLM (the CPU build): no simulated engine.
 
-A catalog base (``tiny-lora``: the tier's tiny Llama with ``loraSlots: 2``) and three
-adapters made here for it (tests/vllm/tiny_lora.py: random, non-zero B matrices, so each
-adapter's greedy output differs from the base's). One server for the module, shared by
-its tests; the base is started by the first request that needs it and started again after
-the unload test. Each test requests what it relies on itself (a greedy request costs a
-fraction of a second), so it holds whichever test ran before it.
+The folder's catalog base ``tiny-a`` (the tier's tiny Llama with ``loraSlots: 2``,
+tests/vllm/shared/conftest.py) and three adapters made here for it
+(tests/vllm/tiny_lora.py: random, non-zero B matrices, so each adapter's greedy output
+differs from the base's), put in the catalog by this module. The base is the engine
+test_real_vllm.py started on demand and ran its tests on (run alone, this module's first
+request starts it); the unload test stops it and a request for an adapter starts it
+again. Each test requests what it relies on itself (a greedy request costs a fraction of
+a second), so it holds whichever test ran before it.
 
 What is checked against vLLM itself, not against Sardeenz's books: the engine's own
 ``GET /v1/models`` (an adapter is listed with ``parent``), its greedy outputs, and its
-own reason when it cannot load an adapter.
+own reason when it cannot load an adapter. The adapter entries stay in the catalog for
+test_real_vllm_restart.py, which re-adopts the base with its adapters loaded.
 """
 
 from __future__ import annotations
 
 import shutil
-import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +27,13 @@ import psutil
 import pytest
 from openai import OpenAI
 
-from testkit.servers import ServerProcess, kill_engines, openai_client
-from tests.vllm.conftest import (
-    ENGINE_ARGS,
-    READY_TIMEOUT_SECONDS,
-    cached_build,
-    keep_vllm_cache,
-    seed_vllm_cache,
-    server_env,
-    timed,
-)
+from testkit.servers import ServerProcess, openai_client
+from tests.vllm.conftest import READY_TIMEOUT_SECONDS, cached_build, timed
+from tests.vllm.shared.conftest import BASE, LORA_SLOTS, MAX_LORA_RANK, ensure_base
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
-LORA_SCRIPT = Path(__file__).with_name("tiny_lora.py")
-BASE = "tiny-lora"
+LORA_SCRIPT = Path(__file__).parent.parent / "tiny_lora.py"
 ONE, TWO, THREE = "lora-one", "lora-two", "lora-three"
 BROKEN = "lora-broken"
 """A valid adapter_config.json and no weights: passes the catalog's check, fails vLLM's."""
@@ -70,37 +63,16 @@ def adapters(vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture(scope="module")
 def lora_server(
-    vllm_python: str, tiny_model: Path, adapters: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    args = ", ".join(f'"{a}"' for a in ENGINE_ARGS)
-    config = adapters / "sardeenz.yaml"
-    config.write_text(
-        f"""
-catalog:
-  {BASE}:
-    modelPath: "{tiny_model}"
-    engine: vllm
-    loraSlots: 2
-    maxLoraRank: 8
-    extraArgs: [{args}]
-"""
-        + "".join(
-            f'  {name}: {{adapterOf: {BASE}, adapterPath: "{adapters / name}"}}\n'
-            for name in (ONE, TWO, THREE, BROKEN)
-        )
-    )
-    srv = ServerProcess(
-        tmp_path_factory.mktemp("l"),
-        extra_env=server_env(vllm_python),
-        args=["--config", str(config)],
-    )
-    seed_vllm_cache(srv.data_dir, vllm_python)
-    try:
-        yield srv.start()
-    finally:
-        srv.stop(signal.SIGKILL)
-        kill_engines(srv.data_dir)
-        keep_vllm_cache(srv.data_dir, vllm_python)
+    shared_vllm_server: ServerProcess, tiny_model: Path, adapters: Path
+) -> ServerProcess:
+    """The folder's server with the adapters of ``tiny-a`` in its catalog."""
+    with shared_vllm_server.client() as api:
+        ensure_base(api, tiny_model)
+        for name in (ONE, TWO, THREE, BROKEN):
+            entry = {"adapterOf": BASE, "adapterPath": str(adapters / name)}
+            resp = api.put(f"/api/v1/catalog/{name}", json=entry)
+            assert resp.status_code == 200, resp.text
+    return shared_vllm_server
 
 
 def client(srv: ServerProcess) -> OpenAI:
@@ -151,15 +123,16 @@ def metric(srv: ServerProcess, series: str) -> float:
 
 
 def test_an_adapter_answers_differently_from_its_base(lora_server: ServerProcess) -> None:
-    """The base starts on first request with vLLM's LoRA flags; the adapter is loaded on
-    its first request and changes the greedy output; the base's own output is untouched."""
-    with timed("LoRA base: first request to active"):
+    """The base runs with vLLM's LoRA flags (started on first request, by this test when
+    the module runs alone); the adapter is loaded on its first request and changes the
+    greedy output; the base's own output is untouched."""
+    with timed("LoRA base: first request (a start when the module runs alone)"):
         base = greedy(lora_server, BASE)
     (inst,) = base_instances(lora_server)
     proc = psutil.Process(inst["processId"])
     argv = proc.cmdline()
-    assert argv[argv.index("--max-loras") + 1] == "2"
-    assert argv[argv.index("--max-lora-rank") + 1] == "8"
+    assert argv[argv.index("--max-loras") + 1] == str(LORA_SLOTS) == "2"
+    assert argv[argv.index("--max-lora-rank") + 1] == str(MAX_LORA_RANK) == "8"
     assert "--enable-lora" in argv
     assert proc.environ()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
     assert engine_adapters(lora_server) == {}
