@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sardeenz.engines.base import engine_tmp_dir
 from testkit.servers import ServerPool, ServerProcess, engine_processes, wait_for_status
 
 FAKE_ERROR = "fake vLLM of the tests serves nothing"
@@ -177,7 +178,7 @@ def test_forced_cpu_load_runs_without_gpu_settings_and_cleans_up(cpu_server: Ser
         failed = wait_for_status(api, inst["id"], "failed", timeout=30)
         assert FAKE_ERROR in failed["errorMessage"]
         assert [p for p in engine_processes(srv.data_dir) if p.is_running()] == []
-        tmp_dir = srv.data_dir / "instances" / inst["id"] / "tmp"
+        tmp_dir = engine_tmp_dir(srv.data_dir / "instances" / inst["id"], inst["id"])
         deadline = time.monotonic() + 5
         while tmp_dir.exists() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -26,6 +26,7 @@ import psutil
 import pytest
 from openai import OpenAI
 
+from sardeenz.engines.base import engine_tmp_dir
 from testkit.servers import ServerProcess, not_zombie
 from testkit.servers import openai_client as proxy_client
 from tests.vllm.conftest import ENGINE_ARGS, tier_server
@@ -76,7 +77,10 @@ def openai_client(server: ServerProcess, timeout: float = 60) -> OpenAI:
 
 
 def instance_tmp(server: ServerProcess, instance_id: str) -> Path:
-    return server.data_dir / "instances" / instance_id / "tmp"
+    """The engine's TMPDIR by the product's own rule: ``instances/<id>/tmp``, or a short
+    path in the system temp dir once that is too long for vLLM's socket paths (pytest's
+    temp paths grow with its run counter: ``pytest-1032/popen-gw3/...`` is one too long)."""
+    return engine_tmp_dir(server.data_dir / "instances" / instance_id, instance_id)
 
 
 @pytest.fixture(scope="package")
