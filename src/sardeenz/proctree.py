@@ -16,6 +16,8 @@ import time
 
 import psutil
 
+from sardeenz.tasks import await_within
+
 
 async def communicate_within(
     proc: asyncio.subprocess.Process, seconds: float
@@ -27,7 +29,7 @@ async def communicate_within(
     process that hangs must never outlive the call that started it.
     """
     try:
-        return await asyncio.wait_for(proc.communicate(), seconds)
+        return await await_within(proc.communicate(), seconds)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()

@@ -1,10 +1,13 @@
-"""Ending the background tasks that services own."""
+"""Ending the background tasks that services own, and waiting with a bound."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def stop_task(task: asyncio.Task[Any] | None) -> None:
@@ -18,3 +21,17 @@ async def stop_task(task: asyncio.Task[Any] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def await_within(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """``asyncio.wait_for`` that never loses a cancellation; ``TimeoutError`` when the
+    ``seconds`` (None: no bound) run out.
+
+    Python 3.11's ``wait_for`` returns the awaitable's result when the caller is
+    cancelled in the same step as the awaitable completes (fixed in 3.12): a loop
+    that waits on an event, cancelled by ``stop_task`` just as the event fires, then
+    runs on until its next timeout, and a shutdown waited on it (up to a minute, for
+    kvcached limits). ``asyncio.timeout`` re-raises that cancellation.
+    """
+    async with asyncio.timeout(seconds):
+        return await awaitable

@@ -60,6 +60,7 @@ from sardeenz.engines.vllm import flag_value
 from sardeenz.proxy.routing import Endpoint, InstanceView, RoutingTable
 from sardeenz.proxy.wire import ErrorReply
 from sardeenz.store.records import CatalogEntry
+from sardeenz.tasks import await_within
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +353,7 @@ class AdapterLoader:
         assert flight.task is not None
         flight.waiters += 1
         try:
-            return await asyncio.wait_for(asyncio.shield(flight.task), remaining)
+            return await await_within(asyncio.shield(flight.task), remaining)
         except TimeoutError:
             self._give_back(name, flight)
             return timed_out(name, self._max_wait)

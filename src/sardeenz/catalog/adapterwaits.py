@@ -21,6 +21,7 @@ import math
 from sardeenz.catalog.metrics import STATS
 from sardeenz.catalog.replies import not_ready
 from sardeenz.proxy.wire import ErrorReply
+from sardeenz.tasks import await_within
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class Room:
         if self._next is None:
             self._next = asyncio.Event()
         try:
-            await asyncio.wait_for(self._next.wait(), remaining)
+            await await_within(self._next.wait(), remaining)
             return True
         except TimeoutError:
             return False

@@ -38,7 +38,7 @@ from sardeenz.config import Settings
 from sardeenz.proxy.routing import REMOTE_WEIGHT, Endpoint, ExternalTarget, RoutingTable
 from sardeenz.proxy.wire import ErrorReply
 from sardeenz.store.records import CatalogEntry
-from sardeenz.tasks import stop_task
+from sardeenz.tasks import await_within, stop_task
 from sardeenz.tls import client_tls
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class ExternalServers:
             done = self._round_done
             self._kick.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), remaining)
+                await await_within(done.wait(), remaining)
         ep = self._table.pick(name)
         if ep is not None:
             return ep
@@ -193,7 +193,7 @@ class ExternalServers:
             done, self._round_done = self._round_done, asyncio.Event()
             done.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self._interval)
+                await await_within(self._kick.wait(), self._interval)
             self._kick.clear()
 
     async def check_all(self) -> None:
@@ -291,7 +291,7 @@ async def _addresses(host: str) -> set[Address]:
         return {ipaddress.ip_address(host.strip("[]"))}
     loop = asyncio.get_running_loop()
     try:
-        infos = await asyncio.wait_for(
+        infos = await await_within(
             loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), _PROBE_TIMEOUT
         )
     except (OSError, TimeoutError):

@@ -23,6 +23,7 @@ from sardeenz.cluster.membership.service import Membership
 from sardeenz.cluster.transport import routes
 from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.store.usage import UsageRow
+from sardeenz.tasks import await_within
 from sardeenz.tenancy.usage_query import UsageQuery, query_of
 
 Local = Callable[[UsageQuery], Awaitable[list[UsageRow]]]
@@ -54,7 +55,7 @@ class UsageFanout:
     async def _ask(self, pod: str, q: UsageQuery) -> list[UsageRow] | None:
         timeout = self._m.settings.cluster_request_timeout_seconds
         try:
-            data = await asyncio.wait_for(
+            data = await await_within(
                 self._m.client_for(pod).ask(pod, routes.USAGE_QUERY, q.as_json()), timeout
             )
         except TimeoutError:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent, Subscription
 from sardeenz.gpu.kvcached import IPC_PREFIX, Kvctl, KvctlError, Segment, SegmentTracker
-from sardeenz.tasks import stop_task
+from sardeenz.tasks import await_within, stop_task
 from sardeenz.units import gib
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class KvcachedLimits:
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(sub.get(), RESYNC_SECONDS)
+                    event = await await_within(sub.get(), RESYNC_SECONDS)
                 except TimeoutError:
                     event = None
                 if event is not None and not _changes_memory(event):

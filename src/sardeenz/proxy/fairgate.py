@@ -38,6 +38,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from sardeenz.proxy.metrics import REGISTRY
 from sardeenz.proxy.routing import InstanceView, RoutingTable
 from sardeenz.proxy.wire import ErrorReply
+from sardeenz.tasks import await_within
 from sardeenz.tenancy.fairqueue import INTERACTIVE, PRIORITIES, Entry, FairQueue, priority_index
 
 PRIORITY_HEADER: Final = b"x-sardeenz-priority"
@@ -187,7 +188,7 @@ class FairGate:
         if future.done():
             return None
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.max_wait)
+            await await_within(asyncio.shield(future), self.max_wait)
         except TimeoutError:
             if future.done():  # let in at the last moment: take it
                 return None

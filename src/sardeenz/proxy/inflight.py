@@ -25,6 +25,7 @@ from typing import Protocol
 
 from sardeenz.domain import InstanceStatus, ModelInstance
 from sardeenz.proxy.routing import RoutingTable
+from sardeenz.tasks import await_within
 
 
 class Cuttable(Protocol):
@@ -70,7 +71,7 @@ class Inflight:
         if event is None:
             event = self._idle[instance_id] = asyncio.Event()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            await await_within(event.wait(), timeout)
         return self.count(instance_id)
 
     def end_code(self, instance_id: str) -> str | None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from sardeenz.domain import InstanceStatus, ModelInstance
 from sardeenz.events import EventBus, RemovedEvent, StatusEvent, Subscription
-from sardeenz.tasks import stop_task
+from sardeenz.tasks import await_within, stop_task
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +354,7 @@ class RoutingTable:
                         return ep
                     continue
             try:
-                await asyncio.wait_for(event.wait(), remaining)
+                await await_within(event.wait(), remaining)
             except TimeoutError:
                 return self.pick(name)
             # Something changed: a model that is (again) asleep needs another wake-up,

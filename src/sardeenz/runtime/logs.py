@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sardeenz.healthpolls import is_health_poll
+from sardeenz.tasks import await_within
 
 CHUNK = 256 * 1024
 MAX_LINE = 16 * 1024  # longer lines are cut: a runaway line must not eat memory
@@ -136,7 +137,7 @@ class LogTailer:
                     continue
                 interval = fast_interval if self.fast else slow_interval
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), interval)
+                    await await_within(self._wake.wait(), interval)
                 self._wake.clear()
         finally:
             self.close()

@@ -48,6 +48,7 @@ from sardeenz.runtime.marker import (
     instance_of,
 )
 from sardeenz.runtime.ports import PortAllocator, port_is_free
+from sardeenz.tasks import await_within
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +282,7 @@ class InstanceRunner:
             self._changed.clear()
             timeout = max(0.0, min(next_health, deadline) - loop.time())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                await await_within(self._changed.wait(), timeout)
 
     # --- identity: the port is served by this engine alone ---------------------------
     async def _start_verified(self) -> bool:
@@ -344,7 +345,7 @@ class InstanceRunner:
                 return False
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), delay)
+                await await_within(self._changed.wait(), delay)
             delay = min(delay * 2, self.settings.health_interval_seconds)
 
     async def verify_adopted(self) -> bool:
@@ -439,7 +440,7 @@ class InstanceRunner:
         interval = self.settings.health_interval_seconds
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._exited.wait(), interval)
+                await await_within(self._exited.wait(), interval)
             if self._exited.is_set():
                 await self._fail_from_log("engine process exited")
                 return

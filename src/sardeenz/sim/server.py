@@ -28,6 +28,7 @@ from sardeenz.sim.enginecore import EngineCoreChild
 from sardeenz.sim.loading import load, log_banner, log_init_failed
 from sardeenz.sim.logwriter import VLLM_SRC, VllmLog
 from sardeenz.sim.memory import plan_memory
+from sardeenz.tasks import await_within
 
 __all__ = ["SimServer", "main"]
 
@@ -70,7 +71,7 @@ class SimServer:
         if seconds <= 0:
             return False
         try:
-            await asyncio.wait_for(self._stop_event.wait(), seconds)
+            await await_within(self._stop_event.wait(), seconds)
         except TimeoutError:
             return False
         return True

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sardeenz.cluster.membership.kube_api import LEASE_NAME, KubeApi, describe, status_code
 from sardeenz.cluster.membership.kube_lease import Desired, LeaseElection, LeaseRecord, Step
+from sardeenz.tasks import await_within
 
 if TYPE_CHECKING:
     from sardeenz.cluster.membership.service import Membership
@@ -178,7 +179,7 @@ class LeaseElector:
         m.note_leadership()
         body = self._body(Desired("", 1, desired.transitions, desired.version, False))
         try:
-            await asyncio.wait_for(self._api.replace_lease(body), self._api.timeout)
+            await await_within(self._api.replace_lease(body), self._api.timeout)
             log.info("cluster: released the Lease")
         except Exception as exc:  # the Lease then expires by itself
             log.warning("cluster: could not release the Lease: %s", describe(exc))

@@ -44,6 +44,7 @@ from sardeenz.cluster.transport.server import Handler, InternalRequest
 from sardeenz.config import Settings
 from sardeenz.errors import NotFound
 from sardeenz.security.cluster_hmac import Signer, Verifier
+from sardeenz.tasks import await_within
 
 if TYPE_CHECKING:
     from sardeenz.cluster.membership.driver import ClusterDriver
@@ -247,7 +248,7 @@ class Membership:
             if left <= 0 or self.peers.get(pod_id) is None:
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._news.wait(), left)
+                await await_within(self._news.wait(), left)
         return True
 
     def client_for(self, pod_id: str) -> PodClient:
