@@ -5,6 +5,8 @@ Neither ``src/`` (it is not shipped) nor ``tests/`` (benchmarks are not tests):
 * ``ports``: free loopback ports and port ranges;
 * ``servers``: a real ``sardeenz serve`` (``ServerProcess``), a pool of them,
   their engine processes, and waiting for an instance's status;
+* ``forkserver``: what starts those servers, by forking a process that has imported
+  the server once per worker and network namespace;
 * ``sim``: one simulated engine process on its own;
 * ``proxy``: the standalone proxy on a background thread (``ThreadedProxyServer``);
 * ``cluster``: a static-peers cluster of real servers on 127.0.0.x;

@@ -41,6 +41,7 @@ interfaces; the bridges and the cable are deleted explicitly). Needs root (``ip 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import random
@@ -403,3 +404,37 @@ def running_pods(
                 kill_engines(srv.data_dir)
     finally:
         fabric.close()
+
+
+CLONE_NEWNET = 0x40000000
+
+
+@contextlib.contextmanager
+def private_network() -> Iterator[bool]:
+    """Run the calling thread in a network namespace of its own, and so every process it
+    starts (the browser tier: the servers, their engines, Playwright's driver, Chromium).
+
+    Chromium aborts page loads with ``ERR_NETWORK_CHANGED`` whenever a link or an address
+    of its network namespace changes, and the netns tests (partition, on-demand isolation,
+    the soaks) add bridges, veths and addresses to the host's namespace all along. In a
+    namespace of its own, with only its loopback, the folder sees none of that, so the
+    two run side by side instead of waiting for each other. Yields whether it could
+    (creating a namespace needs root; where it cannot, no netns test can run either).
+    The main thread goes back to the host's namespace at the end, so the worker's next
+    files run where they always do.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    host = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        if libc.unshare(CLONE_NEWNET) != 0:
+            yield False
+            return
+        try:
+            subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=30)
+            yield True
+        finally:
+            if libc.setns(host, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"back to the host's network: {os.strerror(err)}")
+    finally:
+        os.close(host)

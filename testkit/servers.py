@@ -19,6 +19,7 @@ import psutil
 from openai import DefaultHttpxClient, OpenAI
 
 from sardeenz.runtime.marker import data_dir_mark, instance_of
+from testkit import forkserver
 from testkit.ports import free_port, free_port_range
 
 
@@ -75,6 +76,7 @@ class ServerProcess:
         host: str = "127.0.0.1",
         port: int | None = None,
         prefix: list[str] | None = None,
+        exec_: bool | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.host = host
@@ -96,7 +98,10 @@ class ServerProcess:
         self.args = args or []
         self.prefix = prefix or []
         """Runs before the command, e.g. ``ip netns exec NS`` (testkit/netns.py)."""
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.exec_ = forkserver.exec_by_default() if exec_ is None else exec_
+        """Start the command line itself rather than a fork of this worker's fork server
+        (testkit/forkserver.py); always so behind a ``prefix``."""
+        self.proc: subprocess.Popen[bytes] | forkserver.ForkedServer | None = None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         return self.spawn().wait_ready(timeout)
@@ -105,6 +110,9 @@ class ServerProcess:
         """Start the process without waiting: several servers then start side by side
         (``Cluster.start``), each start being mostly the import of the app."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.exec_ and not self.prefix and forkserver.forkable(self.env):
+            self.proc = forkserver.client().spawn(self.args, self.env, self.log_path)
+            return self
         logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "sardeenz.cli", "serve", *self.args],

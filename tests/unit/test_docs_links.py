@@ -83,7 +83,7 @@ def test_every_sardeenz_name_in_the_docs_exists() -> None:
     code = (
         "\n".join(
             p.read_text(errors="replace")
-            for folder in ("src", "tests", "scripts", "deploy")
+            for folder in ("src", "testkit", "tests", "scripts", "deploy")
             for p in (ROOT / folder).rglob("*")
             if p.is_file()
             and p.suffix in {".py", ".sh", ".yaml", ".yml", ""}
