@@ -27,9 +27,18 @@ one ``/metrics`` scrape to its exit on SIGTERM (its EngineCore child included):
 * ``sim engine``: today (``/metrics`` written by ``sardeenz.sim.metrics``, no collection
   during the import).
 
+Then a test server as the suite starts one (``testkit.servers.ServerProcess``), from
+spawn to ready, the CPU read from ``/proc`` just before its SIGTERM (the process and the
+children it reaped; a forked server is the fork server's child, so ``RUSAGE_CHILDREN``
+does not see it):
+
+* ``exec``: the command line, ``python -m sardeenz.cli serve`` (``exec_=True``);
+* ``fork``: a fork of this process's fork server (testkit/forkserver.py), which imported
+  the server once before the first round.
+
 The best of ``--rounds`` is kept for each, as contention only ever adds to it.
 
-Usage: .venv/bin/python benchmarks/serve_startup.py [--rounds 5] [--only serve|sim]
+Usage: .venv/bin/python benchmarks/serve_startup.py [--rounds 5] [--only serve|sim|test]
 """
 
 from __future__ import annotations
@@ -44,7 +53,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from testkit import forkserver
 from testkit.ports import free_port
 from testkit.servers import ServerProcess, kill_engines
 
@@ -141,6 +153,18 @@ def start_stop_cpu(data_dir: Path, code: str) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def test_server_ready_cpu(data_dir: Path, exec_: bool) -> float:
+    """CPU seconds of one test server from spawn to ready (its process and reaped children)."""
+    srv = ServerProcess(data_dir, exec_=exec_).start(60)
+    try:
+        assert srv.proc is not None
+        times = psutil.Process(srv.proc.pid).cpu_times()
+        return times.user + times.system + times.children_user + times.children_system
+    finally:
+        srv.stop()
+        kill_engines(data_dir)
+
+
 def print_rows(title: str, best: dict[str, float]) -> None:
     base = next(iter(best.values()))
     print(f"{title:<34} {'CPU (s)':>8} {'/ baseline':>11}")
@@ -151,13 +175,20 @@ def print_rows(title: str, best: dict[str, float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--only", choices=["serve", "sim"])
+    parser.add_argument("--only", choices=["serve", "sim", "test"])
     args = parser.parse_args()
     best = {"baseline": float("inf"), "new database": float("inf"), "restart": float("inf")}
     sim_best = {"sim baseline": float("inf"), "sim engine": float("inf")}
+    test_best = {"exec": float("inf"), "fork": float("inf")}
     with tempfile.TemporaryDirectory(prefix="sardeenz-serve-bench-") as tmp:
+        if args.only in (None, "test"):  # the fork server's one import, before the rounds
+            ServerProcess(Path(tmp) / "warm", exec_=False).start(60).stop()
         for i in range(args.rounds):
-            if args.only != "sim":
+            if args.only in (None, "test"):
+                for label in test_best:
+                    used = test_server_ready_cpu(Path(tmp) / f"{label}{i}", label == "exec")
+                    test_best[label] = min(test_best[label], used)
+            if args.only in (None, "serve"):
                 old, new = Path(tmp) / f"old{i}", Path(tmp) / f"new{i}"
                 rows = [
                     ("baseline", old, BEFORE_ISSUE_24),
@@ -166,13 +197,16 @@ def main() -> None:
                 ]
                 for label, data_dir, code in rows:
                     best[label] = min(best[label], start_stop_cpu(data_dir, code))
-            if args.only != "serve":
+            if args.only in (None, "sim"):
                 for label, code in (("sim baseline", SIM_BEFORE), ("sim engine", RUN_SIM)):
                     sim_best[label] = min(sim_best[label], sim_start_stop_cpu(code))
-    if args.only != "sim":
+    if args.only in (None, "serve"):
         print_rows("serve: spawn -> ready -> exit", best)
-    if args.only != "serve":
+    if args.only in (None, "sim"):
         print_rows("sim engine: spawn -> ready -> exit", sim_best)
+    if args.only in (None, "test"):
+        print_rows("test server: spawn -> ready", test_best)
+    forkserver.close()
 
 
 if __name__ == "__main__":
