@@ -125,7 +125,8 @@ class ServerProcess:
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> ServerProcess:
-        """Wait until ``/api/health/ready`` answers 200; raise with the log if it never does."""
+        """Wait until ``/api/health/ready`` answers 200; if it never does, kill the server (and
+        its engines) and raise with its log."""
         assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout
         # One client for every poll: each new one (without ``tls_context``) loads the CA
@@ -138,9 +139,11 @@ class ServerProcess:
                     if http.get(f"{self.url}/api/health/ready").status_code == 200:
                         return self
                 time.sleep(0.1)
-        raise RuntimeError(
-            f"server {self.url} not ready (/api/health/ready) in {timeout}s:\n{self.log()}"
-        )
+        log = self.log()
+        # Not left behind: the caller never got a server to stop.
+        self.stop(signal.SIGKILL)
+        kill_engines(self.data_dir)
+        raise RuntimeError(f"server {self.url} not ready (/api/health/ready) in {timeout}s:\n{log}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

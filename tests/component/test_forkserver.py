@@ -113,3 +113,15 @@ def test_a_server_starts_in_the_network_namespace_of_its_caller(tmp_path: Path) 
     finally:
         for srv in (outside, *started):
             srv.stop(signal.SIGKILL)
+
+
+def test_a_server_that_never_gets_ready_is_not_left_behind(tmp_path: Path) -> None:
+    """``start`` raises when the server does not answer in time; the caller holds no
+    server to stop, so the process must be gone by then (a test's failed start used to
+    leave it running for the rest of the session)."""
+    srv = ServerProcess(tmp_path / "data").spawn()
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGSTOP)  # it never answers
+    with pytest.raises(RuntimeError, match="not ready"):
+        srv.wait_ready(timeout=1)
+    assert srv.proc.poll() == -signal.SIGKILL
