@@ -16,9 +16,6 @@ class Probe:
     def __init__(self, device: Device) -> None:
         self.install = VllmInstall("python3", "0.32.0", "vllm", device == "cpu", device)
 
-    def start(self) -> None:
-        return None
-
     async def get(self) -> VllmInstall:
         return self.install
 

@@ -102,10 +102,11 @@ class Registry:
 
 
 class Installs:
-    def start(self) -> None:
-        return None
+    def __init__(self) -> None:
+        self.asked = 0
 
     async def get(self) -> VllmInstall:
+        self.asked += 1
         return VllmInstall("python3", "0.32.0", "vllm", False, "cuda")
 
     async def close(self) -> None:
@@ -132,6 +133,7 @@ class Node:
             [SimGpuSpec(index=0, name="NVIDIA L4", memory_bytes=24 * GIB)]
         )
         self.registry = registry
+        self.installs = Installs()
         self.bus = EventBus()
         self.events: Subscription = self.bus.subscribe()
         ledger = MemoryLedger(
@@ -145,7 +147,7 @@ class Node:
             self.bus,
             cast(InstanceRepository, registry),
             ledger,
-            Installs(),
+            self.installs,
             runner_class=runner_class,
         )
 
@@ -209,6 +211,18 @@ async def test_load_registers_then_spawns_and_reports_each_status(node: Node) ->
     assert node.supervisor.list_instances() == []
     assert node.inventory.usage(inst.id) == {}
     assert node.supervisor.managed_ports() == frozenset()
+
+
+async def test_only_a_vllm_load_asks_which_vllm_is_installed(node: Node) -> None:
+    """The probe starts the vLLM interpreter: a controller of simulated engines never
+    pays for it, neither at start-up nor per load."""
+    sim = await node.supervisor.load(_req())
+    await node.until(sim.id, InstanceStatus.ACTIVE)
+    assert node.installs.asked == 0
+    vllm = await node.supervisor.load(_req("m2", engine="vllm"))
+    assert node.installs.asked == 1
+    assert vllm.engine == EngineKind.VLLM
+    await node.supervisor.unload(vllm.id)
 
 
 async def test_a_refused_load_leaves_no_trace(node: Node) -> None:

@@ -156,9 +156,6 @@ class Probe:
     def __init__(self, found: VllmInstall) -> None:
         self.found = found
 
-    def start(self) -> None:
-        return None
-
     async def get(self) -> VllmInstall:
         return self.found
 
@@ -213,7 +210,7 @@ async def test_a_refresh_does_not_take_the_answer_of_a_probe_begun_before_it(
         f'r=$(cat {report}); touch {read}; while [ ! -e {gate} ]; do sleep 0.01; done; echo "$r"',
     )
     probe = VllmProbe(python)
-    probe.start()
+    first = asyncio.create_task(probe.get())
     for _ in range(1000):  # up to 10 s for the probe to have read vLLM in the report
         if read.exists():
             break
@@ -223,6 +220,7 @@ async def test_a_refresh_does_not_take_the_answer_of_a_probe_begun_before_it(
     refreshed = asyncio.create_task(probe.get(refresh=True))
     await asyncio.sleep(0.05)
     gate.touch()
+    assert (await first).available  # the first probe's answer: the old install
     assert not (await refreshed).available
     assert probe.runs == 2
     await probe.close()
@@ -233,7 +231,6 @@ async def test_probe_runs_once_for_every_caller(tmp_path: Path) -> None:
     report = json.dumps(GPU_REPORT)
     python = fake_python(tmp_path, f"echo x >> {counter}; echo '{report}'")
     probe = VllmProbe(python)
-    probe.start()
     first, second = await asyncio.gather(probe.get(), probe.get())
     assert first is second
     assert counter.read_text().count("x") == 1

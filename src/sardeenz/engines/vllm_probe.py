@@ -7,8 +7,11 @@ a KV-cache size and runs with host memory rather than GPU memory.
 
 ``import vllm`` takes seconds and pulls torch, so the probe only reads package metadata
 (``importlib.metadata``) in a short subprocess of the vLLM interpreter: about 0.2 s. It runs
-once per controller, started in the background by the supervisor and awaited by the first
-vLLM load. A result that found vLLM is kept for the life of the process (restart the
+once per controller, when something first needs the answer (a vLLM load, the engines report),
+not at start-up: a controller that only ever runs simulated engines (a demo, a test, a CPU
+node of a GPU cluster) never starts the vLLM interpreter. A vLLM load takes tens of seconds,
+so the 0.2 s it waits for the probe does not show. A result that found vLLM is kept for the
+life of the process (restart the
 controller, or ``GET /api/v1/engines?refresh=true``, after upgrading vLLM). A result that
 found none is re-checked when it is older than ``RECHECK_SECONDS`` and something asks again
 (a load, the engines report): an operator who runs ``make vllm-env`` while the controller
@@ -215,7 +218,7 @@ def unavailable_error(install: VllmInstall) -> EngineUnavailable:
 
 
 class VllmProbe:
-    """Runs ``probe_vllm`` in the background and hands everyone the same answer.
+    """Runs ``probe_vllm`` when first asked and hands everyone the same answer.
 
     One run at a time, shared by every caller; a run that found no vLLM is redone when asked
     again after ``recheck_seconds``, and ``refresh`` redoes any (see the module doc).
@@ -240,11 +243,6 @@ class VllmProbe:
     def runs(self) -> int:
         """How many probes have started (tests check that a found vLLM is not re-probed)."""
         return self._runs
-
-    def start(self) -> None:
-        """Begin probing now (idempotent); ``get()`` awaits the same run."""
-        if self._task is None:
-            self._begin()
 
     def _begin(self) -> None:
         self._runs += 1

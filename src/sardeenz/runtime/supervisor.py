@@ -155,7 +155,6 @@ class Supervisor:
 
     # --- start-up: re-adopt ----------------------------------------------------
     async def start(self) -> None:
-        self.installs.start()  # in the background; the first load that needs it awaits it
         self.instances_dir.mkdir(parents=True, exist_ok=True)
         self._http = httpx.AsyncClient(
             timeout=self.settings.health_timeout_seconds,

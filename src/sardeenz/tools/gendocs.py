@@ -181,7 +181,7 @@ MEANINGS: dict[str, str] = {
         "parent of `VLLM_CACHE_ROOT` (`vllm/`) and `TORCHINDUCTOR_CACHE_DIR` "
         "(`torchinductor/`), shared by all engines"
     ),
-    "vllm_probe_timeout_seconds": "how long the start-up probe of the vLLM install may take",
+    "vllm_probe_timeout_seconds": "how long the probe of the vLLM install may take",
     "jwt_secret": (
         "HS256 shared secret for admin tokens, at least 32 bytes (RFC 7518; a shorter one"
         " is refused at start-up: `openssl rand -hex 32` makes one); turns admin auth on "
