@@ -18,8 +18,11 @@ from pathlib import Path
 import pytest
 from xdist.remote import Producer
 
+from testkit import tls
 from testkit.servers import ServerPool, ServerProcess, unload_all
 from tests import scheduling
+
+tls.share_default_context()  # every httpx client of the tests: one CA-bundle load, not one each
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,62 @@
+"""The suite's httpx clients share one TLS context (testkit/tls.py; tests/conftest.py)."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import httpx
+import pytest
+
+from sardeenz.tls import client_tls
+from testkit import tls
+
+
+def _context(client: httpx.Client | httpx.AsyncClient) -> ssl.SSLContext:
+    pool = client._transport._pool  # type: ignore[union-attr]
+    context: ssl.SSLContext = pool._ssl_context
+    return context
+
+
+def test_every_default_client_gets_the_shared_context() -> None:
+    tls.share_default_context()  # again: idempotent
+    with httpx.Client() as a, httpx.Client(base_url="http://127.0.0.1:1") as b:
+        assert _context(a) is client_tls()
+        assert _context(b) is client_tls()
+    assert _context(httpx.AsyncClient()) is client_tls()
+
+
+def test_a_client_given_its_own_verify_keeps_it() -> None:
+    own = ssl.create_default_context()
+    with httpx.Client(verify=own) as mine, httpx.Client(verify=False) as unchecked:
+        assert _context(mine) is own
+        assert _context(unchecked) is not client_tls()
+        assert _context(unchecked).verify_mode == ssl.CERT_NONE
+
+
+def test_the_shared_context_verifies_like_httpx_own() -> None:
+    shared = client_tls()
+    assert shared.verify_mode == ssl.CERT_REQUIRED
+    assert shared.check_hostname
+    assert shared.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
+
+
+def test_making_a_client_no_longer_loads_the_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the sharing is for: httpx builds a context (and loads the bundle, ~20 ms of CPU)
+    only for a client that asks for one of its own."""
+    client_tls()  # built before counting
+    built: list[object] = []
+    real = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    for _ in range(5):
+        httpx.Client().close()
+    with httpx.Client(base_url="http://127.0.0.1:1") as client:
+        assert client.base_url.host == "127.0.0.1"
+    assert built == []
+    httpx.Client(verify=httpx.create_ssl_context()).close()
+    assert len(built) == 1
