@@ -8,6 +8,12 @@ owns takes the entries from a queue in the order the requests finished, so a
 slow disk never delays a response and ids follow time (concurrent writes used to
 land out of order); ``close()`` waits for the queue to drain.
 
+A caller reads its own writes: an entry is queued before the last byte of its
+response is sent, and a read of the trail first waits (up to ``READ_WAIT_SECONDS``)
+for the writer to have taken every entry queued before it. A script that deletes
+something and then looks for the deletion in the trail finds it, however far
+behind a slow disk has put the writer.
+
 The target is named by the ids the request acted on (instance, model, benchmark
 run), read from the route's path parameters, the few naming fields of the
 request body (``modelPath``, ``servedModelName``, ``model``), in JSON or
@@ -35,11 +41,15 @@ from sardeenz.errors import SardeenzError, is_storage_full
 from sardeenz.security.auth import Authenticator, Principal
 from sardeenz.security.policy import is_mutation
 from sardeenz.store.audit import AuditEntry, AuditRepository
+from sardeenz.tasks import await_within
 
 log = logging.getLogger(__name__)
 
 HELD_MAX = 10_000
 """Entries held in memory while the data dir is full (a few hundred bytes each)."""
+READ_WAIT_SECONDS = 5.0
+"""How long a read of the trail waits for the writer to catch up (a full data dir holds
+entries in memory, so the writer only falls this far behind on a disk that stalls)."""
 PEEK_BYTES = 64 * 1024
 """How much of a request or response body is looked at for the target's names."""
 _MODEL_FIELDS = ("servedModelName", "served_model_name", "modelPath", "model_path", "model")
@@ -119,6 +129,10 @@ class AuditTrail:
         self._held: deque[AuditEntry] = deque()
         """Entries not written yet (the data dir was full), oldest first."""
         self._full = False
+        self._queued = 0
+        self._taken = 0
+        """Entries queued, and those the writer is done with (written, held or lost)."""
+        self._progress = asyncio.Event()
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         async def audited(scope: Scope, receive: Receive, send: Send) -> None:
@@ -128,6 +142,7 @@ class AuditTrail:
             status = 500
             request = bytearray()
             response = bytearray()
+            recorded = False
 
             async def peek_receive() -> Message:
                 message = await receive()
@@ -136,17 +151,23 @@ class AuditTrail:
                 return message
 
             async def capture(message: Message) -> None:
-                nonlocal status
+                nonlocal status, recorded
                 if message["type"] == "http.response.start":
                     status = int(message["status"])
-                elif message["type"] == "http.response.body" and len(response) < PEEK_BYTES:
-                    response.extend(message.get("body", b"")[: PEEK_BYTES - len(response)])
+                elif message["type"] == "http.response.body":
+                    if len(response) < PEEK_BYTES:
+                        response.extend(message.get("body", b"")[: PEEK_BYTES - len(response)])
+                    if not message.get("more_body", False):
+                        # Queued before the client can have the whole answer (module doc).
+                        recorded = True
+                        self._record(scope, status, bytes(request), bytes(response))
                 await send(message)
 
             try:
                 await app(scope, peek_receive, capture)
             finally:
-                self._record(scope, status, bytes(request), bytes(response))
+                if not recorded:
+                    self._record(scope, status, bytes(request), bytes(response))
 
         return audited
 
@@ -174,14 +195,24 @@ class AuditTrail:
             None if isinstance(principal, Principal) else header(scope["headers"], b"authorization")
         )
         self._queue.put_nowait((entry, unchecked))
+        self._queued += 1
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(
                 self._drain(), name="audit-writer"
             )
 
     async def entries(self, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
-        """The trail, newest first: what ``GET /api/audit`` pages through."""
+        """The trail, newest first: what ``GET /api/audit`` pages through, with every
+        request that finished before this call (module doc)."""
+        with contextlib.suppress(TimeoutError):
+            await await_within(self._caught_up(self._queued), READ_WAIT_SECONDS)
         return await self.repo.list(limit=limit, before_id=before_id)
+
+    async def _caught_up(self, queued: int) -> None:
+        """Until the writer is done with the first ``queued`` entries."""
+        while self._taken < queued:
+            self._progress.clear()
+            await self._progress.wait()
 
     async def _attribute(self, entry: AuditEntry, authorization: bytes | None) -> AuditEntry:
         auth = self._auth
@@ -210,6 +241,8 @@ class AuditTrail:
                 log.exception("could not write audit entry for %s %s", entry.method, entry.path)
             finally:
                 self._queue.task_done()
+                self._taken += 1
+                self._progress.set()
 
     async def _write_held(self) -> None:
         """Write the entries held back, oldest first (so ids still follow time).
