@@ -74,10 +74,21 @@ def exec_by_default() -> bool:
 
 
 def _read_at_exec(name: str) -> bool:
-    """Variables that act when a process starts (the loader's, the interpreter's): a
-    fork has started already, so a server given other values than the fork server's
+    """Variables that act when a process starts (the loader's, the interpreter's) or
+    that shaped what the fork server built for its forks (the TLS contexts, ``_warm``):
+    a fork has started already, so a server given other values than the fork server's
     must be exec'd (e.g. the soak's ``LD_PRELOAD`` of libfaketime)."""
-    return name.startswith(("LD_", "PYTHON"))
+    return name.startswith(("LD_", "PYTHON", "SSL_CERT_"))
+
+
+def _warm() -> None:
+    """Build what every server builds the same way at start, once for all forks: the
+    controller's TLS contexts (``sardeenz.tls.client_tls``, loading the CA bundle costs
+    ~24 ms of CPU each), read from ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (``_read_at_exec``)."""
+    from sardeenz.tls import client_tls
+
+    for trust_env in (True, False):
+        client_tls(trust_env)
 
 
 def forkable(env: dict[str, str]) -> bool:
@@ -308,6 +319,7 @@ def main() -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):  # e.g. httptools not installed
             importlib.import_module(name)
+    _warm()
     gc.collect()
     gc.freeze()  # the forks' collections skip what the fork server imported
     gc.enable()

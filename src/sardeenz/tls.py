@@ -15,7 +15,11 @@ import ssl
 import httpx
 
 
-@functools.cache
 def client_tls(trust_env: bool = True) -> ssl.SSLContext:
     """The context ``httpx.AsyncClient(trust_env=trust_env)`` would build for itself."""
+    return _context(trust_env)  # one cache key per value, however the caller spells it
+
+
+@functools.cache
+def _context(trust_env: bool) -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=trust_env)

@@ -19,12 +19,13 @@ from testkit.servers import ServerProcess
 
 def test_the_preloaded_modules_leave_no_thread_and_no_event_loop() -> None:
     """A thread or an event loop alive at ``fork`` would be copied half-way (locks held,
-    a selector shared); the fork server imports exactly ``PRELOAD``."""
+    a selector shared); the fork server imports exactly ``PRELOAD``, then ``_warm``s."""
     code = (
         "import asyncio, importlib, json, threading\n"
         "from testkit import forkserver\n"
         "for name in forkserver.PRELOAD:\n"
         "    importlib.import_module(name)\n"
+        "forkserver._warm()\n"
         "try:\n"
         "    asyncio.get_running_loop()\n"
         "    loop = True\n"
@@ -74,12 +75,17 @@ def test_a_forked_server_serves_signals_and_reports_how_it_ended(tmp_path: Path)
     killed.proc.send_signal(signal.SIGTERM)  # ended and reaped: never signals a reused pid
 
 
-def test_a_server_preloading_a_library_is_execd(tmp_path: Path) -> None:
-    """``LD_PRELOAD`` acts at exec (the soak's libfaketime): a fork would run without it."""
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("LD_PRELOAD", "libfaketime.so.1"), ("SSL_CERT_FILE", "/srv/sardeenz-test/ca.pem")],
+)
+def test_a_server_given_what_acts_at_start_is_execd(tmp_path: Path, name: str, value: str) -> None:
+    """``LD_PRELOAD`` acts at exec (the soak's libfaketime), ``SSL_CERT_FILE`` shaped the
+    TLS contexts the fork server built for its forks: a fork would run without either."""
     plain = ServerProcess(tmp_path / "plain")
     assert forkserver.forkable(plain.env)
-    preloaded = ServerProcess(tmp_path / "faked", extra_env={"LD_PRELOAD": "libfaketime.so.1"})
-    assert not forkserver.forkable(preloaded.env)
+    given = ServerProcess(tmp_path / "given", extra_env={name: value})
+    assert not forkserver.forkable(given.env)
 
 
 def test_a_server_starts_in_the_network_namespace_of_its_caller(tmp_path: Path) -> None:

@@ -60,3 +60,9 @@ def test_making_a_client_no_longer_loads_the_ca_bundle(monkeypatch: pytest.Monke
     assert built == []
     httpx.Client(verify=httpx.create_ssl_context()).close()
     assert len(built) == 1
+
+
+def test_one_controller_context_per_trust_env_however_it_is_asked_for() -> None:
+    assert client_tls() is client_tls(True) is client_tls(trust_env=True)
+    assert client_tls(False) is client_tls(trust_env=False)
+    assert client_tls(False) is not client_tls()
