@@ -132,9 +132,14 @@ def test_measured_ttft_and_tps_agree_with_the_engine_settings(
     # never early, the next ones at most 1 ms early (uvloop's timers are per ms).
     assert TTFT_MS <= eng_ttft < TTFT_MS + 200, eng_ttft
     assert ITL_MS - 1 <= eng_itl < ITL_MS + 10, eng_itl
-    # TTFT: the engine's plus loopback and event-loop wake-ups, a few ms at most.
-    assert TTFT_MS <= m["ttftP50"] < eng_ttft + 5, (eng_ttft, m)
-    assert TTFT_MS <= m["ttftAvg"] < eng_ttft + 10, (eng_ttft, m)  # the mean: also hiccups
+    # TTFT: the engine's plus loopback and event-loop wake-ups, a few ms at most. A
+    # first token crosses two more event loops than the engine's own timer (the proxy's,
+    # the runner's), and a loaded machine wakes each late: by as much as it woke the
+    # engine's timer late, measured above over the same requests (0-1 ms on a quiet
+    # machine; 2.2 ms when a fresh-clone run missed a flat 5 ms bound by 0.8 ms).
+    lateness = eng_ttft - TTFT_MS
+    assert TTFT_MS <= m["ttftP50"] < eng_ttft + 5 + 2 * lateness, (eng_ttft, m)
+    assert TTFT_MS <= m["ttftAvg"] < eng_ttft + 10 + 2 * lateness, (eng_ttft, m)  # + hiccups
     # TPS: 20 tokens after the first, one per engine ITL (10 ms: 100 tokens/s); within a ms.
     assert abs(1000 / m["tpsP50"] - eng_itl) < 1.0, (eng_itl, m)
     assert abs(1000 / m["tpsAvg"] - eng_itl) < 1.5, (eng_itl, m)

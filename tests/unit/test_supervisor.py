@@ -421,11 +421,25 @@ async def test_restart_wakes_an_engine_whose_sleep_was_never_recorded(
 
 
 def _marked_engine(data_dir: Path, instance_id: str) -> subprocess.Popen[bytes]:
-    """A real process carrying the mark of an engine of ``instance_id`` (runtime/marker.py)."""
+    """A real process carrying the mark of an engine of ``instance_id`` (runtime/marker.py),
+    returned once it runs.
+
+    ``Popen`` returns when the exec has begun, and for a moment after that the kernel
+    still shows the child's environment empty (``/proc/PID/environ``), so a mark read
+    then is missing: under load, the restart test saw its engine as "gone". The child says
+    it runs once its own code runs, after the exec is done.
+    """
     env = {**os.environ, ENV_DATA_DIR: data_dir_mark(data_dir), ENV_INSTANCE_ID: instance_id}
-    return subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+        env=env,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
     )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"up\n", "the marked process did not start"
+    proc.stdout.close()
+    return proc
 
 
 class SlowSpawnRunner(FakeRunner):
