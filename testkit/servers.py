@@ -18,7 +18,7 @@ import httpx
 import psutil
 from openai import DefaultHttpxClient, OpenAI
 
-from sardeenz.runtime.marker import data_dir_mark, instance_of
+from sardeenz.runtime.marker import ENV_DATA_DIR, ENV_INSTANCE_ID, data_dir_mark, instance_of
 from testkit import forkserver
 from testkit.ports import free_port, free_port_range
 
@@ -205,6 +205,32 @@ class ServerPool:
         for srv in self.servers:
             srv.stop(signal.SIGKILL)
             kill_engines(srv.data_dir)
+
+
+def marked_process(data_dir: Path, instance_id: str) -> subprocess.Popen[bytes]:
+    """An idle process carrying the mark of an engine of ``instance_id`` of the controller
+    of ``data_dir`` (runtime/marker.py), in a session of its own; returned once it runs.
+
+    ``Popen`` returns when the exec has begun, and for a moment after that the kernel
+    can still show the child's environment empty (``/proc/PID/environ``: 1 start in 300
+    here), so a mark read then is missing: under load, a restart test saw its engine as
+    "gone". The child says it runs once its own code runs, after the exec is done.
+    """
+    env = {**os.environ, ENV_DATA_DIR: data_dir_mark(data_dir), ENV_INSTANCE_ID: instance_id}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+        env=env,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    started = proc.stdout.readline()
+    proc.stdout.close()
+    if started != b"up\n":
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"the marked process did not start (it printed {started!r})")
+    return proc
 
 
 def engine_processes(data_dir: Path) -> list[psutil.Process]:

@@ -7,7 +7,6 @@ session like an engine.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -20,8 +19,8 @@ from sardeenz import proctree
 from sardeenz.config import Settings
 from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.events import EventBus
-from sardeenz.runtime.marker import ENV_DATA_DIR, ENV_INSTANCE_ID, data_dir_mark
 from sardeenz.runtime.runner import InstanceRunner
+from testkit.servers import marked_process
 
 LEADER = """
 import signal, subprocess, sys, time
@@ -111,14 +110,6 @@ def test_a_pid_reused_by_another_process_group_is_never_signalled(tmp_path: Path
         stranger.wait()
 
 
-def _marked_engine(data_dir: Path, instance_id: str) -> subprocess.Popen[bytes]:
-    """A process carrying the mark an engine of ``instance_id`` carries (runtime/marker.py)."""
-    env = {**os.environ, ENV_DATA_DIR: data_dir_mark(data_dir), ENV_INSTANCE_ID: instance_id}
-    return subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True
-    )
-
-
 def _stop_with_runner(
     data_dir: Path, instance_id: str, pid: int | None, create_time: float | None
 ) -> list[int]:
@@ -152,7 +143,7 @@ def test_an_engine_whose_start_time_moved_with_the_wall_clock_is_still_stopped(
     # clock is stepped: the recorded time is then off by a second or more. The kill used
     # to take the engine for a newcomer at its PID, skip it, and the unload then forgot
     # an engine that ran on (issue 28). Its mark says it is ours.
-    engine = _marked_engine(tmp_path, "stepped")
+    engine = marked_process(tmp_path, "stepped")
     try:
         started = proctree.create_time(engine.pid)
         assert started is not None
@@ -166,8 +157,8 @@ def test_an_engine_whose_start_time_moved_with_the_wall_clock_is_still_stopped(
 def test_a_stop_ends_every_process_carrying_the_instance_mark(tmp_path: Path) -> None:
     # The runner never learnt this PID (an engine spawned while its unload ran): the
     # mark finds it; an engine of another instance of the same data dir is left alone.
-    engine = _marked_engine(tmp_path, "unrecorded")
-    other = _marked_engine(tmp_path, "someone-else")
+    engine = marked_process(tmp_path, "unrecorded")
+    other = marked_process(tmp_path, "someone-else")
     try:
         assert _stop_with_runner(tmp_path, "unrecorded", None, None) == []
         assert engine.wait(5) is not None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -29,12 +28,12 @@ from sardeenz.events import Event, EventBus, RemovedEvent, StatusEvent, Subscrip
 from sardeenz.gpu.inventory import SimulatedInventory
 from sardeenz.gpu.kvcached import SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
-from sardeenz.runtime.marker import ENV_DATA_DIR, ENV_INSTANCE_ID, data_dir_mark
 from sardeenz.runtime.runner import InstanceRunner
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.instances import InstanceRepository, StoredInstance
 from sardeenz.store.profiles import ProfileRepository
 from testkit.ports import free_port_range
+from testkit.servers import marked_process
 
 GIB = 2**30
 
@@ -420,28 +419,6 @@ async def test_restart_wakes_an_engine_whose_sleep_was_never_recorded(
         await node.supervisor.detach()
 
 
-def _marked_engine(data_dir: Path, instance_id: str) -> subprocess.Popen[bytes]:
-    """A real process carrying the mark of an engine of ``instance_id`` (runtime/marker.py),
-    returned once it runs.
-
-    ``Popen`` returns when the exec has begun, and for a moment after that the kernel
-    still shows the child's environment empty (``/proc/PID/environ``), so a mark read
-    then is missing: under load, the restart test saw its engine as "gone". The child says
-    it runs once its own code runs, after the exec is done.
-    """
-    env = {**os.environ, ENV_DATA_DIR: data_dir_mark(data_dir), ENV_INSTANCE_ID: instance_id}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
-        env=env,
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == b"up\n", "the marked process did not start"
-    proc.stdout.close()
-    return proc
-
-
 class SlowSpawnRunner(FakeRunner):
     """Spawns a real (marked, idle) process once ``gate`` opens, and stops it for real."""
 
@@ -450,7 +427,7 @@ class SlowSpawnRunner(FakeRunner):
 
     async def spawn(self, adapter: EngineAdapter, ctx: LaunchContext) -> None:
         await self.gate.wait()
-        engine = _marked_engine(self.settings.data_dir, self.instance.id)
+        engine = marked_process(self.settings.data_dir, self.instance.id)
         SlowSpawnRunner.engines.append(engine)
         self.pid = self.instance.process_id = engine.pid
         self.create_time = proctree.create_time(engine.pid)
@@ -498,7 +475,7 @@ async def test_restart_adopts_an_engine_whose_start_time_moved_with_the_clock(
 ) -> None:
     # A stepped wall clock moves psutil's start times: the engine is told by its mark,
     # adopted, not failed (and later stopped for real, not skipped as someone else).
-    engine = _marked_engine(tmp_path, "stepped")
+    engine = marked_process(tmp_path, "stepped")
     try:
         started = proctree.create_time(engine.pid)
         assert started is not None
@@ -531,8 +508,8 @@ async def test_the_sweep_kills_the_engines_no_instance_owns(node: Node, tmp_path
     # The net under every stop (issue 28): an engine process of this data dir whose
     # instance is not listed here is one nobody would ever stop; a listed one's is left.
     listed = await node.supervisor.load(_req())
-    owned = _marked_engine(tmp_path, listed.id)  # stands in for its engine (FakeRunner)
-    stray = _marked_engine(tmp_path, "forgotten")
+    owned = marked_process(tmp_path, listed.id)  # stands in for its engine (FakeRunner)
+    stray = marked_process(tmp_path, "forgotten")
     try:
         assert await node.supervisor.sweep_strays() == [stray.pid]
         assert await asyncio.to_thread(stray.wait, 5) is not None
