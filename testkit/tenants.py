@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import orjson
 
-from testkit.servers import HTTP, tls_context
+from sardeenz.tls import client_tls
+from testkit.servers import HTTP
 
 Seen = list[tuple[int, str | None, str]]
 """(status, Retry-After, the body's start) of each request one client sent."""
@@ -50,7 +51,7 @@ def inference(url: str, key_id: str) -> httpx.Client:
         base_url=url,
         headers={"Authorization": f"Bearer {secret(key_id)}"},
         timeout=30,
-        verify=tls_context(),
+        verify=client_tls(),
     )
 
 

@@ -22,8 +22,9 @@ from sardeenz.security.policy import (
     iter_api_routes,
     policy_of,
 )
+from sardeenz.tls import client_tls
 from testkit.oauth import OidcIssuer
-from testkit.servers import ServerPool, ServerProcess, sim_load, tls_context, wait_for_status
+from testkit.servers import ServerPool, ServerProcess, sim_load, wait_for_status
 
 SECRET = "s3cr3t-hs256-key-for-tests-only-0123456789"
 ISSUER = "https://issuer.test"
@@ -118,7 +119,7 @@ def _assert_matrix(srv: ServerProcess, tokens: dict[str, str]) -> int:
     """Every /api operation against every kind of caller, through one client: each new
     ``httpx.Client`` loads the CA bundle (about 20 ms of CPU), and the two matrices make
     over a thousand calls."""
-    with httpx.Client(base_url=srv.url, timeout=10, verify=tls_context()) as api:
+    with httpx.Client(base_url=srv.url, timeout=10, verify=client_tls()) as api:
         return _matrix_cases(api, tokens)
 
 
@@ -261,7 +262,7 @@ def test_secrets_never_leak_and_api_keys_guard_inference(server_factory: Any) ->
     headers = {"Authorization": f"Bearer {admin}"}
     # ``api`` sends the admin token with every request, ``no_auth`` only what it is given.
     with (
-        httpx.Client(base_url=srv.url, headers=headers, timeout=30, verify=tls_context()) as api,
+        httpx.Client(base_url=srv.url, headers=headers, timeout=30, verify=client_tls()) as api,
         srv.client() as no_auth,
     ):
         inst = sim_load(api, "guarded", "--ttft-ms", "1")
@@ -342,7 +343,7 @@ def test_api_body_limit_and_audit_trail(every_address_server: ServerProcess) -> 
             headers=admin,
         ).json()
         with httpx.Client(
-            base_url=srv.url, headers=admin, timeout=30, verify=tls_context()
+            base_url=srv.url, headers=admin, timeout=30, verify=client_tls()
         ) as as_admin:
             wait_for_status(as_admin, inst["id"], "active")
         api.post(f"/api/v1/models/{inst['id']}/unload", headers=admin).raise_for_status()

@@ -30,8 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sardeenz.sim.generation import EARLY_TOLERANCE_SECONDS
 from sardeenz.sim.memory import plan_memory
 from sardeenz.sim.text import completion_text, count_prompt_tokens, render_chat_prompt
+from sardeenz.tls import client_tls
 from testkit.ports import free_port
-from testkit.servers import tls_context
 
 READY_LINE = "INFO:     Application startup complete."
 TTFT_MS = 60
@@ -68,7 +68,7 @@ class SimProcess:
     def wait_ready(self, timeout: float = 15.0) -> None:
         # One client for every poll (50 a second): a new one each time loads the CA
         # bundle, about 20 ms of CPU, which made the wait busier than the engine's start.
-        with httpx.Client(timeout=1.0, verify=tls_context()) as http:
+        with httpx.Client(timeout=1.0, verify=client_tls()) as http:
 
             def healthy() -> bool:
                 assert self.proc.poll() is None, f"engine exited early; log:\n{self.log()}"

@@ -33,9 +33,10 @@ import httpx
 import pytest
 import yaml
 
+from sardeenz.tls import client_tls
 from testkit.kube import KubeApiServer
 from testkit.oauth import OAuthServer
-from testkit.servers import HTTP, ServerPool, ServerProcess, load_active, tls_context
+from testkit.servers import HTTP, ServerPool, ServerProcess, load_active
 
 pytestmark = pytest.mark.kube
 
@@ -173,7 +174,7 @@ def _client(setup: Setup, token: str) -> httpx.Client:
         base_url=setup.srv.url,
         headers={"Authorization": f"Bearer {token}"},
         timeout=60,
-        verify=tls_context(),
+        verify=client_tls(),
     )
 
 
