@@ -189,14 +189,19 @@ def test_openai_client_through_the_proxy(
             extra_body={"min_tokens": 6, "ignore_eos": True},
         )
     )
-    text = "".join(c.choices[0].text for c in chunks if c.choices)
-    # vLLM may put several tokens in one chunk when the machine is busy: count
-    # tokens by the engine's usage, not by chunks.
-    usage = [c.usage for c in chunks if c.usage is not None]
-    assert usage[-1].completion_tokens == 6
-    assert len([c for c in chunks if c.choices]) >= 2  # streamed, not one reply
-    assert text
-    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    # An event stream, not one reply: text chunks, then the usage chunk vLLM sends
+    # last with no choices. How many text chunks is vLLM's choice (a busy engine
+    # puts every ready token in one), so tokens are counted by the usage chunk.
+    *texts, last = chunks
+    assert texts, "the stream held no text chunk before the usage chunk"
+    assert all(c.object == "text_completion" for c in chunks)
+    assert all(c.choices and c.usage is None for c in texts)
+    assert last.choices == []
+    assert last.usage is not None
+    assert last.usage.completion_tokens == 6
+    assert "".join(c.choices[0].text for c in texts)
+    assert texts[-1].choices[0].finish_reason == "length"
+    assert all(c.choices[0].finish_reason is None for c in texts[:-1])
 
     models = {m.id: m for m in client.models.list().data}
     assert "tiny-a" in models
