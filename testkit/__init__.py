@@ -11,6 +11,8 @@ Neither ``src/`` (it is not shipped) nor ``tests/`` (benchmarks are not tests):
 * ``proxy``: the standalone proxy on a background thread (``ThreadedProxyServer``);
 * ``cluster``: a static-peers cluster of real servers on 127.0.0.x;
 * ``streams``: concurrent streaming clients that check every stream;
+* ``waiting``: waiting with a bound whose failure says what was waited for
+  (``wait_until`` polls, ``within`` awaits);
 * ``kube`` and ``kube_pods``: a real kube-apiserver + etcd, and Kubernetes-mode pods on it
   (the harness plays the kubelet).
 

@@ -1,11 +1,9 @@
 """PEFT-style LoRA adapter folders for tests: what vLLM (and the simulated engine) read;
-and the two probes adapter tests share (a metric's value, waiting for a state)."""
+and the probe adapter tests share: a metric's value."""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from testkit.servers import HTTP
@@ -40,14 +38,3 @@ def metric_value(base_url: str, line_start: str) -> float:
     text = HTTP.get(f"{base_url}/metrics", timeout=10).text
     values = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start)]
     return values[0] if values else 0.0
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Poll ``check`` (every 50 ms) until it holds; AssertionError naming ``what`` after
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s: {what}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import orjson
 
 from sardeenz.tls import client_tls
 from testkit.servers import HTTP
+from testkit.waiting import wait_until
 
 Seen = list[tuple[int, str | None, str]]
 """(status, Retry-After, the body's start) of each request one client sent."""
@@ -74,20 +75,12 @@ def control_document(url: str, key: str) -> Any:
     return next((d["body"] for d in resp.json()["documents"] if d["key"] == key), None)
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
-
-
 def wait_tenant_everywhere(urls: Iterable[str], name: str) -> None:
     wait_until(
         lambda: all(name in (control_document(u, "tenants") or {}) for u in urls),
-        20,
         f"tenant {name!r} in every pod's copy of the control state",
+        20,
+        interval=0.2,
     )
 
 

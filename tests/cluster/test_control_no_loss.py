@@ -23,6 +23,7 @@ import pytest
 from testkit.cluster import Cluster, agreed_leader
 from testkit.servers import HTTP
 from testkit.streams import Load, run_clients
+from testkit.waiting import within
 
 pytestmark = pytest.mark.slow
 
@@ -294,7 +295,7 @@ def test_a_move_resumed_while_its_source_pod_is_paused_waits_for_it_and_unloads_
             while (move := await _move_state(new_url, move_id))["state"] not in ("done", "failed"):
                 assert time.monotonic() - t0 < 90, f"the move was not finished: {move}"
                 await asyncio.sleep(0.1)
-            await asyncio.wait_for(stream.read(), 30)  # the stream ends (served or cut)
+            await within(stream.read(), 30, "the stream through the move ended (served or cut)")
             stream.release()
             return move, new
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from testkit.adapters import wait_until
 from testkit.cluster import Cluster
 from testkit.servers import HTTP
+from testkit.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

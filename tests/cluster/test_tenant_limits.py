@@ -51,8 +51,8 @@ from testkit.tenants import (
     put_tenant,
     secret,
     wait_tenant_everywhere,
-    wait_until,
 )
+from testkit.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -231,14 +231,16 @@ def test_a_budget_is_counted_once_and_survives_the_leader(trio: Cluster) -> None
             spent += _usage(resp)
     wait_until(
         lambda: _tokens_today(url, "team-budget") == spent,
-        15,
         f"the leader's count of team-budget's tokens today to be the {spent} spent",
+        15,
+        interval=0.2,
     )
     # ...and stored in the control state, the copy of every pod.
     wait_until(
         lambda: all(_stored_total(trio, p, "team-budget") == spent for p in trio.names),
-        15,
         f"every pod's copy of tenant-usage to hold the {spent} tokens",
+        15,
+        interval=0.2,
     )
 
     # The leader stops: the new one has the count its pods still report and, for the
@@ -253,8 +255,9 @@ def test_a_budget_is_counted_once_and_survives_the_leader(trio: Cluster) -> None
     survivor = trio.pods[others[0]].url
     wait_until(
         lambda: _tokens_today(survivor, "team-budget") == spent,
-        20,
         f"the new leader's count of team-budget's tokens today to be the {spent} spent",
+        20,
+        interval=0.2,
     )
     # The old leader restarts; the budget is lowered to what was spent: no pod admits.
     trio.pods[leader].start(60)
@@ -274,7 +277,7 @@ def test_a_budget_is_counted_once_and_survives_the_leader(trio: Cluster) -> None
         ]
         return all(d is not None and d["limits"]["tokens_per_day"] == spent for d in docs)
 
-    wait_until(lowered, 20, "the lowered budget in every pod's copy of the tenants")
+    wait_until(lowered, "the lowered budget in every pod's copy of the tenants", 20, interval=0.2)
     for pod in trio.names:  # none admits: each holds the cluster's count, the restarted too
         with inference(trio.pods[pod].url, "k-budget") as v1:
             resp = chat(v1, chat_body(MODEL, max_tokens=8))

@@ -16,6 +16,7 @@ import httpx
 
 from testkit.adapters import make_adapter
 from testkit.servers import ServerPool
+from testkit.waiting import within
 
 ADAPTERS = [f"c{k:02d}" for k in range(50)]
 CLIENTS = 4
@@ -66,8 +67,10 @@ def test_four_clients_over_fifty_adapters_and_four_slots_all_answered(
                     health.append((await c.get("/api/health", timeout=5)).status_code)
                     await asyncio.sleep(0.2)
 
-            await asyncio.wait_for(
-                asyncio.gather(*(client() for _ in range(CLIENTS)), watch()), 120
+            await within(
+                asyncio.gather(*(client() for _ in range(CLIENTS)), watch()),
+                120,
+                f"the {REQUESTS} churning requests of {CLIENTS} clients answered",
             )
         return statuses, health
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import openai
 import pytest
 
-from testkit.adapters import make_adapter, metric_value, wait_until
+from testkit.adapters import make_adapter, metric_value
 from testkit.servers import ServerPool, ServerProcess, load_active
+from testkit.waiting import wait_until
 from tests.e2e.test_cli import cli
 from tests.e2e.test_cli_compose import assert_words_whole, cli_tty
 
@@ -110,10 +110,6 @@ def metric(srv: ServerProcess, line_start: str) -> float:
     return metric_value(srv.url, line_start)
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    wait_until(check, what, timeout)
-
-
 def client(srv: ServerProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", timeout=WAIT + 10)
 
@@ -137,13 +133,14 @@ def test_an_idle_adapter_is_unloaded_never_one_with_a_request_in_flight(
     streamer = threading.Thread(target=stream)
     streamer.start()
     try:
-        wait_for(lambda: bool(models), "the keep1 stream's first chunk")
+        wait_until(lambda: bool(models), "the keep1 stream's first chunk", WAIT)
         assert oai.completions.create(model="idle1", prompt="hi", max_tokens=1).model == "idle1"
         assert set(engine_state(srv, "ttl")["lora_adapters"]) == {"keep1", "idle1"}
         t0 = time.monotonic()
-        wait_for(
+        wait_until(
             lambda: "idle1" not in engine_state(srv, "ttl")["lora_adapters"],
             "idle1 unloaded from its engine after the idle TTL",
+            WAIT,
         )
         assert time.monotonic() - t0 >= TTL * 0.5  # not before it was idle a while
         assert not stream_done.is_set(), "the keep1 stream ended too soon to show anything"
@@ -156,9 +153,10 @@ def test_an_idle_adapter_is_unloaded_never_one_with_a_request_in_flight(
         streamer.join(WAIT + 10)
     assert stream_done.is_set()
     assert set(models) == {"keep1"}
-    wait_for(  # its stream over, keep1 goes idle too
+    wait_until(  # its stream over, keep1 goes idle too
         lambda: "keep1" not in engine_state(srv, "ttl")["lora_adapters"],
         "keep1 unloaded once its stream ended and the TTL passed",
+        WAIT,
     )
     assert metric(srv, 'sardeenz_adapter_unloads_total{model="keep1",reason="idle"}') == 1
     # The next request loads it again.
@@ -179,11 +177,12 @@ def test_a_sleeping_base_keeps_its_adapters(srv: ServerProcess) -> None:
     with srv.client() as c:
         resp = c.post(f"/api/v1/models/{inst['id']}/sleep", json={"level": 1})
         assert resp.status_code == 200, resp.text
-    wait_for(lambda: listed_state(srv, "nap1") == "sleeping", "nap1 listed sleeping")
+    wait_until(lambda: listed_state(srv, "nap1") == "sleeping", "nap1 listed sleeping", WAIT)
     assert listed_state(srv, "nap2") == "sleeping"
-    wait_for(  # asleep longer than the TTL: sleeping is not idle time
+    wait_until(  # asleep longer than the TTL: sleeping is not idle time
         lambda: "tick1" not in engine_state(srv, "ttl")["lora_adapters"],
         "tick1 unloaded by an idle pass past nap1's and nap2's TTL",
+        WAIT,
     )
     assert metric(srv, 'sardeenz_adapter_unloads_total{model="tick1",reason="idle"}') == ticks + 1
     assert listed_state(srv, "nap1") == "sleeping"
@@ -191,7 +190,9 @@ def test_a_sleeping_base_keeps_its_adapters(srv: ServerProcess) -> None:
     with srv.client() as c:
         resp = c.post(f"/api/v1/models/{inst['id']}/wake")
         assert resp.status_code == 200, resp.text
-    wait_for(lambda: listed_state(srv, "nap2") == "active", "nap2 active with its woken base")
+    wait_until(
+        lambda: listed_state(srv, "nap2") == "active", "nap2 active with its woken base", WAIT
+    )
     hits = metric(srv, 'sardeenz_adapter_hits_total{model="nap2"}')
     assert oai.completions.create(model="nap2", prompt="hi", max_tokens=1).model == "nap2"
     assert metric(srv, 'sardeenz_adapter_hits_total{model="nap2"}') == hits + 1
@@ -265,7 +266,7 @@ def test_an_operator_lists_loads_and_unloads_an_adapter(srv: ServerProcess) -> N
             (ops1,) = [a for a in c.get("/api/v1/adapters").json() if a["name"] == "ops1"]
         return all(where["inFlight"] == 0 for where in ops1["loadedOn"])
 
-    wait_until(idle, "the closed stream no longer holds ops1")
+    wait_until(idle, "the closed stream no longer holds ops1", WAIT)
 
     unloaded = cli("adapters", "unload", "ops1", "--json", *url)
     assert unloaded.returncode == 0, unloaded.stderr
@@ -309,7 +310,7 @@ def test_a_move_to_another_gpu_carries_the_adapters(srv: ServerProcess) -> None:
             move = c.get(f"/api/cluster/moves/{move_id}").json()
         return move["state"] in ("done", "failed")
 
-    wait_for(finished, f"move {move_id} finished", WAIT * 2)
+    wait_until(finished, f"move {move_id} finished", WAIT * 2)
     assert move["state"] == "done", move
     carried = [s["detail"] for s in move["steps"] if s["name"] == "adapters-carried"]
     assert carried == ["loaded on the target: mv1"]

@@ -27,6 +27,7 @@ from sardeenz.cluster.identity import PeerAddress
 from sardeenz.cluster.transport import InternalRequest, InternalRoute, InternalRouter, PodClient
 from sardeenz.errors import Conflict, NotFound, SardeenzError, Unavailable
 from sardeenz.security.cluster_hmac import Signer, Verifier
+from testkit.waiting import within
 
 SECRET = b"s" * 32
 ECHO = InternalRoute("POST", "/internal/test/echo/{name}")
@@ -265,9 +266,10 @@ async def test_a_silent_pod_times_out_and_the_pool_still_serves_the_others(rig: 
         port = silent.sockets[0].getsockname()[1]
         rig.directory.addresses["pod-s"] = PeerAddress("127.0.0.1", port)
         with pytest.raises(Unavailable) as caught:
-            await asyncio.wait_for(
+            await within(  # the call's own 0.3 s timeout must end it long before this
                 rig.client.call("pod-s", ECHO, {"n": 1}, timeout=0.3, name="x"),
-                10,  # the call's own 0.3 s timeout must end it long before this
+                10,
+                "the call to the silent pod ended by its own timeout",
             )
         assert "did not answer" in caught.value.message
         assert accepted, "the silent pod never saw the connection"

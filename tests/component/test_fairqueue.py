@@ -24,6 +24,7 @@ import orjson
 import pytest
 
 from testkit.servers import ServerPool, ServerProcess, load_active, wait_for_status
+from testkit.waiting import within
 from tests.component.test_auth import AUDIENCE, ISSUER, SECRET, token
 
 MODEL = "fair-m"
@@ -160,7 +161,9 @@ async def _finish_order(srv: ServerProcess) -> list[str]:
         quiet = asyncio.create_task(chat("quiet"))
         await _until_queued(srv, {"noisy": 3, "nightly": 1, "quiet": 2})
         await holder.aclose()  # the client leaves: the slot frees, the queue moves
-        await asyncio.wait_for(asyncio.gather(*noisy, batch, lowered, quiet), 60)
+        await within(
+            asyncio.gather(*noisy, batch, lowered, quiet), 60, "every queued request answered"
+        )
     return order
 
 
@@ -214,7 +217,8 @@ async def test_one_more_than_the_queue_bound_gets_503_at_once(fair: ServerProces
         assert resp.json()["error"]["code"] == "queue_full"
         assert resp.headers["retry-after"] == "2"
         await holder.aclose()
-        assert await asyncio.wait_for(asyncio.gather(*queued), 60) == [200] * QUEUE_MAX
+        statuses = await within(asyncio.gather(*queued), 60, "the queued requests answered")
+        assert statuses == [200] * QUEUE_MAX
     text = (await asyncio.to_thread(httpx.get, f"{fair.url}/metrics", timeout=10)).text
     assert re.search(
         rf'sardeenz_fair_queue_rejected_requests_total\{{model="{MODEL}",reason="queue_full",'
@@ -268,5 +272,7 @@ async def test_requests_waiting_for_a_wake_keep_their_place(fair: ServerProcess)
         await _until_queued(fair, {"noisy": 3}, SLEEPY)  # no slot while it sleeps
         quiet = asyncio.create_task(chat("quiet"))
         await _until_queued(fair, {"noisy": 3, "quiet": 1}, SLEEPY)
-        await asyncio.wait_for(asyncio.gather(*noisy, quiet), 60)
+        await within(
+            asyncio.gather(*noisy, quiet), 60, "the requests queued during the wake answered"
+        )
     assert order == ["noisy", "quiet", "noisy", "noisy"]

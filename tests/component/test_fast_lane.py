@@ -26,6 +26,7 @@ from sardeenz.proxy.fastlane import fast_lane_protocol
 from sardeenz.standalone import make_instance
 from testkit.proxy import ThreadedProxyServer
 from testkit.sim import Sim
+from testkit.waiting import within
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -363,7 +364,7 @@ async def test_an_app_that_crashes_gets_a_500_server_error_and_a_closed_connecti
     try:
         reader, writer = await asyncio.open_connection(*sock.getsockname())
         writer.write(post())
-        raw = await asyncio.wait_for(reader.read(), 5)  # until the lane closes
+        raw = await within(reader.read(), 5, "the lane closed the connection after its 500")
         writer.close()
         head, _, body = raw.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 500")

@@ -23,6 +23,7 @@ from uvicorn.config import Config
 from uvicorn.server import Server
 
 from sardeenz.proxy.headguard import GuardedHttpToolsProtocol, HeadLimits, guarded_protocol
+from testkit.waiting import within
 
 KEEP_ALIVE = 75  # the node's (cli/server.py)
 
@@ -78,14 +79,14 @@ async def test_a_connection_reset_after_its_answer_is_released_at_once() -> None
         writer.write(b"GET / HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 60 * 1024 + b"\r\n\r\n")
         answer = b""
         while not answer.endswith(b"\r\n\r\nok"):
-            chunk = await asyncio.wait_for(reader.read(65536), 5)
+            chunk = await within(reader.read(65536), 5, "more of the answer to the big header")
             assert chunk, f"the server closed before its answer was complete: {answer!r}"
             answer += chunk
         assert answer.startswith(b"HTTP/1.1 200")
         raw = writer.get_extra_info("socket")
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.close()
-        await asyncio.wait_for(closed.wait(), 5)  # waited for: the server saw the reset
+        await within(closed.wait(), 5, "the server closed the reset connection")
         assert lost[0] is not None
         assert issubclass(lost[0], ConnectionError), f"closed with {lost[0]!r}, not a reset"
         gc.collect()
@@ -96,4 +97,4 @@ async def test_a_connection_reset_after_its_answer_is_released_at_once() -> None
         )
     finally:
         server.should_exit = True
-        await asyncio.wait_for(serve, 10)
+        await within(serve, 10, "uvicorn's serve() ended after should_exit")

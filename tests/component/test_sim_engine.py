@@ -32,6 +32,7 @@ from sardeenz.sim.memory import plan_memory
 from sardeenz.sim.text import completion_text, count_prompt_tokens, render_chat_prompt
 from sardeenz.tls import client_tls
 from testkit.ports import free_port
+from testkit.waiting import wait_until, within
 
 READY_LINE = "INFO:     Application startup complete."
 TTFT_MS = 60
@@ -55,15 +56,14 @@ class SimProcess:
         return self.log_path.read_text(errors="replace")
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {what}; log:\n{self.log()}")
+        """``wait_until``, its failure (or the predicate's) followed by the engine's log."""
+        try:
+            wait_until(predicate, what, timeout, interval=0.02)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; log:\n{self.log()}") from None
 
     def wait_log(self, text: str, timeout: float = 10.0) -> None:
-        self.wait_for(lambda: text in self.log(), timeout, repr(text))
+        self.wait_for(lambda: text in self.log(), timeout, f"{text!r} in the engine's log")
 
     def wait_ready(self, timeout: float = 15.0) -> None:
         # One client for every poll (50 a second): a new one each time loads the CA
@@ -71,13 +71,13 @@ class SimProcess:
         with httpx.Client(timeout=1.0, verify=client_tls()) as http:
 
             def healthy() -> bool:
-                assert self.proc.poll() is None, f"engine exited early; log:\n{self.log()}"
+                assert self.proc.poll() is None, "engine exited early"  # wait_for adds the log
                 try:
                     return http.get(f"{self.base_url}/health").status_code == 200
                 except httpx.TransportError:
                     return False
 
-            self.wait_for(healthy, timeout, "/health 200")
+            self.wait_for(healthy, timeout, "the engine's /health answering 200")
 
     def engine_core(self) -> psutil.Process:
         children = psutil.Process(self.proc.pid).children()
@@ -400,7 +400,7 @@ def test_client_disconnect_is_an_abort(sim: SimProcess) -> None:
     sim.wait_for(
         lambda: metric(base, "vllm:request_success_total", **abort) == before + 1,
         1.0,
-        "the abort counter",
+        "the abort counted in vllm:request_success_total",
     )
     assert time.monotonic() - closed_at < 1.0
     assert metric(base, "vllm:num_requests_running") == 0
@@ -431,7 +431,7 @@ async def test_sleep_wake_cycle(sim: SimProcess) -> None:
         assert metric(base, "vllm:num_requests_waiting") == 1
         woke = await http.post("/wake_up")
         assert (woke.status_code, woke.content) == (200, b"")
-        reply = await asyncio.wait_for(pending, 5)
+        reply = await within(pending, 5, "the queued completion answered once the engine woke")
         assert reply.json()["choices"][0]["text"] == "tok0 tok1"
         assert (await http.get("/is_sleeping")).json() == {"is_sleeping": False}
         assert (await http.get("/sim/state")).json()["memory_gib"] == pytest.approx(4.0)
@@ -487,9 +487,9 @@ async def test_sleep_modes_with_a_stream_in_flight(
             await asyncio.sleep(0.5)
             assert not stream.done()
             await http.post("/wake_up")
-            reason, done = await asyncio.wait_for(stream, 10)
+            reason, done = await within(stream, 10, "the paused stream's end after the wake-up")
         else:
-            reason, done = await asyncio.wait_for(stream, 10)
+            reason, done = await within(stream, 10, f"the stream's end under sleep mode {mode}")
             await http.post("/wake_up")
         assert (reason, done) == (expected, True)
         if mode == "wait":

@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import signal
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +22,7 @@ import orjson
 import pytest
 
 from testkit.servers import ServerPool, ServerProcess, load_active
+from testkit.waiting import wait_until
 from tests.component.test_auth import AUDIENCE, ISSUER, SECRET, token
 
 MODEL = "tenancy-m"
@@ -214,7 +214,11 @@ def test_concurrent_requests_edge(srv: ServerProcess) -> None:
                 wait = _assert_429(_chat(v3, _body()), "concurrent requests limit of 2")
                 assert wait == 1
         # both streams closed by the client: the engine was cut off, the slots freed
-        _until(lambda: _usage(srv, "conc")["*"]["concurrent_requests"] == 0, "slots freed")
+        wait_until(
+            lambda: _usage(srv, "conc")["*"]["concurrent_requests"] == 0,
+            "both cut streams' slots freed in conc's usage",
+            10,
+        )
         assert _chat(v3, _body()).status_code == 200
 
 
@@ -243,14 +247,6 @@ def _usage(srv: ServerProcess, name: str) -> dict[str, Any]:
     assert resp.status_code == 200, resp.text
     usage: dict[str, Any] = resp.json()["usage"]
     return usage
-
-
-def _until(check: Any, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize(

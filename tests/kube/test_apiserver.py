@@ -23,6 +23,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
 from testkit.kube import KUBECTL_ENV, SARDEENZ_RULES, KubeApiServer
+from testkit.waiting import within
 
 pytestmark = pytest.mark.kube
 
@@ -151,7 +152,7 @@ async def test_pod_watch_by_label_sees_added_status_and_deleted(
         )
         await pods.delete_namespaced_pod("other-0", ns, grace_period_seconds=0)
         await pods.delete_namespaced_pod("sardeenz-0", ns, grace_period_seconds=0)
-        await asyncio.wait_for(watcher, timeout=20)
+        await within(watcher, 20, "the watch saw sardeenz-0 deleted")
     finally:
         stream.stop()
         watcher.cancel()

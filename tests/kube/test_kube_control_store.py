@@ -34,6 +34,7 @@ from sardeenz.tenancy.admission import Admission
 from sardeenz.tenancy.service import TenantService
 from sardeenz.tenancy.spec import TenantBody
 from testkit.kube import SARDEENZ_RULES, KubeApiServer
+from testkit.waiting import within
 
 pytestmark = pytest.mark.kube
 
@@ -330,7 +331,8 @@ async def test_a_pods_own_write_back_from_the_watch_first_is_not_handed_to_its_f
 
     leader.state.subscribe("catalog", feature)
     async with lock:
-        await asyncio.wait_for(leader.state.update("catalog", add("second")), 15)  # an update
+        update = leader.state.update("catalog", add("second"))  # an update
+        await within(update, 15, "the update, the feature's lock held meanwhile")
     assert set(ns.body()) == {"first", "second"}
     assert leader.state.body("catalog") == ns.body()
     assert leader.told == []  # its own writes: the features made them
@@ -380,7 +382,7 @@ async def test_a_tenant_put_that_meets_another_write_takes_it_and_answers(
                 {"api_keys": [key], "limits": {"requests_per_minute": 60}}
             )
 
-        await asyncio.wait_for(tenants.put("team-a", body("k-a")), 15)
+        await within(tenants.put("team-a", body("k-a")), 15, "the put of team-a")
 
         def theirs(data: dict[str, str]) -> None:
             other = {"api_keys": ["k-b"], "limits": {"requests_per_minute": 30}}
@@ -393,7 +395,7 @@ async def test_a_tenant_put_that_meets_another_write_takes_it_and_answers(
         leader.api.before = another_write
         # The 409 is retried on a fresh read, which hands team-b to the tenant service
         # from inside its own put: that waited on the put's lock, for ever.
-        await asyncio.wait_for(tenants.put("team-c", body("k-c")), 15)
+        await within(tenants.put("team-c", body("k-c")), 15, "the put of team-c through a 409")
         assert set(ns.body(TENANTS)) == {"team-a", "team-b", "team-c"}
         assert {t["name"] for t in tenants.all()} == {"team-a", "team-b", "team-c"}
     finally:

@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from testkit.servers import ServerPool, ServerProcess, load_active, unload_all, wait_for_status
+from testkit.waiting import within
 
 GRACE = 3.0
 CLIENT_TIMEOUT = 40.0
@@ -148,14 +149,17 @@ def session(url: str, n: int) -> aiohttp.ClientSession:
     )
 
 
-async def all_started(events: list[asyncio.Event], within: float = 30.0) -> None:
+async def all_started(events: list[asyncio.Event], seconds: float = 30.0) -> None:
     """Wait until every stream has its first token: then it is in flight at the engine.
 
     A fixed delay raced the clients: on a loaded machine some requests had not reached
     the proxy when the action came, and met it as new requests instead of in-flight ones.
     """
-    async with asyncio.timeout(within):
-        await asyncio.gather(*(e.wait() for e in events))
+    await within(
+        asyncio.gather(*(e.wait() for e in events)),
+        seconds,
+        f"a first token on each of the {len(events)} streams",
+    )
 
 
 async def engine_holds(port: int, n: int, within: float = 30.0) -> None:

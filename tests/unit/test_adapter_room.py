@@ -14,6 +14,7 @@ import asyncio
 
 from sardeenz.catalog.adapterslots import SlotBook
 from sardeenz.catalog.adapterwaits import Room
+from testkit.waiting import within
 
 
 async def test_a_change_between_the_look_and_the_wait_wakes_the_waiter_at_once() -> None:
@@ -29,7 +30,7 @@ async def test_a_change_between_the_look_and_the_wait_wakes_the_waiter_at_once()
     await asyncio.sleep(0)  # ... yields on its way to the wait ...
     book.release("i", "busy", 2.0)  # ... and the request ends meanwhile: nobody waits yet
     # The wait must see that change at once, not sleep until its deadline.
-    assert await asyncio.wait_for(room.wait(3600.0, seen), 5.0)  # "the missed release"
+    assert await within(room.wait(3600.0, seen), 5.0, "the wake-up by the missed release")
     assert book.reserve("wanted", ["i"], 3.0) is not None  # and now there is room
 
 
@@ -40,7 +41,8 @@ async def test_a_waiter_sleeps_until_the_next_change_and_every_waiter_wakes() ->
     await asyncio.sleep(0)
     assert not any(w.done() for w in waiters)  # nothing changed: they wait
     room.notify()
-    assert await asyncio.wait_for(asyncio.gather(*waiters), 5.0) == [True] * 3  # "the wake-up"
+    woken = await within(asyncio.gather(*waiters), 5.0, "every waiter woken by the notify")
+    assert woken == [True] * 3
 
 
 async def test_no_change_within_the_time_is_false() -> None:

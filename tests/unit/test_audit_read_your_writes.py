@@ -18,6 +18,7 @@ from starlette.routing import Route
 from sardeenz.security.audit import AuditTrail
 from sardeenz.store.audit import AuditEntry, AuditRepository
 from sardeenz.store.db import Database
+from testkit.waiting import within
 
 
 class SlowDisk(AuditRepository):
@@ -55,7 +56,7 @@ async def test_a_read_waits_for_the_entries_of_requests_that_finished_before_it(
         await asyncio.sleep(0.05)
         assert not read.done(), "the read did not wait for the writer"
         repo.gate.set()
-        entries = await asyncio.wait_for(read, 5)
+        entries = await within(read, 5, "the read, once the writer got past the slow disk")
         assert [(e.method, e.path) for e in entries] == [
             ("DELETE", "/api/v1/tenants/b"),
             ("DELETE", "/api/v1/tenants/a"),
@@ -72,7 +73,7 @@ async def test_a_read_with_nothing_queued_does_not_wait(tmp_path: Path) -> None:
     await db.migrate()
     trail = AuditTrail(SlowDisk(db))  # a gate never opened: any write would hang
     try:
-        assert await asyncio.wait_for(trail.entries(), 5) == []
+        assert await within(trail.entries(), 5, "a read with nothing queued") == []
     finally:
         await trail.close()
         await db.close()

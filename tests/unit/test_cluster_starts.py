@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from sardeenz.cluster.ondemand import ClusterStarts
 from sardeenz.domain import EngineKind, InstanceStatus, LoadRequest, ModelInstance
+from testkit.waiting import within
 
 
 class _View:
@@ -63,11 +64,13 @@ async def test_a_slow_placement_holds_up_neither_other_models_nor_an_ask_past_it
     first = asyncio.create_task(starts.place(_req("slow")))
     await asyncio.sleep(0)
 
-    other = await asyncio.wait_for(starts.place(_req("fast")), 2)
+    other = await within(starts.place(_req("fast")), 2, "fast placed beside the slow placement")
     assert other["placed"] is True
     assert other["podId"] == "pod-b"
 
-    again = await asyncio.wait_for(starts.place(_req("slow")), 2)
+    again = await within(
+        starts.place(_req("slow")), 2, "a second ask for slow given up after its wait"
+    )
     assert again == {
         "placed": False,
         "reason": "a placement of 'slow' has been under way for more than 0.3 s",
@@ -76,7 +79,7 @@ async def test_a_slow_placement_holds_up_neither_other_models_nor_an_ask_past_it
     assert not first.done()
 
     placement.held["slow"].set()
-    done = await asyncio.wait_for(first, 2)
+    done = await within(first, 2, "the slow placement, once released")
     assert done["placed"] is True
     assert placement.placed == ["fast", "slow"]
 
@@ -87,6 +90,6 @@ async def test_asks_for_one_model_that_arrive_together_get_the_one_instance() ->
     asks = [asyncio.create_task(starts.place(_req("m"))) for _ in range(3)]
     await asyncio.sleep(0)
     placement.held["m"].set()
-    answers = await asyncio.wait_for(asyncio.gather(*asks), 2)
+    answers = await within(asyncio.gather(*asks), 2, "the three asks for m answered")
     assert {a["instance"]["id"] for a in answers} == {"i-m-1"}
     assert placement.placed == ["m"]

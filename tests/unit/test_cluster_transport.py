@@ -9,6 +9,7 @@ import pytest
 from sardeenz.cluster.transport import LeaderLoop, routes
 from sardeenz.cluster.transport.backoff import Backoff
 from sardeenz.cluster.transport.routes import InternalRoute
+from testkit.waiting import within
 
 
 def test_a_route_template_fills_and_matches_its_params() -> None:
@@ -54,7 +55,7 @@ async def test_the_leader_loop_acts_only_while_leading_and_survives_a_bad_round(
     loop = LeaderLoop("test-loop", lambda: leading, step, 0.001, on_follow=follow)
     loop.start()
     try:
-        await asyncio.wait_for(enough.wait(), 5)  # the failed round did not end the loop
+        await within(enough.wait(), 5, "a round after the failed one (the loop went on)")
     finally:
         await loop.stop()
     assert follows == 1

@@ -28,6 +28,7 @@ from sardeenz.domain import EngineKind, InstanceStatus, ModelInstance
 from sardeenz.events import Event, EventBus, StatusEvent
 from sardeenz.proxy.routing import RoutingTable, RoutingUpdater
 from sardeenz.runtime.runner import InstanceRunner
+from testkit.waiting import within
 
 # An "engine" with a child of its own, as vLLM has its EngineCore: it prints the child's pid.
 ENGINE = (
@@ -86,7 +87,7 @@ async def test_failed_is_published_only_once_the_engine_tree_is_gone() -> None:
         sys.executable, "-c", ENGINE, stdout=asyncio.subprocess.PIPE, start_new_session=True
     )
     assert engine.stdout is not None
-    line = await asyncio.wait_for(engine.stdout.readline(), 30)  # "the engine's child pid"
+    line = await within(engine.stdout.readline(), 30, "the engine's child pid on its stdout")
     child = int(line)
     tree = [engine.pid, child]
 
@@ -107,7 +108,7 @@ async def test_failed_is_published_only_once_the_engine_tree_is_gone() -> None:
             runner = InstanceRunner(_instance(), Settings(), WatchedBus(), persist, http)
             runner.proc, runner.pid = engine, engine.pid
             runner.create_time = proctree.create_time(engine.pid)
-            await asyncio.wait_for(runner.fail("health check failed"), 30)  # "fail()"
+            await within(runner.fail("health check failed"), 30, "fail() with the tree gone")
         assert seen == [(InstanceStatus.FAILED, [])]
         assert engine.returncode is not None  # reaped: no zombie left behind either
         assert runner.instance.error_message == "health check failed"
@@ -116,7 +117,7 @@ async def test_failed_is_published_only_once_the_engine_tree_is_gone() -> None:
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
         if engine.returncode is None:
-            await asyncio.wait_for(engine.wait(), 10)  # "the engine's reaping"
+            await within(engine.wait(), 10, "the engine's reaping")
 
 
 def _running(pid: int) -> bool:

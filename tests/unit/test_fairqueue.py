@@ -7,7 +7,6 @@ The gate is driven with a real routing table and real futures, no HTTP.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
 import pytest
@@ -19,6 +18,7 @@ from sardeenz.proxy.wire import ErrorReply
 from sardeenz.tenancy.admission import Admission
 from sardeenz.tenancy.fairqueue import BATCH, INTERACTIVE, Entry, FairQueue
 from sardeenz.tenancy.spec import from_config
+from testkit.waiting import within
 
 
 def drain(queue: FairQueue) -> list[str]:
@@ -239,7 +239,7 @@ async def test_a_request_for_a_model_that_is_waking_keeps_its_place() -> None:
     assert isinstance(later, Waiter)
     assert later.future is not None
     assert not later.future.done()
-    assert await asyncio.wait_for(gate.wait(early), 5) is None
+    assert await within(gate.wait(early), 5, "the early waiter let in after the wake") is None
 
 
 async def test_headroom_lets_a_quiet_interactive_request_in_beside_a_backlog() -> None:

@@ -32,6 +32,7 @@ from sardeenz.gpu.kvcached import (
     should_enable,
 )
 from sardeenz.memory.kvlimits import Change, KvcachedLimits, changes, plan_limits, segment_gpus
+from testkit.waiting import within
 from tests.fake_kvctl import fake_kvctl_env
 
 GiB = 2**30
@@ -360,9 +361,8 @@ async def test_limits_without_kvctl_do_nothing(tmp_path: Path, shm: Path) -> Non
 
 
 async def _until(check: Callable[[], bool]) -> None:
-    try:
-        async with asyncio.timeout(10):
-            while not check():  # noqa: ASYNC110 - kvctl, another process, writes the file
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError("the kvcached limit did not follow within 10 s") from None
+    async def followed() -> None:
+        while not check():  # noqa: ASYNC110 - kvctl, another process, writes the file
+            await asyncio.sleep(0.02)
+
+    await within(followed(), 10, "the kvcached limit followed in the segment file")

@@ -11,6 +11,7 @@ from sardeenz.errors import NotFound
 from sardeenz.proxy.routing import Endpoint, RoutingTable
 from sardeenz.proxy.wire import ErrorReply
 from sardeenz.store.records import CatalogEntry
+from testkit.waiting import within
 
 
 class _Catalog:
@@ -150,7 +151,7 @@ async def test_waiters_take_a_route_that_comes_while_the_start_is_stuck() -> Non
     assert not any(w.done() for w in waiters)
     peer = Endpoint("far-1", "m", "10.0.0.2", 3000, "http://10.0.0.2:3000", 1, False)
     table.set_remote("pod-d", [peer])
-    answers = await asyncio.wait_for(asyncio.gather(*waiters), 5)
+    answers = await within(asyncio.gather(*waiters), 5, "the 5 waiters took the peer's route")
     assert answers == [peer] * 5
     assert ondemand.waiting("m") == 0
     # The start was not cancelled by its waiters leaving: it goes on, and a request
@@ -159,5 +160,5 @@ async def test_waiters_take_a_route_that_comes_while_the_start_is_stuck() -> Non
     starter.go.set()
     await asyncio.sleep(0.05)
     assert len(starter.loads) == 1
-    assert await asyncio.wait_for(ondemand.wait("m"), 5) == peer
+    assert await within(ondemand.wait("m"), 5, "a later request's route") == peer
     await ondemand.close()

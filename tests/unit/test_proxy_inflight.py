@@ -11,6 +11,7 @@ from sardeenz.domain import InstanceStatus
 from sardeenz.proxy.inflight import Inflight, ProxyTraffic
 from sardeenz.proxy.routing import InstanceView, RoutingTable
 from sardeenz.runtime.drain import RequestsInFlight, drain_for_sleep, drain_for_unload
+from testkit.waiting import within
 from tests.unit.test_proxy_routing import inst
 
 ACTIVE = InstanceStatus.ACTIVE
@@ -80,7 +81,7 @@ async def test_request_held_while_falling_asleep_wakes_the_model_once_asleep() -
     await asyncio.sleep(0.01)
     assert not waiting.done()
     table.release(inst("a", status=SLEEPING))  # the sleep finished
-    ep = await asyncio.wait_for(waiting, 2)
+    ep = await within(waiting, 2, "the held request's route after the second wake")
     assert ep is not None
     assert len(calls) == 2
 

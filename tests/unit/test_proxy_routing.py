@@ -18,6 +18,7 @@ from sardeenz.proxy.routing import (
     RoutingUpdater,
     WakeFailed,
 )
+from testkit.waiting import within
 
 ACTIVE = InstanceStatus.ACTIVE
 STARTING = InstanceStatus.STARTING
@@ -242,7 +243,9 @@ async def test_many_waiters_are_released_when_the_instance_becomes_active() -> N
     await asyncio.sleep(0.05)
     assert not any(w.done() for w in waiters)
     table.apply(inst("a"))
-    results = await asyncio.wait_for(asyncio.gather(*waiters), 2)
+    results = await within(
+        asyncio.gather(*waiters), 2, "the 50 waiters released by the active instance"
+    )
     assert all(r is not None and r.instance_id == "a" for r in results)
 
 
@@ -257,9 +260,11 @@ async def test_wait_times_out_with_none() -> None:
 
 async def test_wait_returns_at_once_for_unknown_or_failed_models() -> None:
     table = RoutingTable()
-    assert await asyncio.wait_for(table.wait_until_routable("nope", 30), 0.5) is None
+    unknown = await within(table.wait_until_routable("nope", 30), 0.5, "an unknown model's wait")
+    assert unknown is None
     table.apply(inst("a", status=InstanceStatus.FAILED))
-    assert await asyncio.wait_for(table.wait_until_routable("m", 30), 0.5) is None
+    failed = await within(table.wait_until_routable("m", 30), 0.5, "a failed model's wait")
+    assert failed is None
 
 
 async def test_wait_ends_early_when_the_starting_instance_fails() -> None:
@@ -268,7 +273,7 @@ async def test_wait_ends_early_when_the_starting_instance_fails() -> None:
     waiter = asyncio.create_task(table.wait_until_routable("m", 30))
     await asyncio.sleep(0.05)
     table.apply(inst("a", status=InstanceStatus.FAILED))
-    assert await asyncio.wait_for(waiter, 1) is None
+    assert await within(waiter, 1, "the wait ended by the instance's failure") is None
 
 
 async def test_wait_survives_unrelated_changes() -> None:
@@ -280,7 +285,7 @@ async def test_wait_survives_unrelated_changes() -> None:
     await asyncio.sleep(0.05)
     assert not waiter.done()
     table.apply(inst("a"))
-    assert (await asyncio.wait_for(waiter, 1)) is not None
+    assert (await within(waiter, 1, "the wait ended by the instance turning active")) is not None
 
 
 async def test_waker_is_called_for_sleeping_models_and_wait_follows_the_wake() -> None:
@@ -293,7 +298,7 @@ async def test_waker_is_called_for_sleeping_models_and_wait_follows_the_wake() -
         asyncio.get_running_loop().call_later(0.05, table.apply, inst("a"))
 
     table.set_waker(waker)
-    ep = await asyncio.wait_for(table.wait_until_routable("m", 5), 2)
+    ep = await within(table.wait_until_routable("m", 5), 2, "the route after the wake")
     assert ep is not None
     assert calls == [("m", ["a"])]
 
@@ -318,7 +323,7 @@ async def test_a_refused_wake_ends_the_wait_at_once_with_the_reason() -> None:
 
     table.set_waker(waker)
     with pytest.raises(WakeFailed, match="not enough free GPU memory"):
-        await asyncio.wait_for(table.wait_until_routable("m", 30), 1)
+        await within(table.wait_until_routable("m", 30), 1, "the refused wake ending the wait")
 
 
 async def test_a_refused_wake_still_routes_to_an_instance_that_came_up() -> None:
@@ -330,7 +335,9 @@ async def test_a_refused_wake_still_routes_to_an_instance_that_came_up() -> None
         raise WakeFailed("refused")
 
     table.set_waker(waker)
-    ep = await asyncio.wait_for(table.wait_until_routable("m", 30), 1)
+    ep = await within(
+        table.wait_until_routable("m", 30), 1, "the route to b despite the refused wake"
+    )
     assert ep is not None
     assert ep.instance_id == "b"
 
@@ -352,7 +359,7 @@ async def test_a_waiter_takes_a_peer_route_that_appears_while_the_wake_is_stuck(
     await asyncio.sleep(0.05)
     assert not waiter.done(), "the waiter returned before any route existed"
     table.set_remote("pod-b", [remote("pod-b/x")])
-    ep = await asyncio.wait_for(waiter, 2)
+    ep = await within(waiter, 2, "the waiter took the peer's route")
     assert ep is not None
     assert ep.instance_id == "pod-b/x"
     release.set()  # the wake was not cancelled by the waiter leaving: it completes

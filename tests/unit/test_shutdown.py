@@ -12,6 +12,7 @@ import time
 import pytest
 
 from sardeenz.shutdown import exit_budget_seconds, run_steps
+from testkit.waiting import within
 
 
 async def test_steps_run_in_order_and_a_failure_does_not_stop_the_rest(
@@ -49,7 +50,9 @@ async def test_a_step_still_running_is_named_in_the_log_until_it_ends(
     handler = Seen()
     logging.getLogger("sardeenz.shutdown").addHandler(handler)
     try:
-        await asyncio.wait_for(run_steps([("engines", logged.wait)], slow=0.01), 10)
+        await within(
+            run_steps([("engines", logged.wait)], slow=0.01), 10, "the step, logged twice as slow"
+        )
     finally:
         logging.getLogger("sardeenz.shutdown").removeHandler(handler)
     assert count == 2
@@ -68,11 +71,11 @@ async def test_a_cancelled_shutdown_cancels_the_running_step() -> None:
             raise
 
     runner = asyncio.ensure_future(run_steps([("hangs", hangs)]))
-    await asyncio.wait_for(started.wait(), 5)
+    await within(started.wait(), 5, "the hanging step started")
     runner.cancel()
     with pytest.raises(asyncio.CancelledError):
         await runner
-    await asyncio.wait_for(cancelled.wait(), 5)
+    await within(cancelled.wait(), 5, "the running step cancelled")
 
 
 def test_the_budget_covers_the_graceful_close_and_two_engine_graces() -> None:

@@ -18,6 +18,7 @@ import pytest
 from testkit.servers import engine_roots
 from testkit.soak import Report, Soak, Violation
 from testkit.soak_run import Chaos, drive
+from testkit.waiting import within
 
 # A stand-in engine: it starts a child (as vLLM's API server starts its EngineCore),
 # prints the child's pid, then waits to be killed.
@@ -132,7 +133,7 @@ def test_a_harness_crash_is_reported_and_the_cluster_closed() -> None:
     it), every loop is stopped and the cluster closed, long before the run's end."""
     soak, chaos = _CrashingSoak(), _CrashingChaos()
     report = asyncio.run(
-        asyncio.wait_for(drive(cast(Soak, soak), cast(Chaos, chaos), 1), timeout=20)
+        within(drive(cast(Soak, soak), cast(Chaos, chaos), 1), 20, "drive() ended by the crash")
     )
     assert report is soak.report
     assert [v.name for v in report.violations] == ["harness-runs-to-the-end"]

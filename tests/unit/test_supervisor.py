@@ -34,6 +34,7 @@ from sardeenz.store.instances import InstanceRepository, StoredInstance
 from sardeenz.store.profiles import ProfileRepository
 from testkit.ports import free_port_range
 from testkit.servers import marked_process
+from testkit.waiting import within
 
 GIB = 2**30
 
@@ -151,7 +152,7 @@ class Node:
         )
 
     async def next_event(self) -> Event:
-        return await asyncio.wait_for(self.events.get(), 2)
+        return await within(self.events.get(), 2, "the next event on the bus")
 
     async def until(self, instance_id: str, status: InstanceStatus) -> ModelInstance:
         for _ in range(200):
@@ -457,8 +458,8 @@ async def test_an_unload_while_the_engine_is_spawned_ends_that_engine(tmp_path: 
         unloading = asyncio.create_task(node.supervisor.unload(starting.id))
         await asyncio.sleep(0.05)  # the unload is under way, waiting for nothing to spawn
         SlowSpawnRunner.gate.set()
-        await asyncio.wait_for(loading, 10)
-        await asyncio.wait_for(unloading, 10)
+        await within(loading, 10, "the load, its spawn let go")
+        await within(unloading, 10, "the unload of the instance spawned meanwhile")
         [engine] = SlowSpawnRunner.engines
         assert await asyncio.to_thread(engine.wait, 5) is not None, "the engine outlived its unload"
         assert node.supervisor.list_instances() == []

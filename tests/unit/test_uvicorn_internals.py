@@ -25,6 +25,8 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import Server, ServerState
 
+from testkit.waiting import within
+
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 HINT = "proxy/fastlane.py relies on it; adapt the lane, then the pin in pyproject.toml"
 
@@ -168,10 +170,10 @@ async def test_server_builds_the_protocol_and_shuts_it_down_as_the_lane_expects(
             assert not serve.done(), "uvicorn did not start"
             await asyncio.sleep(0.01)
         _, writer = await asyncio.open_connection("127.0.0.1", port)
-        await asyncio.wait_for(connected.wait(), 5)
+        await within(connected.wait(), 5, "the recording protocol saw the connection")
         names = {h[0] for h in server.server_state.default_headers}
         server.should_exit = True
-        await asyncio.wait_for(serve, 10)
+        await within(serve, 10, "uvicorn's serve() ended after should_exit")
         writer.close()
     finally:
         server.should_exit = True

@@ -19,9 +19,10 @@ import httpx
 import openai
 import pytest
 
-from testkit.adapters import make_adapter, metric_value, wait_until
+from testkit.adapters import make_adapter, metric_value
 from testkit.cluster import Cluster
 from testkit.servers import HTTP
+from testkit.waiting import wait_until
 
 BASE = "lc-base"
 ADAPTERS = ("lc-sql", "lc-poem", "lc-moved")
@@ -48,6 +49,7 @@ def cluster(shared_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
             wait_until(
                 partial(lists_all, shared_cluster, pod),
                 f"the adapters in {pod}'s /v1/models",
+                20,
             )
         yield shared_cluster
     finally:
@@ -95,6 +97,7 @@ def test_an_adapter_loaded_on_pod_b_is_served_there_from_pod_a(cluster: Cluster)
             wait_until(
                 partial(listed_as, cluster, pod, "lc-sql", "active"),
                 f"lc-sql active in {pod}'s /v1/models",
+                20,
             )
             card = cards(cluster, pod)["lc-sql"]
             assert card["parent"] == BASE
@@ -115,6 +118,7 @@ def test_an_adapter_loaded_on_pod_b_is_served_there_from_pod_a(cluster: Cluster)
         wait_until(
             partial(listed_as, cluster, pod, "lc-sql", "unloaded"),
             f"lc-sql unloaded in {pod}'s /v1/models",
+            20,
         )
 
 
@@ -128,6 +132,7 @@ def test_concurrent_first_requests_on_every_pod_load_the_adapter_once(cluster: C
             wait_until(
                 partial(_routes_to_both, cluster, pod),
                 f"{pod} sees {BASE} active on pod-b and pod-c",
+                20,
             )
 
         async def burst() -> list[httpx.Response]:
@@ -173,6 +178,7 @@ def test_a_move_carries_the_adapters_to_the_target(cluster: Cluster) -> None:
         wait_until(
             lambda: cards(cluster, "pod-a")["lc-moved"].get("state") == "active",
             "the leader learns pod-b holds lc-moved",
+            20,
         )
         leader = cluster.leader_url()
         resp = HTTP.post(
@@ -222,6 +228,7 @@ def test_an_operator_loads_and_unloads_on_the_pod_running_the_base(cluster: Clus
         wait_until(
             lambda: cards(cluster, "pod-c")["lc-sql"].get("state") == "active",
             "pod-c lists lc-sql active",
+            20,
         )
         resp = HTTP.post(f"{leader}/api/v1/adapters/lc-sql/unload", timeout=40)
         assert resp.status_code == 200, resp.text
@@ -229,10 +236,12 @@ def test_an_operator_loads_and_unloads_on_the_pod_running_the_base(cluster: Clus
         wait_until(
             lambda: cards(cluster, "pod-c")["lc-sql"].get("state") == "unloaded",
             "pod-c lists lc-sql unloaded",
+            20,
         )
         wait_until(
             lambda: _listed(cluster, "lc-sql")["loadedOn"] == [],
             "the leader's adapter list: lc-sql loaded nowhere",
+            20,
         )
     finally:
         cluster.unload("pod-b", inst["id"])
