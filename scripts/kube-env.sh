@@ -53,7 +53,7 @@ if [[ -e "$dir" || -e "$work" ]]; then
   rm -rf "$dir" "$work"
 fi
 echo "kube-env: building kube-apiserver v$version and unpacking etcd into $dir" \
-  "(10-15 minutes once per machine on 2 cores; log: $log)" >&2
+  "(5-15 minutes once per machine on 2 cores; log: $log)" >&2
 : >"$log"
 
 fail() {
@@ -148,7 +148,7 @@ cp "$fixed"/*.go "$fixed"/*.s "$reflect2"/
 export PATH="$(dirname "$go_bin"):$PATH"
 export GOTOOLCHAIN=local GOPROXY=off GOSUMDB=off GOFLAGS=
 export GOPATH="$work/gopath" GOCACHE="$work/gocache"
-step "make generated_files (about 3 minutes; $(go version))"
+step "make generated_files (1-3 minutes; $(go version))"
 (cd "$tree" && run 1800 make generated_files)
 step "make WHAT=cmd/kube-apiserver"
 (cd "$tree" && run 1800 make WHAT=cmd/kube-apiserver)
