@@ -28,7 +28,7 @@ from sardeenz.events import Event, EventBus, RemovedEvent, StatusEvent, Subscrip
 from sardeenz.gpu.inventory import SimulatedInventory
 from sardeenz.gpu.kvcached import SegmentTracker
 from sardeenz.memory.ledger import MemoryLedger
-from sardeenz.runtime.runner import InstanceRunner
+from sardeenz.runtime.runner import EngineCallFailed, InstanceRunner
 from sardeenz.runtime.supervisor import Supervisor
 from sardeenz.store.instances import InstanceRepository, StoredInstance
 from sardeenz.store.profiles import ProfileRepository
@@ -344,6 +344,58 @@ async def test_restart_finishes_an_unload_the_controller_died_in(
         assert node.supervisor.managed_ports() == frozenset()
     finally:
         await node.supervisor.detach()
+
+
+class LostAnswerRunner(FakeRunner):
+    """An engine whose answer to ``/sleep`` never arrives (a timeout, a reset).
+
+    ``falls_asleep``: whether it slept all the same; ``answers``: whether it still
+    answers ``/is_sleeping`` afterwards."""
+
+    falls_asleep: ClassVar[bool] = True
+    answers: ClassVar[bool] = True
+
+    async def engine_call(self, method: str, path: str) -> httpx.Response:
+        if path.startswith("/sleep"):
+            self.sleeping = self.falls_asleep
+            raise EngineCallFailed(f"engine did not answer {method} {path}: ReadTimeout")
+        if path == "/is_sleeping" and not self.answers:
+            raise EngineCallFailed(f"engine did not answer {method} {path}: ConnectError")
+        return await super().engine_call(method, path)
+
+
+@pytest.mark.parametrize(
+    ("falls_asleep", "answers"),
+    [(True, True), (False, True), (True, False)],
+    ids=["slept", "stayed-awake", "silent"],
+)
+async def test_a_lost_answer_to_sleep_records_what_the_engine_reports(
+    tmp_path: Path, falls_asleep: bool, answers: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine slept but its answer was lost: the record must say sleeping, or
+    requests are routed to an engine that queues them until woken. Awake, or silent,
+    the sleep failed with the engine's error and the instance stays active."""
+    monkeypatch.setattr(LostAnswerRunner, "falls_asleep", falls_asleep)
+    monkeypatch.setattr(LostAnswerRunner, "answers", answers)
+    node = Node(tmp_path, Registry(), runner_class=LostAnswerRunner)
+    await node.supervisor.start()
+    try:
+        inst = await node.supervisor.load(_req(enableSleepMode=True))
+        await node.until(inst.id, InstanceStatus.ACTIVE)
+        if falls_asleep and answers:
+            asleep = await node.supervisor.sleep(inst.id, 1)
+            assert (asleep.status, asleep.sleep_level) == (InstanceStatus.SLEEPING, 1)
+            assert node.registry.rows[inst.id].instance.status == InstanceStatus.SLEEPING
+            assert node.inventory.usage(inst.id) == {0: GIB // 2}  # what /sim/state said
+            assert (await node.supervisor.wake(inst.id)).status == InstanceStatus.ACTIVE
+        else:
+            with pytest.raises(EngineCallFailed, match=r"POST /sleep\?level=1: ReadTimeout"):
+                await node.supervisor.sleep(inst.id, 1)
+            assert node.supervisor.get(inst.id).status == InstanceStatus.ACTIVE
+            assert node.registry.rows[inst.id].instance.status == InstanceStatus.ACTIVE
+            assert node.inventory.usage(inst.id) == {0: 6 * GIB}
+    finally:
+        await node.supervisor.shutdown()
 
 
 class AsleepRunner(FakeRunner):

@@ -18,6 +18,7 @@ from sardeenz.domain import ModelInstance
 from sardeenz.engines.vllm import flag_value
 from sardeenz.errors import SardeenzError
 from sardeenz.proxy.routing import Endpoint
+from sardeenz.tls import client_tls
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class EngineCalls:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
-            self._http = httpx.AsyncClient(trust_env=False)
+            self._http = httpx.AsyncClient(trust_env=False, verify=client_tls(False))
         return self._http
 
 

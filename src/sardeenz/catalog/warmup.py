@@ -25,6 +25,7 @@ from sardeenz.config import Settings
 from sardeenz.domain import ModelInstance
 from sardeenz.engines.vllm import flag_value
 from sardeenz.events import CatalogEvent, EventBus
+from sardeenz.tls import client_tls
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class WarmUp:
         host = f"[{self._host}]" if ":" in self._host else self._host
         url = f"http://{host}:{inst.port}/v1/completions"
         if self._http is None:
-            self._http = httpx.AsyncClient(trust_env=False)
+            self._http = httpx.AsyncClient(trust_env=False, verify=client_tls(False))
         t0 = time.perf_counter()
         try:
             resp = await self._http.post(url, json=body, headers=headers, timeout=self._timeout)

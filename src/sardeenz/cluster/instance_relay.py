@@ -35,6 +35,7 @@ from sardeenz.cluster.transport.routes import InternalRoute
 from sardeenz.config import Settings
 from sardeenz.errors import SardeenzError, Unavailable
 from sardeenz.runtime.event_stream import SseItem
+from sardeenz.tls import client_tls
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class PodReads:
                 timeout=httpx.Timeout(max(5.0, self._settings.cluster_request_timeout_seconds)),
                 limits=httpx.Limits(max_connections=256, max_keepalive_connections=16),
                 trust_env=False,  # peers are direct: no HTTP(S)_PROXY detour for /internal
+                verify=client_tls(False),
             )
         return self._client
 

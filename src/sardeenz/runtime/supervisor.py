@@ -621,8 +621,7 @@ class Supervisor:
                 )
                 if cut:
                     log.warning("instance %s: sleep cut %d request(s) in flight", inst.id, cut)
-                resp = await adapter.sleep(runner.engine_call, level)
-                self._check_engine_answer(runner, resp, "sleep")
+                await self._ask_to_sleep(runner, adapter, level)
                 if not await self._is_sleeping(runner, adapter):
                     raise EngineCallFailed(f"engine of {instance_id} did not report sleeping")
                 inst.sleep_level = level
@@ -676,6 +675,33 @@ class Supervisor:
                     log.exception("instance %s: after-wake hook failed", inst.id)
             await runner.set_status(InstanceStatus.ACTIVE)
             return runner.snapshot()
+
+    async def _ask_to_sleep(
+        self, runner: InstanceRunner, adapter: EngineAdapter, level: int
+    ) -> None:
+        """``POST /sleep``; an answer lost on the way (a timeout, a reset) is no refusal.
+
+        The engine may have fallen asleep all the same, and a record left ``active``
+        would route requests to an engine that queues them until someone wakes it. So
+        the engine is asked: asleep, the sleep stands; awake (or silent), it failed.
+        """
+        try:
+            resp = await adapter.sleep(runner.engine_call, level)
+        except EngineCallFailed as lost:
+            try:
+                asleep = await self._is_sleeping(runner, adapter)
+            except EngineCallFailed:
+                raise lost from None
+            if not asleep:
+                raise
+            log.warning(
+                "instance %s: the engine's answer to /sleep was lost (%s); it reports "
+                "sleeping, so the sleep stands",
+                runner.instance.id,
+                lost,
+            )
+            return
+        self._check_engine_answer(runner, resp, "sleep")
 
     async def _is_sleeping(self, runner: InstanceRunner, adapter: EngineAdapter) -> bool:
         resp = await adapter.is_sleeping(runner.engine_call)
