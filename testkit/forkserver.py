@@ -68,6 +68,12 @@ by each server itself, which costs time, never correctness."""
 
 EXEC_ENV = "SARDEENZ_TEST_EXEC_SERVERS"
 
+ANSWER_SECONDS = 60.0
+"""How long a test waits for the fork server's answer to one request: a fork takes
+milliseconds, the first request also the fork server's start and imports (about a
+second; tens under heavy load). Past it the fork server is taken as wedged: it is
+killed (the next request starts another) and the request fails, saying which."""
+
 
 def exec_by_default() -> bool:
     return os.environ.get(EXEC_ENV, "") not in ("", "0")
@@ -176,6 +182,16 @@ class ForkServerClient:
             assert self.proc.stdout is not None
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             self.proc.stdin.flush()
+            # One request, one line: nothing is ever left in the reader's buffer, so
+            # the pipe itself says when the answer is there.
+            ready, _, _ = select.select([self.proc.stdout], [], [], ANSWER_SECONDS)
+            if not ready:
+                self.proc.kill()
+                self.proc.wait(5)
+                raise RuntimeError(
+                    f"the fork server did not answer {request['op']} within "
+                    f"{ANSWER_SECONDS:g} s: killed (the next request starts another)"
+                )
             line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the fork server ended ({self.proc.poll()}) during {request['op']}")

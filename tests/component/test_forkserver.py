@@ -131,3 +131,31 @@ def test_a_server_that_never_gets_ready_is_not_left_behind(tmp_path: Path) -> No
     with pytest.raises(RuntimeError, match="not ready"):
         srv.wait_ready(timeout=1)
     assert srv.proc.poll() == -signal.SIGKILL
+
+
+def test_a_wedged_fork_server_fails_the_request_saying_so_and_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fork server that stops answering must not hang the test that asked: the request
+    fails naming itself, the wedged process is killed and the next request starts a
+    new fork server."""
+    monkeypatch.setattr(forkserver, "ANSWER_SECONDS", 0.5)
+    client = forkserver.ForkServerClient()
+    wedged = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.stdin.readline(); time.sleep(60)"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    client.proc = wedged
+    try:
+        with pytest.raises(RuntimeError, match=r"did not answer status within 0\.5 s: killed"):
+            client.status(1)
+        assert wedged.poll() == -signal.SIGKILL
+        monkeypatch.setattr(forkserver, "ANSWER_SECONDS", 60.0)
+        assert client.status(1) is None  # a new fork server: no child 1 ended
+        assert client.proc is not wedged
+    finally:
+        client.close()
+        if wedged.poll() is None:
+            wedged.kill()
+            wedged.wait()
