@@ -3,9 +3,10 @@
 Building an ``httpx`` client without one loads the CA bundle, about 20 ms of CPU; a
 server start built two or three (the supervisor's, the external servers' probe, the
 cluster transport's), a few per cent of the start, and the catalog's warm-up, the
-adapter calls and the instance relay one more each when first used. Every client of
-the controller takes its context from here. A context is safe to share between
-clients; the two kept here are the ones httpx would build itself, with and without
+adapter calls and the instance relay one more each when first used; all of these take
+their context from here (the sign-in clients do not yet: OIDC discovery, the OpenShift
+token exchange and the TokenReview client build their own). A context is safe to share
+between clients; the two kept here are the ones httpx would build itself, with and without
 the ``SSL_CERT_FILE``/``SSL_CERT_DIR`` environment (a client's ``trust_env``).
 """
 
