@@ -19,12 +19,26 @@ import httpx
 import psutil
 
 from testkit.servers import ServerProcess, engine_processes, kill_engines, sim_load, wait_for_status
+from testkit.waiting import wait_until
 
 
 def _signal_all(procs: list[psutil.Process], sig: signal.Signals) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)
+
+
+def _sigterm_pending(proc: psutil.Process) -> bool:
+    """Whether SIGTERM waits, undelivered, on ``proc`` (stopped, it cannot act on it)."""
+    bit = 1 << (signal.SIGTERM - 1)
+    try:
+        with open(f"/proc/{proc.pid}/status") as status:
+            return any(
+                line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & bit
+                for line in status
+            )
+    except OSError:
+        return False
 
 
 def _wait_no_engines(data_dir: Path, timeout: float) -> list[psutil.Process]:
@@ -54,6 +68,13 @@ def test_unload_interrupted_by_a_controller_kill_completes_on_restart(tmp_path: 
 
             threading.Thread(target=unload, daemon=True).start()
             wait_for_status(api, inst["id"], "stopping", 10)
+            # "stopping" is recorded before the engine is signalled: the controller must
+            # not be killed before the unload's SIGTERM is pending on the frozen engine.
+            wait_until(
+                lambda: any(_sigterm_pending(p) for p in frozen),
+                "the unload's SIGTERM pending on the frozen engine",
+                20,
+            )
         server.stop(signal.SIGKILL)
 
         _signal_all(frozen, signal.SIGCONT)
