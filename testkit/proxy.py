@@ -26,6 +26,22 @@ from sardeenz.standalone import build_gateway
 T = TypeVar("T")
 
 
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel and await what is still running on ``loop`` once the server has stopped,
+    as ``asyncio.run`` does.
+
+    Tests start their own coroutines on the server's loop (``run``): engines that
+    misbehave on purpose, whose connection handlers may still wait for a next request
+    on a keep-alive connection the proxy never closed. Closed with the loop, such a task
+    would be destroyed pending, its ``finally`` never run.
+    """
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
 class ThreadedProxyServer:
     """uvicorn + InferenceProxy on a private thread and loop (see module doc)."""
 
@@ -76,7 +92,10 @@ class ThreadedProxyServer:
             self._error = exc
             self._ready.set()
         finally:
-            loop.close()
+            try:
+                _cancel_leftovers(loop)
+            finally:
+                loop.close()
 
     async def _serve(self) -> None:
         self.table = RoutingTable()
