@@ -8,7 +8,6 @@ proxy benchmarks. Timing is :class:`~sardeenz.sim.generation.Scheduler`'s job.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any, Final
 from uuid import uuid4
@@ -17,7 +16,7 @@ import orjson
 
 from sardeenz.asgi import Receive, Scope, Send
 from sardeenz.sim.args import SimConfig
-from sardeenz.sim.generation import Gen, Scheduler, usage_json
+from sardeenz.sim.generation import Gen, Scheduler, clock, usage_json
 from sardeenz.sim.lora import LoraAdapters
 from sardeenz.sim.text import completion_text, count_prompt_tokens, render_chat_prompt, token_ids
 from sardeenz.sim.wire import RequestError, read_json, respond
@@ -157,8 +156,7 @@ class OpenAIHandlers:
             count, reason = max_tokens, "length"
         else:
             raise RequestError("max_tokens must be an integer", param="max_tokens")
-        loop = asyncio.get_running_loop()
-        return Gen(rid, prompt_tokens, count, reason, loop.time())
+        return Gen(rid, prompt_tokens, count, reason, clock())
 
     @staticmethod
     def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
