@@ -226,19 +226,28 @@ def test_rolling_upgrade_accepts_both_formats_until_it_is_turned_off(tmp_path: P
         extra_env={**env, "SARDEENZ_CLUSTER_UNSOURCED_SIGNATURES": "true"},
     ).start()
     path = "/internal/ping"
+    last_ms = 0
+
+    def clock() -> float:
+        """The test's one clock for its three ways of signing the same ping, never the same
+        millisecond twice: as one pod's signer does (``Signer.timestamp``). Two signers
+        of the tester in one millisecond sign alike, and the second is refused as a replay."""
+        nonlocal last_ms
+        last_ms = max(int(time.time() * 1000), last_ms + 1)
+        return (last_ms + 0.5) / 1000
 
     def previous_version() -> dict[str, str]:
-        ts = str(int(time.time() * 1000))
+        ts = str(int(clock() * 1000))
         sig = signature(SECRET.encode(), "GET", path, ts, "pod-u", b"")
         return {"X-Cluster-Timestamp": ts, "X-Cluster-Target": "pod-u", "X-Cluster-Signature": sig}
 
     try:
         assert _get(srv.url, path, previous_version()).status_code == 200
-        current = Signer(SECRET.encode(), source=TESTER)
+        current = Signer(SECRET.encode(), clock, source=TESTER)
         assert _get(srv.url, path, current.headers("GET", path, b"", target="pod-u")).is_success
         # A pod in the transition signs both ways; stripped of the new headers, a captured
         # one is the replay of the same request, not a new previous-version request.
-        dual = Signer(SECRET.encode(), source=TESTER, unsourced=True)
+        dual = Signer(SECRET.encode(), clock, source=TESTER, unsourced=True)
         both = dual.headers("GET", path, b"", target="pod-u")
         assert _get(srv.url, path, both).status_code == 200
         stripped = {k: v for k, v in both.items() if not k.startswith("X-Cluster-Source")}
