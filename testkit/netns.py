@@ -34,7 +34,8 @@ management link's outer end; the test still reaches the pod).
 held from ``open()`` to ``close()``: fabrics of tests running side by side, or of a soak
 beside the suite, never share the management subnet), names carry it and a random
 suffix, and everything is deleted in ``close()`` (deleting a namespace deletes its
-interfaces; the bridges and the cable are deleted explicitly). Needs root (``ip netns``).
+interfaces; the bridges and the cable are deleted explicitly); what a killed run left
+is swept by the next ``open()`` (testkit/netns_sweep.py). Needs root (``ip netns``).
 ``running_pods`` starts one static-peers pod per namespace and stops them all.
 """
 
@@ -42,13 +43,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import os
 import random
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,6 +56,7 @@ from typing import Any
 import httpx
 
 from testkit.cluster import SECRET
+from testkit.netns_sweep import sweep_stale, try_lock
 from testkit.servers import HTTP, ServerProcess, kill_engines, start_first_then_rest
 
 
@@ -87,14 +87,9 @@ def _reserve_net() -> tuple[int, int]:
     """A management subnet number no other fabric on this machine holds, and the open
     lock file that holds it (closing it frees the number)."""
     for net in random.sample(range(10, 250), 240):
-        lock = Path(tempfile.gettempdir()) / f"sardeenz-fabric-{net}.lock"
-        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        return net, fd
+        fd = try_lock(net)
+        if fd is not None:
+            return net, fd
     raise RuntimeError("every fabric subnet 10.78.10-249.0/24 is held by another fabric")
 
 
@@ -129,6 +124,7 @@ class Fabric:
         return ["ip", "netns", "exec", self.namespaces[i]]
 
     def open(self) -> Fabric:
+        sweep_stale()  # what a killed run left (testkit/netns_sweep.py)
         self.net, self._held = _reserve_net()
         self.tag = t = f"{self.net:02x}{random.randrange(256):02x}"
         try:
