@@ -26,22 +26,6 @@ from sardeenz.standalone import build_gateway
 T = TypeVar("T")
 
 
-def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel and await what is still running on ``loop`` once the server has stopped,
-    as ``asyncio.run`` does.
-
-    Tests start their own coroutines on the server's loop (``run``): engines that
-    misbehave on purpose, whose connection handlers may still wait for a next request
-    on a keep-alive connection the proxy never closed. Closed with the loop, such a task
-    would be destroyed pending, its ``finally`` never run.
-    """
-    tasks = asyncio.all_tasks(loop)
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-
-
 class ThreadedProxyServer:
     """uvicorn + InferenceProxy on a private thread and loop (see module doc)."""
 
@@ -81,21 +65,20 @@ class ThreadedProxyServer:
         try:
             import uvloop
 
-            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+            factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
         except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
-            loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # reported to start()
-            self._error = exc
-            self._ready.set()
-        finally:
+            factory = asyncio.new_event_loop
+        # Tests start their own coroutines on this loop (``run``): engines that misbehave on
+        # purpose, whose connection handlers may still wait on a keep-alive connection the
+        # proxy never closed. The Runner cancels and awaits them when it closes, as
+        # ``asyncio.run`` does, instead of destroying them pending with the loop.
+        with asyncio.Runner(loop_factory=factory) as runner:
+            self._loop = runner.get_loop()
             try:
-                _cancel_leftovers(loop)
-            finally:
-                loop.close()
+                runner.run(self._serve())
+            except BaseException as exc:  # reported to start()
+                self._error = exc
+                self._ready.set()
 
     async def _serve(self) -> None:
         self.table = RoutingTable()
