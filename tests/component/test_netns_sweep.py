@@ -36,10 +36,11 @@ sys.stdin.read()
 
 
 def names() -> str:
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
-    return links + spaces + tables
+    """What ``ip`` and ``nft`` list on this machine: links, namespaces, tables."""
+    listings = (["ip", "-o", "link", "show"], ["ip", "netns", "list"], ["nft", "list", "tables"])
+    return "".join(
+        subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout for cmd in listings
+    )
 
 
 def test_a_killed_runs_fabric_is_swept_and_a_live_one_is_kept() -> None:
@@ -51,10 +52,15 @@ def test_a_killed_runs_fabric_is_swept_and_a_live_one_is_kept() -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert child.stdout is not None
-    left = json.loads(child.stdout.readline())
-    child.kill()
-    child.wait(timeout=30)
+    try:
+        assert child.stdout is not None
+        left = json.loads(child.stdout.readline())
+    finally:  # killed, never closed: what Ctrl-C leaves
+        child.kill()
+        child.wait(timeout=30)
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
     sleeper = psutil.Process(left["sleeper"])
     stale = left["tag"]
     before = names()
