@@ -10,9 +10,10 @@ the chunks are kept per stream so the benchmark can measure gaps.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -149,20 +150,30 @@ async def burst(url: str, model: str, count: int, tokens: int) -> list[Stream]:
         return list(await asyncio.gather(*sent))
 
 
-async def side_by_side(
-    url: str, models: Sequence[str], count: int, tokens: int
-) -> dict[str, list[Stream]]:
-    """``count`` streams of each of ``models`` sent at once on one new pool, interleaved
-    (one of each model in turn), checked as above: by model.
+async def side_by_side(url: str, tokens: Mapping[str, int], count: int) -> dict[str, list[Stream]]:
+    """``count`` streams of each model of ``tokens`` (model: tokens per stream) sent at
+    once on one new pool, interleaved (one of each model in turn), checked as above: by
+    model.
 
     One model's burst is then the reference for another's, measured against the same
     machine at the same moment: on two cores shared by four test workers, one burst in
     several is 3-5x slower than the bursts just before and after it, whichever instance
-    it goes to.
+    it goes to. A reference given more tokens is still streaming when the other burst
+    ends, so a stall of the machine at any moment of that burst shows in both.
+
+    The client's garbage collector is off while the streams run: a full collection
+    pauses this process (71 ms was measured in a small client on a busy machine), which
+    would be read as a stall of whichever streams were waiting for a chunk then.
     """
-    conn = aiohttp.TCPConnector(limit=count * len(models) + 8)
+    conn = aiohttp.TCPConnector(limit=count * len(tokens) + 8)
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
-        sent = (_one(session, url, model, tokens) for _ in range(count) for model in models)
-        got = list(await asyncio.gather(*sent))
+    models = list(tokens)
+    gc.collect()
+    gc.disable()
+    try:
+        async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+            sent = (_one(session, url, m, tokens[m]) for _ in range(count) for m in models)
+            got = list(await asyncio.gather(*sent))
+    finally:
+        gc.enable()
     return {model: got[i :: len(models)] for i, model in enumerate(models)}
