@@ -3,8 +3,9 @@
 Everything a client can observe is already covered by test_proxy.py, which
 runs its whole suite with and without the lane; this file checks what is
 particular to the express path: that ordinary requests take it, that others
-do not, and that a pooled connection the engine closed under us is retried
-by the general handler instead of failing the request.
+do not, that a pooled connection the engine closed under us is retried by the
+general handler instead of failing the request, and that a slow client's
+backpressure holds its engine connection back only while the exchange lasts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import orjson
 import pytest
 
 from sardeenz.config import Settings
+from sardeenz.proxy.upstream import Connection, UpstreamClient, UpstreamClosed
 from sardeenz.sim.text import completion_text
 from sardeenz.standalone import make_instance
 from testkit.proxy import ThreadedProxyServer
@@ -123,6 +125,82 @@ def test_a_pooled_connection_dropped_by_the_engine_is_retried_not_failed(
             upstream.close()
 
         server.run(stop())
+
+
+async def _answer_each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """An engine answering every request on its connection with ``_ANSWER``."""
+    try:
+        while True:
+            await read_request(reader)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(_ANSWER), _ANSWER)
+            )
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+class _Backpressured:
+    """An express exchange's side of a response whose client fills up on the final
+    write: the client's backpressure arrives inside ``on_end``, once the connection is
+    back in the pool (``ExpressCycle.writing_paused`` did ``conn.pause()`` then)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.body = b""
+        self.ended = asyncio.get_running_loop().create_future()
+
+    def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        assert status == 200
+
+    def on_body(self, data: bytes) -> None:
+        self.body += data
+
+    def on_flush(self) -> None:
+        pass
+
+    def on_end(self) -> None:
+        self.conn.pause()
+        self.ended.set_result(None)
+
+    def on_error(self, error: UpstreamClosed) -> None:
+        self.ended.set_exception(error)
+
+
+def test_backpressure_after_a_response_ended_never_pauses_the_pooled_connection() -> None:
+    """A connection paused once its response ended would go back to the pool unread, and
+    the next request on it would hang (seen as a connection still paused after a slow
+    client had read its whole stream)."""
+
+    async def scenario() -> None:
+        engine = await asyncio.start_server(_answer_each, "127.0.0.1", 0)
+        port = engine.sockets[0].getsockname()[1]
+        pool = UpstreamClient()
+        request = pool.encode("127.0.0.1", port, b"POST", b"/v1/completions", b"", b"{}")
+        try:
+            first = _Backpressured(await pool.connect("127.0.0.1", port))
+            first.conn.start(request, first)
+            await asyncio.wait_for(first.ended, 10)
+            assert first.body == _ANSWER
+            assert pool.paused_count == 0, "the pooled connection was left paused"
+            again = pool.idle_connection("127.0.0.1", port)
+            assert again is first.conn, "the connection was not pooled for reuse"
+            second = _Backpressured(again)
+            again.start(request, second)
+            try:
+                await asyncio.wait_for(second.ended, 10)
+            except TimeoutError:
+                raise AssertionError("the next request on the pooled connection hung") from None
+            assert second.body == _ANSWER
+        finally:
+            await pool.close()
+            engine.close()
+            await engine.wait_closed()
+
+    asyncio.run(scenario())
 
 
 def test_a_slow_client_pauses_the_engine_connection_and_loses_nothing(

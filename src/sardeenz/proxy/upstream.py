@@ -347,6 +347,14 @@ class Connection(asyncio.Protocol):
         return self._paused
 
     def pause(self) -> None:
+        """Stop reading the engine: its client is slower than it.
+
+        Only while an exchange is in progress: backpressure that reaches a connection
+        after its response ended (the client's transport filling up on the final write)
+        would leave it paused in the pool, and the next request on it would never be
+        read."""
+        if self._sink is None and self._response is None:
+            return
         if not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
