@@ -14,7 +14,7 @@ import asyncio
 import http.client
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import httpx
 import orjson
@@ -79,31 +79,38 @@ def test_ordinary_requests_take_the_express_path_and_others_do_not(
         assert express_count(server) - before == 3
 
 
-async def _one_answer_per_connection(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    """An engine that answers the first request on a connection and drops the second."""
-    try:
-        for answered in (True, False):
-            await read_request(reader)
-            if not answered:
-                break
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(_ANSWER), _ANSWER)
-            )
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        writer.close()
+def _engine(
+    answers: int | None,
+) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """An engine that answers the first ``answers`` requests on a connection with
+    ``_ANSWER`` (every one: None) and drops the connection at the next."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        try:
+            while True:
+                await read_request(reader)
+                if answers is not None and served == answers:
+                    break
+                served += 1
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(_ANSWER), _ANSWER)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return serve
 
 
 def test_a_pooled_connection_dropped_by_the_engine_is_retried_not_failed(
     server: ThreadedProxyServer,
 ) -> None:
     async def start() -> tuple[asyncio.Server, int]:
-        srv = await asyncio.start_server(_one_answer_per_connection, "127.0.0.1", 0)
+        srv = await asyncio.start_server(_engine(answers=1), "127.0.0.1", 0)
         return srv, srv.sockets[0].getsockname()[1]
 
     upstream, port = server.run(start())
@@ -125,22 +132,6 @@ def test_a_pooled_connection_dropped_by_the_engine_is_retried_not_failed(
             upstream.close()
 
         server.run(stop())
-
-
-async def _answer_each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """An engine answering every request on its connection with ``_ANSWER``."""
-    try:
-        while True:
-            await read_request(reader)
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(_ANSWER), _ANSWER)
-            )
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        writer.close()
 
 
 class _Backpressured:
@@ -176,7 +167,7 @@ def test_backpressure_after_a_response_ended_never_pauses_the_pooled_connection(
     client had read its whole stream)."""
 
     async def scenario() -> None:
-        engine = await asyncio.start_server(_answer_each, "127.0.0.1", 0)
+        engine = await asyncio.start_server(_engine(answers=None), "127.0.0.1", 0)
         port = engine.sockets[0].getsockname()[1]
         pool = UpstreamClient()
         request = pool.encode("127.0.0.1", port, b"POST", b"/v1/completions", b"", b"{}")
