@@ -324,9 +324,6 @@ class _Exchange:
                 self._ttfb = first_byte(self._mm, self._t0)
 
     def on_end(self) -> None:
-        # The engine's part is over and its connection is back in the pool: the
-        # client's backpressure on the writes below is no longer the engine's.
-        self._conn = None
         if self._error_headers is not None:
             out, body = openai_error_response(
                 self._status, self._error_headers, b"".join(self._pending)
