@@ -168,6 +168,7 @@ async def side_by_side(url: str, tokens: Mapping[str, int], count: int) -> dict[
     conn = aiohttp.TCPConnector(limit=count * len(tokens) + 8)
     timeout = aiohttp.ClientTimeout(total=60)
     models = list(tokens)
+    collecting = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
@@ -175,5 +176,6 @@ async def side_by_side(url: str, tokens: Mapping[str, int], count: int) -> dict[
             sent = (_one(session, url, m, tokens[m]) for _ in range(count) for m in models)
             got = list(await asyncio.gather(*sent))
     finally:
-        gc.enable()
+        if collecting:
+            gc.enable()
     return {model: got[i :: len(models)] for i, model in enumerate(models)}
