@@ -32,8 +32,9 @@ WEB_STAMP    := $(WEB_DIR)/.built
 NODE_MODULES := frontend/node_modules/.installed
 FRONTEND_SRC := $(shell find frontend/src frontend/public -type f 2>/dev/null) \
                 frontend/index.html frontend/vite.config.ts frontend/tsconfig.json
-# Browser tests drive Debian's chromium (never a browser download of Playwright's own).
-CHROMIUM     := /usr/bin/chromium
+# Browser tests drive Debian's chromium-headless-shell (never a browser download of
+# Playwright's own): Chromium's headless build, what Playwright itself runs headless.
+CHROMIUM     := /usr/bin/chromium-headless-shell
 SUDO         := $(if $(filter 0,$(shell id -u)),,sudo)
 
 $(STAMP): pyproject.toml
@@ -61,8 +62,8 @@ frontend-test: $(NODE_MODULES)
 	cd frontend && $(NPM) test --silent
 
 browser-deps:
-	@test -x $(CHROMIUM) || { echo "browser-deps: installing Debian's chromium with apt-get (about a minute once)" >&2; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	@test -x $(CHROMIUM) || { echo "browser-deps: installing Debian's chromium-headless-shell with apt-get (about a minute once)" >&2; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium-headless-shell >/dev/null; }
 
 # The soak's clock jumps preload Debian's libfaketime into one pod (testkit/soak_faults.py).
 FAKETIME_LIB := /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1
