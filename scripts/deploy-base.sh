@@ -16,7 +16,7 @@
 # marker is written last; a run that finds it AND both images skips everything.
 #
 # Installs podman, runc and mmdebstrap with apt-get when missing (as `make browser-deps` installs
-# chromium): that is the one system change.
+# chromium-headless-shell): that is the one system change.
 #
 # Usage: scripts/deploy-base.sh [DIR]   (prints the two image names on its last line)
 set -euo pipefail

