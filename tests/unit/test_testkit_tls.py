@@ -6,14 +6,16 @@ import ssl
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from sardeenz.tls import client_tls
 from testkit import tls
 
 
-def _context(client: httpx.Client | httpx.AsyncClient) -> ssl.SSLContext:
-    pool = client._transport._pool  # type: ignore[union-attr]
+def _context(client: Any) -> ssl.SSLContext:
+    """The TLS context of an httpx or httpx2 client's connection pool."""
+    pool = client._transport._pool
     context: ssl.SSLContext = pool._ssl_context
     return context
 
@@ -66,3 +68,23 @@ def test_one_controller_context_per_trust_env_however_it_is_asked_for() -> None:
     assert client_tls() is client_tls(True) is client_tls(trust_env=True)
     assert client_tls(False) is client_tls(trust_env=False)
     assert client_tls(False) is not client_tls()
+
+
+def test_the_official_openai_clients_get_it_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``openai`` builds its clients with httpx2, a fork of httpx: ``OpenAI()`` loaded the CA
+    bundle each time (31 ms of CPU) until its defaults were shared as well."""
+    tls.share_default_context()
+    client_tls()
+    built: list[object] = []
+    real = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    with openai.OpenAI(base_url="http://127.0.0.1:1/v1", api_key="unused") as sync_client:
+        assert _context(sync_client._client) is client_tls()
+    async_client = openai.AsyncOpenAI(base_url="http://127.0.0.1:1/v1", api_key="unused")
+    assert _context(async_client._client) is client_tls()
+    assert built == []
