@@ -43,18 +43,25 @@ def test_the_shared_context_verifies_like_httpx_own() -> None:
     assert shared.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
 
 
-def test_making_a_client_no_longer_loads_the_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the sharing is for: httpx builds a context (and loads the bundle, ~20 ms of CPU)
-    only for a client that asks for one of its own."""
-    client_tls()  # built before counting
-    built: list[object] = []
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every TLS context built (and CA bundle loaded) from here on; the shared one is
+    built before counting starts."""
+    client_tls()
+    contexts: list[object] = []
     real = ssl.create_default_context
 
     def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
-        built.append(kwargs)
+        contexts.append(kwargs)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ssl, "create_default_context", counting)
+    return contexts
+
+
+def test_making_a_client_no_longer_loads_the_ca_bundle(built: list[object]) -> None:
+    """What the sharing is for: httpx builds a context (and loads the bundle, ~20 ms of CPU)
+    only for a client that asks for one of its own."""
     for _ in range(5):
         httpx.Client().close()
     with httpx.Client(base_url="http://127.0.0.1:1") as client:
@@ -70,19 +77,10 @@ def test_one_controller_context_per_trust_env_however_it_is_asked_for() -> None:
     assert client_tls(False) is not client_tls()
 
 
-def test_the_official_openai_clients_get_it_too(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_official_openai_clients_get_it_too(built: list[object]) -> None:
     """``openai`` builds its clients with httpx2, a fork of httpx: ``OpenAI()`` loaded the CA
     bundle each time (31 ms of CPU) until its defaults were shared as well."""
-    tls.share_default_context()
-    client_tls()
-    built: list[object] = []
-    real = ssl.create_default_context
-
-    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
-        built.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(ssl, "create_default_context", counting)
+    tls.share_default_context()  # again: idempotent
     with openai.OpenAI(base_url="http://127.0.0.1:1/v1", api_key="unused") as sync_client:
         assert _context(sync_client._client) is client_tls()
     async_client = openai.AsyncOpenAI(base_url="http://127.0.0.1:1/v1", api_key="unused")
