@@ -5,12 +5,12 @@ answers there. vLLM 0.10-0.22 bind with SO_REUSEPORT, so a second server on the
 same port can start without error and take part of the traffic; and a port
 chosen while another engine was still loading (bound, not yet listening) may
 end up served by that other engine. So before an instance becomes ``active``
-the runner asks the kernel: every listening socket on the port (``/proc/net/tcp``
-and ``/proc/net/tcp6``) must be an open file of the engine's process tree (the
+the runner asks the kernel: every listening socket on the port (its table of TCP
+sockets, ``tcp_table``) must be an open file of the engine's process tree (the
 socket inodes in ``/proc/<pid>/fd``). A listener of any other process is a
 conflict, whatever address it is bound to.
 
-The ``/proc`` readers block: ``identify`` runs them in a worker thread
+The kernel and ``/proc`` readers block: ``identify`` runs them in a worker thread
 (``asyncio.to_thread``); call the others from a thread too.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -27,53 +26,22 @@ import httpx
 import psutil
 
 from sardeenz import proctree
+from sardeenz.runtime.tcp_table import LISTEN, TcpSocket, tcp_sockets
 
-TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
-LISTEN = 0x0A
-"""``TCP_LISTEN`` in the ``st`` column of ``/proc/net/tcp``."""
-
-
-@dataclass(frozen=True, slots=True)
-class TcpSocket:
-    """One row of ``/proc/net/tcp{,6}``."""
-
-    address: str
-    port: int
-    state: int
-    inode: int
-
-
-def _decode_address(hex_addr: str) -> str:
-    raw = bytes.fromhex(hex_addr)
-    if len(raw) == 4:
-        return socket.inet_ntop(socket.AF_INET, raw[::-1])
-    # IPv6: four 32-bit words, each in host (little-endian) order.
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    return socket.inet_ntop(socket.AF_INET6, words)
-
-
-def _tcp_sockets(port: int | None, states: Collection[int] | None) -> list[TcpSocket]:
-    """The rows of ``/proc/net/tcp{,6}`` on ``port`` (None: every port), by state."""
-    found: list[TcpSocket] = []
-    for table in TCP_TABLES:
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:  # no IPv6 in this kernel, or no /proc
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) < 10:
-                continue
-            local, _, port_hex = fields[1].rpartition(":")
-            local_port = int(port_hex, 16)
-            if port is not None and local_port != port:
-                continue
-            state = int(fields[3], 16)
-            if states is not None and state not in states:
-                continue
-            found.append(TcpSocket(_decode_address(local), local_port, state, int(fields[9])))
-    return found
+__all__ = [
+    "LISTEN",
+    "PortOwnership",
+    "TcpSocket",
+    "Verdict",
+    "engine_port_ownership",
+    "identify",
+    "listeners_by_port",
+    "port_ownership",
+    "served_names",
+    "socket_holders",
+    "socket_inodes",
+    "sockets_on_port",
+]
 
 
 def sockets_on_port(port: int, states: Collection[int] | None = None) -> list[TcpSocket]:
@@ -82,18 +50,17 @@ def sockets_on_port(port: int, states: Collection[int] | None = None) -> list[Tc
     A socket that is bound but neither listening nor connected is in no table the
     kernel lists here: it cannot be seen, only bound against.
     """
-    return _tcp_sockets(port, states)
+    return tcp_sockets(port, states)
 
 
 def listeners_by_port() -> dict[int, list[TcpSocket]]:
     """Every listening TCP socket by its local port, from one read of the kernel's tables.
 
-    For a caller that checks many ports at once: each read has the kernel write out
-    every socket of the host (some milliseconds of CPU at a thousand sockets), so one
-    read for all the ports rather than one per port.
+    For a caller that checks many ports at once: one question to the kernel for all
+    the ports rather than one per port.
     """
     found: dict[int, list[TcpSocket]] = {}
-    for sock in _tcp_sockets(None, {LISTEN}):
+    for sock in tcp_sockets(None, {LISTEN}):
         found.setdefault(sock.port, []).append(sock)
     return found
 

@@ -71,7 +71,8 @@ def port_is_free(host: str, port: int) -> bool:
     listeners. A plain bind also fails on sockets that are only *bound*, which is an
     engine still loading, but also on TIME_WAIT leftovers of a previous engine,
     which must not count as taken. The kernel lists the leftovers in
-    ``/proc/net/tcp`` and not the bound-only sockets, which tells them apart.
+    its table of TCP sockets (``tcp_table``) and not the bound-only sockets, which
+    tells them apart.
     Blocking (may read /proc): the supervisor calls it in a worker thread.
     """
     if not _binds(host, port, reuse_addr=True):
