@@ -116,7 +116,7 @@ deploy-base:
 # with its 20 slowest tests, where to look first when it grows.
 PYTEST_WORKERS ?= 4
 pytest: $(STAMP) vllm-env kube-env deploy-base web browser-deps soak-deps
-	@echo "pytest: every tier on $(PYTEST_WORKERS) workers, longest files first (8-9 minutes on a quiet 2-core machine)" >&2
+	@echo "pytest: every tier on $(PYTEST_WORKERS) workers, longest files first (7-9 minutes on a quiet 2-core machine)" >&2
 	@# Bytecode once, before the hundreds of server, engine and CLI processes the suite starts:
 	@# where PYTHONDONTWRITEBYTECODE is set, each of them would compile the package again.
 	$(BIN)/python -m compileall -q src testkit tests >/dev/null

@@ -1,4 +1,4 @@
-"""Who listens on a port: ``/proc/net/tcp{,6}`` socket inodes matched to ``/proc/<pid>/fd``."""
+"""Who listens on a port: the kernel's listening sockets matched to ``/proc/<pid>/fd``."""
 
 from __future__ import annotations
 
