@@ -58,7 +58,9 @@ def test_load_watch_log_sleep_wake_unload(session: Session, server: ServerProces
     dialog.get_by_label("Engine", exact=True).select_option("sim")
     dialog.get_by_label("GPU 1 · Tesla T4", exact=False).check()
     dialog.get_by_label("Enable sleep mode", exact=False).check()
-    dialog.get_by_label("Extra engine arguments").fill("--memory-gib 3 --load-seconds 1.5")
+    # Five seconds of loading: the row must be seen `starting` before it turns active, and
+    # a browser on two busy cores once took more than the 1.5 s this was to show it.
+    dialog.get_by_label("Extra engine arguments").fill("--memory-gib 3 --load-seconds 5")
     expect(dialog.get_by_test_id("load-warning")).to_contain_text("compute capability 7.5")
     expect(dialog.get_by_test_id("fit-verdict")).to_be_visible()  # "unknown": not a local dir
     session.shot("lifecycle-1-load-dialog")
