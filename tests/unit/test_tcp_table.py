@@ -33,14 +33,14 @@ def port_in_use() -> Iterator[int]:
     v4.listen()
     port = v4.getsockname()[1]
     held = [v4]
+    v6 = socket.socket(socket.AF_INET6)
     try:
-        v6 = socket.socket(socket.AF_INET6)
         v6.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         v6.bind(("::1", port))
         v6.listen()
         held.append(v6)
     except OSError:
-        pass  # no IPv6 loopback here
+        v6.close()  # no IPv6 loopback here
     closed = socket.create_connection(("127.0.0.1", port))
     closed_peer, _ = v4.accept()
     closed.close()
